@@ -1,0 +1,142 @@
+"""The typed schema of params.yaml, the single source of configuration.
+
+Every section is a strict pydantic model: a wrong type or an unknown key is an error that names
+the key and says what is expected. ``load_params`` is the only way the code reads params.yaml.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from modelupgrade.config.backfill import BackfillParams
+from modelupgrade.config.base import Section
+from modelupgrade.config.data import (
+    DatasetParams,
+    EvaluationSplitParams,
+    ScenarioParams,
+    SequentialParams,
+)
+from modelupgrade.config.evaluation import EvaluationParams
+from modelupgrade.config.flows import FlowParams
+from modelupgrade.config.heads import HeadParams
+from modelupgrade.config.registry import GateParams, RegistryParams
+from modelupgrade.config.store import StoreParams
+from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.errors import UserError
+
+DEFAULT_PARAMS_PATH = Path("params.yaml")
+
+__all__ = [
+    "ArchitectureParams",
+    "BackfillParams",
+    "DatasetParams",
+    "EvaluationParams",
+    "EvaluationSplitParams",
+    "FlowParams",
+    "GateParams",
+    "HeadParams",
+    "Params",
+    "RegistryParams",
+    "ScenarioParams",
+    "SequentialParams",
+    "StoreParams",
+    "StrategyParams",
+    "TrainingParams",
+    "load_params",
+    "params_hash",
+]
+
+
+class Params(Section):
+    seed: int = 666
+    device: str = "auto"
+    dataset: DatasetParams = Field(default_factory=DatasetParams)
+    evaluation_split: EvaluationSplitParams = Field(default_factory=EvaluationSplitParams)
+    scenarios: dict[str, ScenarioParams]
+    sequential: SequentialParams = Field(default_factory=SequentialParams)
+    architectures: dict[str, ArchitectureParams]
+    training: TrainingParams = Field(default_factory=TrainingParams)
+    strategies: dict[str, StrategyParams]
+    heads: dict[str, HeadParams] = Field(default_factory=dict)
+    evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
+    backfill: BackfillParams = Field(default_factory=BackfillParams)
+    registry: RegistryParams = Field(default_factory=RegistryParams)
+    store: StoreParams = Field(default_factory=StoreParams)
+    flows: FlowParams = Field(default_factory=FlowParams)
+
+    @model_validator(mode="after")
+    def _cross_references_exist(self) -> Params:
+        for name, scenario in self.scenarios.items():
+            for arch in (scenario.old_architecture, scenario.new_architecture):
+                if arch not in self.architectures:
+                    raise ValueError(
+                        f"scenarios.{name} uses architecture {arch!r}, which is not defined under "
+                        f"'architectures' (defined: {sorted(self.architectures)})"
+                    )
+            for strategy in scenario.strategies:
+                if strategy not in self.strategies:
+                    raise ValueError(
+                        f"scenarios.{name} lists strategy {strategy!r}, which is not defined under "
+                        f"'strategies' (defined: {sorted(self.strategies)})"
+                    )
+        for strategy in self.sequential.strategies:
+            if strategy not in self.strategies:
+                raise ValueError(f"sequential.strategies lists undefined strategy {strategy!r}")
+        return self
+
+    def scenario(self, name: str) -> ScenarioParams:
+        try:
+            return self.scenarios[name]
+        except KeyError:
+            raise UserError(
+                f"unknown scenario {name!r}", hint=f"params.yaml defines: {', '.join(self.scenarios)}"
+            ) from None
+
+
+def _format_validation_error(path: Path, err: ValidationError) -> str:
+    lines = [f"{path} is not valid ({err.error_count()} problem(s)):"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "<top level>"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  - {where}: unknown key (remove it or check its spelling)")
+        else:
+            got = e.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  - {where}: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def parse_params(raw: dict[str, Any], source: Path = DEFAULT_PARAMS_PATH) -> Params:
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise UserError(
+            _format_validation_error(source, err),
+            hint="see the schema in modelupgrade/config/ and the defaults in params.yaml",
+        ) from None
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"params file {path} does not exist", hint="run from the project root")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise UserError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path} must hold a mapping at the top level, got {type(raw).__name__}")
+    return parse_params(raw, path)
+
+
+def params_hash(params: Params) -> str:
+    """A stable hash of the effective configuration (for lineage tags and reports)."""
+    canonical = json.dumps(params.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+

@@ -1,0 +1,54 @@
+"""User-facing errors: one exception type that carries what went wrong and how to fix it.
+
+Stages and the CLI catch ``UserError`` at the top and print it without a traceback, so that a
+person who gave bad input reads a sentence, not a stack.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class UserError(Exception):
+    """An error caused by input the user controls (files, params, arguments).
+
+    ``hint`` tells the user what to do about it.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+class DataValidationError(UserError):
+    """A data expectation failed; nothing downstream may run on this data."""
+
+
+def exit_on_user_error(func: F) -> F:
+    """Decorate a ``main()`` so that a ``UserError`` prints cleanly and exits non-zero."""
+
+    @functools.wraps(func)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        try:
+            return func(*args, **kwargs)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(err.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,23 @@
+"""Reusable building blocks (timm-style ``layers``): pooling, margin classifiers, MLP heads."""
+
+from modelupgrade.layers.gem import GeM
+from modelupgrade.layers.margins import (
+    CLASSIFIERS,
+    ArcFace,
+    CosFace,
+    MarginClassifier,
+    NormSoftmax,
+    build_classifier,
+)
+from modelupgrade.layers.mlp import MLP
+
+__all__ = [
+    "CLASSIFIERS",
+    "ArcFace",
+    "CosFace",
+    "GeM",
+    "MLP",
+    "MarginClassifier",
+    "NormSoftmax",
+    "build_classifier",
+]
