@@ -1,0 +1,59 @@
+"""Transformation heads: forward adapters for the stored gallery, reverse transforms for the query.
+
+One base class (``Head``), one file per method, one registry (``HEADS``). Importing this package
+registers every head kind.
+"""
+
+from modelupgrade.heads.base import (
+    HEADS,
+    EmbeddingPairs,
+    Head,
+    HeadBatch,
+    TrainingDefaults,
+    build_head,
+    head_dims,
+)
+from modelupgrade.heads.bict import BiCTUpgradeModule
+from modelupgrade.heads.chain import HeadChain, load_chain, momentum_input
+from modelupgrade.heads.dmu import DMUForwardAdapter
+from modelupgrade.heads.fastfill import FastFillAdapter
+from modelupgrade.heads.fct import FCTAdapter
+from modelupgrade.heads.inference import FoldedMLP, apply, apply_all, apply_with_uncertainty, inference_copy
+from modelupgrade.heads.mcl import MCLReverseTransform
+from modelupgrade.heads.persistence import head_card, load_head, read_head_card, save_head
+from modelupgrade.heads.rm_full import RankMergeFullMethod
+from modelupgrade.heads.rqt import ReverseQueryTransform
+from modelupgrade.heads.training import HeadTraining, TrainingResult, fit_head, resolve_training
+
+__all__ = [
+    "HEADS",
+    "BiCTUpgradeModule",
+    "DMUForwardAdapter",
+    "EmbeddingPairs",
+    "FCTAdapter",
+    "FastFillAdapter",
+    "FoldedMLP",
+    "Head",
+    "HeadBatch",
+    "HeadChain",
+    "HeadTraining",
+    "MCLReverseTransform",
+    "RankMergeFullMethod",
+    "ReverseQueryTransform",
+    "TrainingDefaults",
+    "TrainingResult",
+    "apply",
+    "apply_all",
+    "apply_with_uncertainty",
+    "build_head",
+    "fit_head",
+    "head_card",
+    "head_dims",
+    "inference_copy",
+    "load_chain",
+    "load_head",
+    "momentum_input",
+    "read_head_card",
+    "resolve_training",
+    "save_head",
+]

@@ -1,0 +1,218 @@
+"""The interface every transformation head implements, and the registry that names them.
+
+A head is a small network trained on frozen, cached embeddings of the same training images under
+the old and the new model. Two directions exist:
+
+* ``forward`` (old → new): applied once to the *stored* gallery vectors (FCT, BiCT, DMU, FastFill);
+* ``reverse`` (new → old): applied to the *query* so it can search the old, not yet backfilled,
+  part of the gallery (RQT, MCL, RM full method).
+
+Every head owns an MLP ``psi`` (its main transform) and may own more modules (FastFill's uncertainty
+layer, the RM full method's ρ). ``outputs`` returns every named output in one pass; ``transform`` is
+always present and is what a deployment applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelupgrade.config.base import Section
+from modelupgrade.errors import UserError
+from modelupgrade.layers import MLP, MarginClassifier
+from modelupgrade.registry_util import Registry
+
+Direction = Literal["forward", "reverse"]
+
+HEADS: Registry[Head] = Registry("head")
+
+
+class NoOptions(Section):
+    """A head kind without hyper-parameters of its own."""
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """The defaults of the paper that defines a head kind; params.yaml overrides any of them."""
+
+    hidden_dim: int
+    depth: int
+    epochs: int
+    batch_size: int
+    optimizer: Literal["sgd", "adam"]
+    lr: float
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    warmup_epochs: float = 1.0
+    warmup_start_ratio: float = 1e-3
+    lr_min_ratio: float = 1e-2
+    freeze_bn_after: float = 1.0
+
+
+@dataclass(frozen=True)
+class EmbeddingPairs:
+    """Cached embeddings of the same training images (row i = image i in both arrays)."""
+
+    old: np.ndarray
+    new: np.ndarray
+    labels: np.ndarray
+    side_info: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        rows = {"old": self.old, "new": self.new, "labels": self.labels}
+        if self.side_info is not None:
+            rows["side_info"] = self.side_info
+        counts = {name: len(array) for name, array in rows.items()}
+        if len(set(counts.values())) != 1:
+            raise UserError(
+                f"the training arrays disagree on the number of images: {counts}",
+                hint="old and new embeddings, labels and side information must all come from the "
+                "same split file, in its row order",
+            )
+        for name in ("old", "new", "side_info"):
+            array = rows.get(name)
+            if array is None:
+                continue
+            if array.ndim != 2:
+                raise UserError(f"{name} embeddings must be a 2-D array (N, D), got shape {array.shape}")
+            if not np.isfinite(array).all():
+                raise UserError(f"{name} embeddings contain NaN or infinite values")
+        if self.labels.ndim != 1 or not np.issubdtype(self.labels.dtype, np.integer):
+            raise UserError(
+                f"labels must be a 1-D integer array, got dtype {self.labels.dtype}, shape {self.labels.shape}"
+            )
+        if counts["old"] < 2:
+            raise UserError("at least two training images are needed to train a head")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class HeadBatch:
+    """One training batch on the training device; ``classifier`` is the frozen new classifier."""
+
+    old: torch.Tensor
+    new: torch.Tensor
+    labels: torch.Tensor
+    side_info: torch.Tensor | None = None
+    classifier: MarginClassifier | None = None
+
+
+class Head(nn.Module):
+    """Base of every head; a subclass sets the class attributes and implements ``loss``."""
+
+    registry_name: ClassVar[str]
+    direction: ClassVar[Direction]
+    TRAINING_DEFAULTS: ClassVar[TrainingDefaults]
+    Options: ClassVar[type[Section]] = NoOptions
+    needs_classifier: ClassVar[bool] = False
+    accepts_side_info: ClassVar[bool] = False
+    class_balanced_batches: ClassVar[bool] = False
+    output_names: ClassVar[tuple[str, ...]] = ("transform",)
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        hidden_dim: int | None = None,
+        depth: int | None = None,
+        options: dict[str, Any] | None = None,
+        side_info_dim: int = 0,
+    ) -> None:
+        super().__init__()
+        if side_info_dim and not self.accepts_side_info:
+            raise UserError(
+                f"head kind {self.registry_name!r} takes no side information",
+                hint="drop the side-information input or use the 'fct' head",
+            )
+        if in_dim < 1 or out_dim < 1:
+            raise UserError(f"head dimensions must be positive, got in={in_dim}, out={out_dim}")
+        self.options = self.Options.model_validate(options or {})
+        self.in_dim, self.out_dim, self.side_info_dim = int(in_dim), int(out_dim), int(side_info_dim)
+        self.hidden_dim = int(hidden_dim or self.TRAINING_DEFAULTS.hidden_dim)
+        self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
+        self.psi = MLP(self.in_dim + self.side_info_dim, self.out_dim, self.hidden_dim, self.depth)
+
+    # ----- what a deployment runs -------------------------------------------------------------
+    def outputs(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        return {"transform": self.psi(self._with_side_info(x, side_info))}
+
+    def forward(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> torch.Tensor:
+        return self.outputs(x, side_info)["transform"]
+
+    def macs_per_embedding(self) -> dict[str, int]:
+        """Multiply-accumulates per input vector, by output (BN folds into the linear layers)."""
+        return {"transform": self.psi.macs_per_row()}
+
+    # ----- training ----------------------------------------------------------------------------
+    def loss(self, batch: HeadBatch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def source(self, batch: HeadBatch) -> torch.Tensor:
+        """The embedding this head transforms (old for forward heads, new for reverse heads)."""
+        return batch.old if self.direction == "forward" else batch.new
+
+    def target(self, batch: HeadBatch) -> torch.Tensor:
+        return batch.new if self.direction == "forward" else batch.old
+
+    def architecture(self) -> dict[str, Any]:
+        """What ``build_head`` needs to rebuild this head (goes into the model card)."""
+        return {
+            "kind": self.registry_name,
+            "direction": self.direction,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "side_info_dim": self.side_info_dim,
+            "hidden_dim": self.hidden_dim,
+            "depth": self.depth,
+            "options": self.options.model_dump(mode="json"),
+            "outputs": list(self.output_names),
+        }
+
+    # ----- input checks ------------------------------------------------------------------------
+    def check_input(self, width: int, side_info_width: int | None) -> None:
+        if width != self.in_dim:
+            raise UserError(
+                f"head {self.registry_name!r} expects {self.in_dim}-d input vectors, got {width}-d",
+                hint=f"a {self.direction} head transforms "
+                + ("old-model (gallery) embeddings" if self.direction == "forward" else "new-model (query) embeddings")
+                + "; check that the embeddings come from the model the head was trained on",
+            )
+        expected = self.side_info_dim or None
+        if side_info_width != expected:
+            raise UserError(
+                f"head {self.registry_name!r} was trained with side information of width "
+                f"{self.side_info_dim}, got {side_info_width or 0}",
+                hint="pass the same side-information vectors (or none) as in training",
+            )
+
+    def _with_side_info(self, x: torch.Tensor, side_info: torch.Tensor | None) -> torch.Tensor:
+        if self.side_info_dim:
+            if side_info is None:
+                raise UserError(f"head {self.registry_name!r} needs its side-information input")
+            return torch.cat([x, side_info.to(x.dtype)], dim=1)
+        return x
+
+
+def build_head(
+    kind: str,
+    in_dim: int,
+    out_dim: int,
+    hidden_dim: int | None = None,
+    depth: int | None = None,
+    options: dict[str, Any] | None = None,
+    side_info_dim: int = 0,
+) -> Head:
+    head_class = HEADS.get(kind)
+    return head_class(in_dim, out_dim, hidden_dim, depth, options=options, side_info_dim=side_info_dim)
+
+
+def head_dims(kind: str, old_dim: int, new_dim: int) -> tuple[int, int]:
+    """(in_dim, out_dim) of a head of ``kind`` between an old and a new embedding space."""
+    head_class = HEADS.get(kind)
+    return (old_dim, new_dim) if head_class.direction == "forward" else (new_dim, old_dim)

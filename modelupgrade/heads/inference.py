@@ -1,0 +1,153 @@
+"""Batched inference of heads: BatchNorm folded into the linear layers, large float32 batches.
+
+``apply`` is what the gallery refresh, the query path and the evaluation call. An inference copy of
+the head replaces every MLP by a ``FoldedMLP`` (one addmm + in-place ReLU per layer), so a batch costs
+exactly its linear algebra; rows are never visited one by one in Python.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelupgrade.errors import UserError
+from modelupgrade.heads.base import Head
+from modelupgrade.layers import MLP
+
+DEFAULT_BATCH_SIZE = 8192
+
+
+class FoldedMLP(nn.Module):
+    """An eval-mode ``MLP`` with each BatchNorm folded into the Linear before it."""
+
+    def __init__(self, weights_t: list[torch.Tensor], biases: list[torch.Tensor]) -> None:
+        super().__init__()
+        # Stored transposed (in × out) and contiguous: x @ W^T becomes one row-major GEMM.
+        self.weights_t = nn.ParameterList(nn.Parameter(w, requires_grad=False) for w in weights_t)
+        self.biases = nn.ParameterList(nn.Parameter(b, requires_grad=False) for b in biases)
+
+    @classmethod
+    def from_mlp(cls, mlp: MLP) -> FoldedMLP:
+        weights_t, biases = [], []
+        modules = list(mlp.net)
+        for i, module in enumerate(modules):
+            if not isinstance(module, nn.Linear):
+                continue
+            weight = module.weight.detach().double()
+            bias = (
+                module.bias.detach().double()
+                if module.bias is not None
+                else torch.zeros(module.out_features, dtype=torch.float64, device=weight.device)
+            )
+            following = modules[i + 1] if i + 1 < len(modules) else None
+            if isinstance(following, nn.BatchNorm1d):
+                scale = following.weight.detach().double() / torch.sqrt(
+                    following.running_var.detach().double() + following.eps
+                )
+                weight = weight * scale[:, None]
+                bias = (bias - following.running_mean.detach().double()) * scale + following.bias.detach().double()
+            weights_t.append(weight.T.contiguous().float())
+            biases.append(bias.float())
+        return cls(weights_t, biases)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = len(self.weights_t) - 1
+        for i, (weight_t, bias) in enumerate(zip(self.weights_t, self.biases, strict=True)):
+            x = torch.addmm(bias, x, weight_t)
+            if i < last:
+                x = x.relu_()
+        return x
+
+    def macs_per_row(self) -> int:
+        return sum(w.shape[0] * w.shape[1] for w in self.weights_t)
+
+
+def inference_copy(head: Head, device: torch.device | str | None = None) -> Head:
+    """A frozen, eval-mode copy of ``head`` whose MLPs are folded; the original is untouched."""
+    frozen = copy.deepcopy(head).eval()
+    for name, module in list(frozen.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, MLP):
+                setattr(module, child_name, FoldedMLP.from_mlp(child))
+    frozen.requires_grad_(False)
+    return frozen.to(device) if device is not None else frozen
+
+
+def _as_float32_rows(vectors: np.ndarray, what: str) -> np.ndarray:
+    array = np.asarray(vectors)
+    if array.ndim != 2:
+        raise UserError(f"{what} must be a 2-D array (N, D), got shape {array.shape}")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def apply_all(
+    head: Head,
+    vectors: np.ndarray,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    side_info: np.ndarray | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, np.ndarray]:
+    """Run ``head`` over ``vectors`` in batches; every named output as a float32 array."""
+    if batch_size < 1:
+        raise UserError(f"batch_size must be ≥ 1, got {batch_size}")
+    vectors = _as_float32_rows(vectors, "input vectors")
+    if side_info is not None:
+        side_info = _as_float32_rows(side_info, "side information")
+        if len(side_info) != len(vectors):
+            raise UserError(f"{len(side_info)} side-information rows for {len(vectors)} input vectors")
+    head.check_input(vectors.shape[1], None if side_info is None else side_info.shape[1])
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    frozen = inference_copy(head, device)
+    results: dict[str, np.ndarray] = {}
+    with torch.inference_mode():
+        for start in range(0, len(vectors), batch_size):
+            stop = min(start + batch_size, len(vectors))
+            x = torch.from_numpy(vectors[start:stop]).to(device, non_blocking=True)
+            extra = None if side_info is None else torch.from_numpy(side_info[start:stop]).to(device)
+            for name, value in frozen.outputs(x, extra).items():
+                if name not in results:
+                    results[name] = np.empty((len(vectors), *value.shape[1:]), dtype=np.float32)
+                results[name][start:stop] = value.float().cpu().numpy()
+    if not results:  # zero rows: shapes from a one-row dry run
+        with torch.inference_mode():
+            x = torch.zeros(1, head.in_dim, device=device)
+            extra = None if side_info is None else torch.zeros(1, head.side_info_dim, device=device)
+            for name, value in frozen.outputs(x, extra).items():
+                results[name] = np.empty((0, *value.shape[1:]), dtype=np.float32)
+    return results
+
+
+def apply(
+    head: Head,
+    vectors: np.ndarray,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    side_info: np.ndarray | None = None,
+    device: torch.device | str | None = None,
+    output: str = "transform",
+) -> np.ndarray:
+    """Transform ``vectors`` with ``head``; ``output`` picks a named output (default: the transform)."""
+    if output not in head.output_names:
+        raise UserError(
+            f"head {head.registry_name!r} has no output {output!r}",
+            hint=f"its outputs are: {', '.join(head.output_names)}",
+        )
+    return apply_all(head, vectors, batch_size, side_info, device)[output]
+
+
+def apply_with_uncertainty(
+    head: Head,
+    vectors: np.ndarray,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: torch.device | str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(transformed vectors, σ²) in one pass, for heads that predict an uncertainty (FastFill)."""
+    if "log_variance" not in head.output_names:
+        raise UserError(
+            f"head {head.registry_name!r} predicts no uncertainty",
+            hint="σ² comes from a FastFill head (kind: fastfill)",
+        )
+    out = apply_all(head, vectors, batch_size, device=device)
+    return out["transform"], np.exp(out["log_variance"]).astype(np.float32)

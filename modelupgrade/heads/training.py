@@ -1,0 +1,226 @@
+"""Training a head on cached embeddings: the whole training set sits on the device as tensors.
+
+No backbone runs here. Each step slices a batch out of the cached old/new embeddings, the head
+computes its own loss (``Head.loss``), and SGD or Adam steps under a per-iteration cosine schedule
+with linear warm-up (the papers' timm ``CosineLRScheduler`` setting). Heads whose loss needs several
+images per class (MCL) get class-balanced batches.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelupgrade.config.heads import HeadParams
+from modelupgrade.errors import UserError
+from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, HeadBatch, TrainingDefaults
+from modelupgrade.layers import MarginClassifier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeadTraining:
+    """Fully resolved training settings of one head (params.yaml over the paper's defaults)."""
+
+    hidden_dim: int
+    depth: int
+    epochs: int
+    batch_size: int
+    optimizer: Literal["sgd", "adam"]
+    lr: float
+    momentum: float
+    weight_decay: float
+    warmup_epochs: float
+    warmup_start_ratio: float
+    lr_min_ratio: float
+    freeze_bn_after: float
+    input_momentum: float = 0.0
+
+    @classmethod
+    def from_defaults(cls, defaults: TrainingDefaults, **overrides: Any) -> HeadTraining:
+        return cls(**{**asdict(defaults), **overrides})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_training(params: HeadParams) -> HeadTraining:
+    """Fill every field that params.yaml left null with the head kind's paper default."""
+    defaults = HEADS.get(params.kind).TRAINING_DEFAULTS
+    given = {
+        name: getattr(params, name)
+        for name in asdict(defaults)
+        if getattr(params, name, None) is not None
+    }
+    return replace(HeadTraining.from_defaults(defaults, **given), input_momentum=params.input_momentum)
+
+
+@dataclass
+class TrainingResult:
+    epoch_losses: list[float] = field(default_factory=list)
+    steps: int = 0
+    seconds: float = 0.0
+
+    @property
+    def final_loss(self) -> float:
+        return self.epoch_losses[-1] if self.epoch_losses else math.nan
+
+
+def learning_rate(step: int, total_steps: int, warmup_steps: int, training: HeadTraining) -> float:
+    """Linear warm-up from lr·warmup_start_ratio, then cosine down to lr·lr_min_ratio."""
+    base, floor = training.lr, training.lr * training.lr_min_ratio
+    if step < warmup_steps:
+        start = training.lr * training.warmup_start_ratio
+        return start + (base - start) * step / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return floor + 0.5 * (base - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def epoch_batches(
+    labels: np.ndarray, batch_size: int, class_balanced: bool, samples_per_class: int,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """Index batches for one epoch; every batch has ≥ 2 rows (BatchNorm needs two)."""
+    n = len(labels)
+    if class_balanced:
+        # Shuffle each class, cut it into groups of K, shuffle the groups: every class present in
+        # a batch comes with K images, so each anchor has positives.
+        groups: list[np.ndarray] = []
+        for cls in np.unique(labels):
+            members = rng.permutation(np.flatnonzero(labels == cls))
+            groups.extend(np.array_split(members, max(1, len(members) // samples_per_class)))
+        order = np.concatenate([groups[i] for i in rng.permutation(len(groups))])
+    else:
+        order = rng.permutation(n)
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) < 2:
+        batches[-2] = np.concatenate(batches[-2:])
+        batches.pop()
+    return batches
+
+
+def _freeze_batchnorm(module: nn.Module) -> None:
+    for child in module.modules():
+        if isinstance(child, nn.BatchNorm1d):
+            child.eval()
+
+
+def fit_head(
+    head: Head,
+    data: EmbeddingPairs,
+    training: HeadTraining,
+    classifier: MarginClassifier | None = None,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    inputs: np.ndarray | None = None,
+) -> TrainingResult:
+    """Train ``head`` in place on cached embeddings and return its loss history.
+
+    ``inputs`` replaces the head's source embeddings (e.g. the momentum input of a sequential BiCT
+    generation, or the chain's current gallery state) while the targets stay ``data``'s.
+    """
+    device = torch.device(device)
+    old_dim, new_dim = data.old.shape[1], data.new.shape[1]
+    source_dim = old_dim if head.direction == "forward" else new_dim
+    target_dim = new_dim if head.direction == "forward" else old_dim
+    if inputs is not None:
+        if inputs.ndim != 2 or inputs.shape[0] != len(data):
+            raise UserError(f"input array of shape {inputs.shape} for {len(data)} training images")
+        source_dim = inputs.shape[1]
+    if (source_dim, target_dim) != (head.in_dim, head.out_dim):
+        raise UserError(
+            f"head {head.registry_name!r} maps {head.in_dim}-d to {head.out_dim}-d vectors, but the "
+            f"training embeddings give {source_dim}-d inputs and {target_dim}-d targets",
+            hint="check --old-embeddings / --new-embeddings (a forward head maps old → new, a reverse head new → old)",
+        )
+    if (data.side_info is None) != (head.side_info_dim == 0) or (
+        data.side_info is not None and data.side_info.shape[1] != head.side_info_dim
+    ):
+        raise UserError(f"head {head.registry_name!r} expects side information of width {head.side_info_dim}")
+    if head.needs_classifier and classifier is None:
+        raise UserError(
+            f"head {head.registry_name!r} trains through the new model's classifier, but none was given",
+            hint="pass --new-model <dir of the new model>",
+        )
+    if classifier is not None:
+        n_classes = int(data.labels.max()) + 1
+        if classifier.num_classes < n_classes or classifier.weight.shape[1] != head.out_dim:
+            raise UserError(
+                f"the new classifier ({classifier.num_classes} classes, {classifier.weight.shape[1]}-d) "
+                f"does not fit the training data ({n_classes} classes, {head.out_dim}-d head output)",
+                hint="use the classifier of the model whose embeddings are --new-embeddings",
+            )
+        # A frozen private copy: the caller's classifier keeps its mode and gradients.
+        classifier = copy.deepcopy(classifier).to(device).eval().requires_grad_(False)
+
+    def to_device(array: np.ndarray | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+        if array is None:
+            return None
+        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+
+    old = to_device(data.old)
+    new = to_device(data.new)
+    if inputs is not None:
+        replaced = to_device(inputs)
+        old, new = (replaced, new) if head.direction == "forward" else (old, replaced)
+    labels = to_device(data.labels, torch.int64)
+    side_info = to_device(data.side_info)
+
+    head.to(device).train()
+    parameters = [p for p in head.parameters() if p.requires_grad]
+    if training.optimizer == "sgd":
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(
+            parameters, lr=training.lr, momentum=training.momentum, weight_decay=training.weight_decay
+        )
+    else:
+        optimizer = torch.optim.Adam(parameters, lr=training.lr, weight_decay=training.weight_decay)
+
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    samples_per_class = getattr(head.options, "samples_per_class", 2)
+    steps_per_epoch = len(epoch_batches(data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, np.random.default_rng(0)))
+    total_steps = steps_per_epoch * training.epochs
+    warmup_steps = int(round(training.warmup_epochs * steps_per_epoch))
+    freeze_epoch = math.ceil(training.freeze_bn_after * training.epochs) if training.freeze_bn_after < 1 else None
+
+    result = TrainingResult()
+    started = time.perf_counter()
+    step = 0
+    for epoch in range(training.epochs):
+        if freeze_epoch is not None and epoch >= freeze_epoch:
+            _freeze_batchnorm(head)
+        losses = []
+        for rows in epoch_batches(data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, rng):
+            index = torch.as_tensor(rows, device=device)
+            batch = HeadBatch(
+                old=old[index], new=new[index], labels=labels[index],
+                side_info=None if side_info is None else side_info[index], classifier=classifier,
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, total_steps, warmup_steps, training)
+            loss = head.loss(batch)
+            if not torch.isfinite(loss):
+                raise UserError(
+                    f"head {head.registry_name!r} diverged (loss {loss.item()}) at epoch {epoch + 1}",
+                    hint="lower heads.<name>.lr in params.yaml",
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+            step += 1
+        result.epoch_losses.append(float(torch.stack(losses).mean()))
+        log.info("head %s epoch %d/%d loss %.5f", head.registry_name, epoch + 1, training.epochs, result.epoch_losses[-1])
+    result.steps = step
+    result.seconds = time.perf_counter() - started
+    head.eval()
+    return result
