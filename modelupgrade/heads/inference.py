@@ -80,7 +80,9 @@ def _as_float32_rows(vectors: np.ndarray, what: str) -> np.ndarray:
     array = np.asarray(vectors)
     if array.ndim != 2:
         raise UserError(f"{what} must be a 2-D array (N, D), got shape {array.shape}")
-    return np.ascontiguousarray(array, dtype=np.float32)
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    # torch.from_numpy refuses to share read-only memory (np.load mmap, pandas) without a warning.
+    return array if array.flags.writeable else array.copy()
 
 
 def apply_all(

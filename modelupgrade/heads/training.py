@@ -165,7 +165,7 @@ def fit_head(
     def to_device(array: np.ndarray | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
         if array is None:
             return None
-        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+        return torch.tensor(np.asarray(array), dtype=dtype, device=device)  # a copy: inputs may be read-only
 
     old = to_device(data.old)
     new = to_device(data.new)
