@@ -140,7 +140,8 @@ def fit_head(
         raise UserError(
             f"head {head.registry_name!r} maps {head.in_dim}-d to {head.out_dim}-d vectors, but the "
             f"training embeddings give {source_dim}-d inputs and {target_dim}-d targets",
-            hint="check --old-embeddings / --new-embeddings (a forward head maps old → new, a reverse head new → old)",
+            hint="check --old-embeddings / --new-embeddings "
+            "(a forward head maps old → new, a reverse head new → old)",
         )
     if (data.side_info is None) != (head.side_info_dim == 0) or (
         data.side_info is not None and data.side_info.shape[1] != head.side_info_dim
@@ -187,10 +188,17 @@ def fit_head(
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     samples_per_class = getattr(head.options, "samples_per_class", 2)
-    steps_per_epoch = len(epoch_batches(data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, np.random.default_rng(0)))
+    def batches(generator: np.random.Generator) -> list[np.ndarray]:
+        return epoch_batches(
+            data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, generator
+        )
+
+    steps_per_epoch = len(batches(np.random.default_rng(0)))
     total_steps = steps_per_epoch * training.epochs
     warmup_steps = int(round(training.warmup_epochs * steps_per_epoch))
-    freeze_epoch = math.ceil(training.freeze_bn_after * training.epochs) if training.freeze_bn_after < 1 else None
+    freeze_epoch = (
+        math.ceil(training.freeze_bn_after * training.epochs) if training.freeze_bn_after < 1 else None
+    )
 
     result = TrainingResult()
     started = time.perf_counter()
@@ -199,7 +207,7 @@ def fit_head(
         if freeze_epoch is not None and epoch >= freeze_epoch:
             _freeze_batchnorm(head)
         losses = []
-        for rows in epoch_batches(data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, rng):
+        for rows in batches(rng):
             index = torch.as_tensor(rows, device=device)
             batch = HeadBatch(
                 old=old[index], new=new[index], labels=labels[index],
@@ -219,7 +227,10 @@ def fit_head(
             losses.append(loss.detach())
             step += 1
         result.epoch_losses.append(float(torch.stack(losses).mean()))
-        log.info("head %s epoch %d/%d loss %.5f", head.registry_name, epoch + 1, training.epochs, result.epoch_losses[-1])
+        log.info(
+            "head %s epoch %d/%d loss %.5f",
+            head.registry_name, epoch + 1, training.epochs, result.epoch_losses[-1],
+        )
     result.steps = step
     result.seconds = time.perf_counter() - started
     head.eval()
