@@ -226,3 +226,34 @@ def test_resolve_training_uses_paper_defaults_unless_overridden():
     with pytest.raises(UserError, match="options of head kind 'rqt'"):
         parse_params({"scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []},
                       "heads": {"r": {"kind": "rqt", "options": {"temperatur": 2}}}})
+
+
+def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monkeypatch):
+    from stages import train_heads
+
+    data, classifier, _ = synthetic_pairs(n=128)
+    _write_split(tmp_path, data)
+    monkeypatch.setattr(train_heads, "load_new_classifier", lambda model_dir: classifier)
+    small = {"hidden_dim": 16, "depth": 2, "epochs": 2, "batch_size": 64}
+    _params(tmp_path, {"ff": {"kind": "fastfill", **small}, "dmu": {"kind": "dmu", **small}})
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "card.json").write_text("{}")
+    args = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
+            "--new-embeddings", str(tmp_path / "new.npy"), "--labels", str(tmp_path / "split.parquet"),
+            "--new-model", str(model_dir)]
+    train_heads.main([*args, "--head", "ff", "--out", str(tmp_path / "ff")])
+    assert load_head(tmp_path / "ff")[1]["outputs"] == ["transform", "log_variance"]
+    train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-standalone")])
+    assert load_head(tmp_path / "dmu-standalone")[1]["training"]["mode"] == "standalone"
+
+    joint = MLP(DIM, DIM, 24, 3)
+    torch.save(joint.state_dict(), model_dir / "forward_head.pt")
+    (model_dir / "card.json").write_text(json.dumps({"forward_head": {"in_dim": DIM, "out_dim": DIM, "hidden_dim": 24, "depth": 3}}))
+    train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-joint")])
+    head, card = load_head(tmp_path / "dmu-joint")
+    assert card["training"]["mode"] == "joint" and (card["hidden_dim"], card["depth"]) == (24, 3)
+    joint.eval()
+    with torch.no_grad():
+        expected = joint(torch.from_numpy(data.old)).numpy()
+    np.testing.assert_allclose(apply(head, data.old), expected, rtol=1e-4, atol=1e-5)
