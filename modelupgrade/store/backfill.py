@@ -1,0 +1,264 @@
+"""The backfill job: moves every gallery item into the new embedding space, chunk by chunk.
+
+A backfill is *planned* once (the policy's order, cut into fixed chunks, written in one transaction)
+and then *executed* chunk by chunk. For each chunk the job computes the new vectors, writes them into
+the items' slots of the target space and makes them durable, and only then commits one SQLite
+transaction that flips the items' space and state and appends the chunk to the chunk log. So:
+
+* an item is never marked done without its vector on disk;
+* a crash before the commit leaves the chunk pending: the resumed job recomputes the same chunk
+  (same items, same slots) and overwrites the unreferenced rows; nothing is lost;
+* a committed chunk is never processed again (it has no pending item, and the chunk log's key
+  forbids a second entry), so each item's final vector is written by exactly one committed chunk.
+
+SIGTERM asks the job to stop after the chunk in progress commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from modelupgrade.errors import UserError
+from modelupgrade.store.gallery import Backfill, Chunk, GalleryStore, check_vectors
+from modelupgrade.store.images import ImageSource
+from modelupgrade.store.policies import OrderingPolicy
+from modelupgrade.store.spaces import SpaceSpec
+
+log = logging.getLogger(__name__)
+
+EmbedFn = Callable[[np.ndarray], np.ndarray]
+TransformFn = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class ChunkVectors:
+    slots: np.ndarray
+    vectors: np.ndarray
+    failures: dict[int, str] = field(default_factory=dict)
+
+
+class VectorSource(Protocol):
+    """Computes the target-space vectors of a chunk's items."""
+
+    method: str
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors: ...
+
+
+class ReEmbedImages:
+    """Decode each item's image and run the new model on it."""
+
+    method = "embed"
+
+    def __init__(self, images: ImageSource, embed_fn: EmbedFn) -> None:
+        self.images, self.embed_fn = images, embed_fn
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
+        loaded = self.images.load(chunk.items)
+        if len(loaded.slots) == 0:
+            return ChunkVectors(loaded.slots, np.empty((0, target.dim), dtype=np.float32), loaded.failures)
+        vectors = np.asarray(self.embed_fn(loaded.images))
+        if vectors.ndim != 2 or len(vectors) != len(loaded.slots):
+            raise UserError(
+                f"the embedding function returned shape {vectors.shape} for {len(loaded.slots)} images",
+                hint="it must return one (D,) vector per image",
+            )
+        return _drop_non_finite(ChunkVectors(loaded.slots, vectors, loaded.failures), target, "the new model")
+
+
+class TransformStored:
+    """Apply ψ to the items' stored vectors: the path for galleries whose images are gone (BiCT)."""
+
+    method = "transform"
+
+    def __init__(self, transform_fn: TransformFn) -> None:
+        self.transform_fn = transform_fn
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
+        spaces = {item.space for item in chunk.items}
+        if len(spaces) != 1:
+            raise RuntimeError(f"chunk {chunk.index} mixes items of spaces {sorted(spaces)}")
+        slots = chunk.slots
+        vectors = np.asarray(self.transform_fn(store.read_vectors(spaces.pop(), slots)))
+        if vectors.ndim != 2 or len(vectors) != len(slots):
+            raise UserError(
+                f"the transformation returned shape {vectors.shape} for {len(slots)} vectors",
+                hint="ψ must map each stored vector to one target-space vector",
+            )
+        return _drop_non_finite(ChunkVectors(slots, vectors), target, "the transformation")
+
+
+def _drop_non_finite(result: ChunkVectors, target: SpaceSpec, producer: str) -> ChunkVectors:
+    if result.vectors.shape[1] != target.dim:
+        raise UserError(
+            f"{producer} produces {result.vectors.shape[1]}-d vectors, but space {target.name!r} holds "
+            f"{target.dim}-d vectors",
+            hint="the model (or head) does not belong to this embedding space; check which one was given",
+        )
+    finite = np.isfinite(result.vectors).all(axis=1)
+    failures = dict(result.failures)
+    for slot in result.slots[~finite]:
+        failures[int(slot)] = f"{producer} produced NaN or infinite values"
+    return ChunkVectors(result.slots[finite], np.ascontiguousarray(result.vectors[finite], np.float32), failures)
+
+
+def vectors_digest(slots: np.ndarray, vectors: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(slots, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class BackfillReport:
+    backfill_id: int
+    target_space: str
+    status: str  # complete | stopped | paused
+    chunks_committed: int
+    items_written: int
+    items_failed: int
+    seconds: float
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def items_per_second(self) -> float:
+        return (self.items_written + self.items_failed) / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backfill_id": self.backfill_id,
+            "target_space": self.target_space,
+            "status": self.status,
+            "chunks_committed": self.chunks_committed,
+            "items_written": self.items_written,
+            "items_failed": self.items_failed,
+            "seconds": self.seconds,
+            "items_per_second": self.items_per_second,
+            "failed": self.failed,
+        }
+
+
+def start_or_resume(
+    store: GalleryStore, target: SpaceSpec, method: str, policy: OrderingPolicy, chunk_size: int
+) -> Backfill:
+    """The running backfill into ``target`` (resumed as planned), or a newly planned one."""
+    active = store.active_backfill()
+    if active is not None:
+        if active.target_space != target.name:
+            raise UserError(
+                f"a backfill into space {active.target_space!r} is still running in {store.path}",
+                hint=f"resume it with the model of {active.target_space!r} before starting another",
+            )
+        if active.method != method:
+            raise UserError(
+                f"backfill {active.id} was started with method {active.method!r}; resume it the same way",
+                hint="embed: re-embed images with the new model; transform: apply ψ to stored vectors",
+            )
+        existing = store.space(target.name)
+        if existing.dim != target.dim:
+            raise UserError(f"space {target.name!r} holds {existing.dim}-d vectors, the model gives {target.dim}-d")
+        log.info("resuming backfill %d into %s (planned with %s, chunks of %d)",
+                 active.id, active.target_space, active.policy, active.chunk_size)
+        return active
+    slots, scores = store.scores()
+    spaces = store.snapshot()
+    to_move = spaces.spaces != target.name
+    order = policy.order(slots[to_move], scores[to_move])
+    return store.plan_backfill(target, method, policy.registry_name, order, chunk_size)
+
+
+class BackfillJob:
+    """Runs (or resumes) the store's backfill into ``target`` with ``source``'s vectors."""
+
+    def __init__(
+        self,
+        store: GalleryStore,
+        target: SpaceSpec,
+        source: VectorSource,
+        policy: OrderingPolicy,
+        chunk_size: int,
+        progress: bool = True,
+    ) -> None:
+        self.store, self.target, self.source = store, target, source
+        self.policy, self.chunk_size, self.progress = policy, chunk_size, progress
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop after the chunk in progress commits (what SIGTERM does)."""
+        self._stop.set()
+
+    def run(self, max_chunks: int | None = None) -> BackfillReport:
+        backfill = start_or_resume(self.store, self.target, self.source.method, self.policy, self.chunk_size)
+        restore = self._install_sigterm()
+        started = time.perf_counter()
+        chunks = written = failed = 0
+        status = "paused"
+        before = self.store.status().backfill or {}
+        bar = tqdm(
+            total=backfill.total, initial=before.get("done", 0) + before.get("failed", 0), unit="item",
+            desc=f"backfill → {self.target.name}", disable=not self.progress, dynamic_ncols=True,
+        )
+        try:
+            while True:
+                if self._stop.is_set():
+                    status = "stopped"
+                    log.warning("stop requested: backfill %d stops at a chunk boundary; run it again to resume",
+                                backfill.id)
+                    break
+                if max_chunks is not None and chunks >= max_chunks:
+                    break
+                chunk = self.store.next_chunk(backfill)
+                if chunk is None:
+                    self.store.finish_backfill(backfill)
+                    status = "complete"
+                    break
+                result = self.source.compute(self.store, chunk, self.target)
+                self.store.write_vectors(self.target.name, result.slots, result.vectors, durable=True)
+                self.store.commit_chunk(
+                    chunk, self.target.name, result.slots, result.failures,
+                    vectors_digest(result.slots, result.vectors),
+                )
+                for slot, reason in result.failures.items():
+                    item = next(i for i in chunk.items if i.slot == slot)
+                    log.warning("item %s skipped: %s", item.item_id, reason)
+                chunks += 1
+                written += len(result.slots)
+                failed += len(result.failures)
+                bar.update(len(chunk.items))
+                bar.set_postfix(chunk=chunk.index, failed=failed, refresh=False)
+        finally:
+            bar.close()
+            restore()
+        report = BackfillReport(
+            backfill_id=backfill.id, target_space=self.target.name, status=status, chunks_committed=chunks,
+            items_written=written, items_failed=failed, seconds=time.perf_counter() - started,
+            failed=[f for f in self.store.failed_items()],
+        )
+        if report.failed and status == "complete":
+            log.warning(
+                "backfill %d finished with %d failed item(s), still served from %s: %s",
+                backfill.id, len(report.failed), backfill.source_space,
+                ", ".join(f"{f['item_id']} ({f['reason']})" for f in report.failed),
+            )
+        return report
+
+    def _install_sigterm(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum: int, frame: object) -> None:
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        return lambda: signal.signal(signal.SIGTERM, previous)

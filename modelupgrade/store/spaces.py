@@ -1,0 +1,39 @@
+"""Embedding spaces: one per model generation whose vectors the store holds.
+
+A space is named after the model version that produced its vectors. ``upgrades_from`` lists the
+spaces a model of this space was trained to replace (its parent generation, and for a sequential
+chain every ancestor it stays comparable with); a backfill into this space may only start from one
+of them. ``backward_compatible`` says whether its queries may be compared directly with vectors of
+those spaces (BCT-style training); an independently trained model needs a transformation instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from modelupgrade.errors import UserError
+
+_SPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    name: str
+    dim: int
+    upgrades_from: tuple[str, ...] = field(default_factory=tuple)
+    backward_compatible: bool = False
+    model_ref: str = ""
+
+    def __post_init__(self) -> None:
+        if not _SPACE_NAME.match(self.name):
+            raise UserError(
+                f"embedding space name {self.name!r} is not allowed",
+                hint="use letters, digits, '.', '_' or '-' (it names the model version, e.g. gen1-bct)",
+            )
+        if self.dim < 1:
+            raise UserError(f"embedding space {self.name!r} must have a positive dimension, got {self.dim}")
+        object.__setattr__(self, "upgrades_from", tuple(self.upgrades_from))
+
+    def can_replace(self, space: str) -> bool:
+        return space in self.upgrades_from
