@@ -24,6 +24,7 @@ from modelupgrade.store.gallery import (
     check_vectors,
 )
 from modelupgrade.store.images import ImageFileSource, ImageSource, LoadedImages, ManifestImageSource
+from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
 from modelupgrade.store.policies import STORE_POLICIES, OrderingPolicy, build_policy
 from modelupgrade.store.search import Searcher, search
 from modelupgrade.store.serving import SERVING_MODES, GalleryPart, SearchHits, ServingMode, build_serving_mode
@@ -59,6 +60,8 @@ __all__ = [
     "build_policy",
     "build_serving_mode",
     "check_vectors",
+    "ingest_embedding_table",
+    "ingest_images",
     "search",
     "start_or_resume",
     "vectors_digest",
