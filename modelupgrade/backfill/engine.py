@@ -1,0 +1,368 @@
+"""The whole backfill curve from two query×gallery distance blocks, computed once.
+
+During a backfill every gallery item g answers a query from one of two "systems": before it is
+backfilled with its old-side vector (distance ``a[q, g]`` to the query's old-side vector), after it
+with its new-side vector (``b[q, g]``). Every serving mode reduces to this: a mixed index uses the
+same new query on both sides, rank merge uses different query vectors and merges by raw distance.
+
+Per query the state of item g changes exactly once, at its first step f(g). So instead of rebuilding
+and re-ranking the gallery at each of K points, each query's 2n candidate entries (a and b of every
+item) are sorted ONCE as exact int64 keys (distance bits, new-before-old on equal distance, gallery
+index), and every point is read from that one order:
+
+- the positive entries split the order into buckets; a negative entry of item g counts at step i iff
+  it is active (old entry: i < f(g); new entry: i ≥ f(g)), so three ±1 updates per item on a
+  (steps × buckets) table and two prefix sums give, for every positive entry and every step, the
+  number of active negatives ranked before it;
+- the active positives before it are a prefix sum of the positives' own activity.
+
+Work per query: one sort of 2n keys plus O(n + P·K), instead of K distance blocks and K sorts.
+Queries are processed class by class (all rows of a block share their positive columns) in row
+blocks sized to a memory budget.
+
+Ranking semantics (those of ``modelupgrade.metrics``): distances ascending; equal distances keep
+gallery order (a new-side entry before an old-side one, Seo et al.'s tie rule for rank merge);
+CMC top-k and AP@k read that order; step AP is scikit-learn's ``average_precision_score``, so tied
+distances form one threshold (rows with such ties are finished by an exact per-step pass).
+Queries without a positive count as misses for CMC, are left out of mAP and count 0 for AP@k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from modelupgrade.errors import UserError
+
+Distance = Literal["l2", "cosine"]
+DISTANCES: tuple[str, ...] = ("l2", "cosine")
+DEFAULT_MEMORY_BYTES = 384 * 1024 * 1024
+
+_COLUMN_BITS = 31
+_COLUMN_MASK = np.uint64((1 << _COLUMN_BITS) - 1)
+_OLD_SIDE_BIT = np.uint64(1 << _COLUMN_BITS)
+_DISTANCE_SHIFT = np.uint64(32)
+
+
+@dataclass(frozen=True)
+class SearchSystems:
+    """Query and gallery vectors of the two systems a backfilling gallery serves from."""
+
+    query_old_side: np.ndarray
+    gallery_old_side: np.ndarray
+    query_new_side: np.ndarray
+    gallery_new_side: np.ndarray
+
+
+@dataclass(frozen=True)
+class PerQueryCurve:
+    """Per query (rows) and point (columns): 0-based rank of the first positive (−1: none),
+    step AP (NaN without positives) and AP@k (0 without positives; NaN when not asked for)."""
+
+    first_hit: np.ndarray
+    average_precision: np.ndarray
+    ap_at_k: np.ndarray
+    num_positives: np.ndarray
+
+    def correct_at(self, k: int) -> np.ndarray:
+        return (self.first_hit >= 0) & (self.first_hit < k)
+
+
+@dataclass(frozen=True)
+class CurveResult:
+    """A backfill curve: one value per evaluation point."""
+
+    t: np.ndarray
+    cutoffs: np.ndarray
+    topk: dict[int, np.ndarray]
+    mAP: np.ndarray
+    map_at_k: np.ndarray | None
+    map_k: int | None
+    negative_flip_rate: np.ndarray
+    positive_flip_rate: np.ndarray
+    per_query: PerQueryCurve = field(repr=False)
+
+    @property
+    def top1(self) -> np.ndarray:
+        return self.topk[1]
+
+    @property
+    def top5(self) -> np.ndarray:
+        return self.topk[5]
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        out = {"t": self.t, "cutoff": self.cutoffs, "mAP": self.mAP,
+               "nfr": self.negative_flip_rate, "pfr": self.positive_flip_rate}
+        out.update({f"top{k}": v for k, v in self.topk.items()})
+        if self.map_at_k is not None:
+            out[f"mAP@{self.map_k}"] = self.map_at_k
+        return out
+
+
+def _rows(array: np.ndarray, what: str) -> np.ndarray:
+    array = np.asarray(array)
+    if array.ndim != 2:
+        raise UserError(f"{what} must be a 2-D array (N, D), got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise UserError(f"{what} contain NaN or infinite values", hint="re-run the stage that produced them")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+class _DistanceBlock:
+    """Distances of query rows to one fixed gallery, in the form used for ranking and merging.
+
+    ``l2``: squared Euclidean (a monotone map of the Euclidean distance, applied to both systems, so
+    rankings and distance merges are unchanged); ``cosine``: 1 − cos on L2-normalised vectors.
+    """
+
+    def __init__(self, queries: np.ndarray, gallery: np.ndarray, distance: Distance) -> None:
+        if queries.shape[1] != gallery.shape[1]:
+            raise UserError(
+                f"query vectors are {queries.shape[1]}-d but gallery vectors are {gallery.shape[1]}-d",
+                hint="both vectors of one system must live in one space (apply the head first)",
+            )
+        q = torch.from_numpy(queries)
+        g = torch.from_numpy(gallery)
+        if distance == "cosine":
+            q = q / q.norm(dim=1, keepdim=True).clamp(min=1e-12)
+            g = g / g.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        self.distance = distance
+        self.queries = q
+        self.gallery_t = g.T.contiguous()
+        self.gallery_sq = (g * g).sum(1)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        q = self.queries[torch.from_numpy(rows)]
+        dots = q @ self.gallery_t
+        if self.distance == "cosine":
+            return (1.0 - dots).numpy()
+        squared = (q * q).sum(1, keepdim=True) - 2.0 * dots + self.gallery_sq[None, :]
+        return squared.clamp_(min=0.0).numpy()
+
+
+def _orderable(values: np.ndarray) -> np.ndarray:
+    """float32 → uint64 in [0, 2³²) whose integer order is the float order (negative values too)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.int32).astype(np.int64)
+    return (np.where(bits < 0, -(bits & 0x7FFFFFFF), bits) + (1 << 31)).astype(np.uint64)
+
+
+def first_new_step(ordering: np.ndarray, cutoffs: np.ndarray, n: int) -> np.ndarray:
+    """Per gallery item, the first point at which it holds its new vector (len(cutoffs) = never)."""
+    ordering = np.asarray(ordering)
+    if ordering.shape != (n,) or not np.array_equal(np.sort(ordering), np.arange(n)):
+        raise UserError(
+            f"the backfill ordering must be a permutation of the {n} gallery rows",
+            hint="pass every gallery row index exactly once, first backfilled first",
+        )
+    cutoffs = np.asarray(cutoffs, dtype=np.int64)
+    if cutoffs.ndim != 1 or len(cutoffs) == 0 or np.any(np.diff(cutoffs) < 0) or cutoffs[0] < 0 or cutoffs[-1] > n:
+        raise UserError(f"cutoffs must be non-decreasing item counts in [0, {n}], got {cutoffs.tolist()}")
+    position = np.empty(n, dtype=np.int64)
+    position[ordering] = np.arange(n)
+    return np.searchsorted(cutoffs, position, side="right").astype(np.int64)
+
+
+def backfill_curve(
+    systems: SearchSystems,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    ordering: np.ndarray,
+    cutoffs: np.ndarray,
+    t: np.ndarray | None = None,
+    *,
+    self_index: np.ndarray | None = None,
+    distance: Distance = "l2",
+    topk: tuple[int, ...] = (1, 5),
+    map_at_k: int | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> CurveResult:
+    """Metrics at every point of a backfill; see the module docstring for the algorithm and rules.
+
+    ``self_index[q]``: the gallery row that is query q's own item (leave-one-out), or −1.
+    """
+    if distance not in DISTANCES:
+        raise UserError(f"unknown distance {distance!r}", hint=f"use one of: {', '.join(DISTANCES)}")
+    if not topk or min(topk) < 1:
+        raise UserError(f"top-k values must be ≥ 1, got {list(topk)}")
+    qa = _rows(systems.query_old_side, "old-side query vectors")
+    ga = _rows(systems.gallery_old_side, "old-side gallery vectors")
+    qb = _rows(systems.query_new_side, "new-side query vectors")
+    gb = _rows(systems.gallery_new_side, "new-side gallery vectors")
+    nq, n = len(qa), len(ga)
+    if len(qb) != nq or len(gb) != n:
+        raise UserError(
+            f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, {len(ga)}/{len(gb)} gallery items",
+            hint="old-side and new-side arrays hold the same queries / gallery items in the same order",
+        )
+    if n >= int(_COLUMN_MASK):
+        raise UserError(f"a gallery of {n} items is too large for one simulation (limit {int(_COLUMN_MASK) - 1})")
+    query_labels = np.asarray(query_labels, dtype=np.int64)
+    gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
+    if query_labels.shape != (nq,) or gallery_labels.shape != (n,):
+        raise UserError(
+            f"{len(query_labels)} query labels for {nq} queries and {len(gallery_labels)} gallery labels "
+            f"for {n} gallery items"
+        )
+    self_index = np.full(nq, -1, dtype=np.int64) if self_index is None else np.asarray(self_index, dtype=np.int64)
+    cutoffs = np.asarray(cutoffs, dtype=np.int64)
+    steps = len(cutoffs)
+    t = cutoffs / max(n, 1) if t is None else np.asarray(t, dtype=np.float64)
+    first_new = first_new_step(ordering, cutoffs, n)
+    uses_old = bool(first_new.max(initial=0) > 0)
+    uses_new = bool(first_new.min(initial=steps) < steps)
+
+    old_block = _DistanceBlock(qa, ga, distance) if uses_old else None
+    new_block = _DistanceBlock(qb, gb, distance) if uses_new else None
+    first_hit = np.full((nq, steps), -1, dtype=np.int64)
+    average_precision = np.full((nq, steps), np.nan, dtype=np.float64)
+    ap_at_k = np.full((nq, steps), np.nan if map_at_k is None else 0.0, dtype=np.float64)
+    num_positives = np.zeros(nq, dtype=np.int64)
+
+    columns_of = {int(c): np.flatnonzero(gallery_labels == c) for c in np.unique(query_labels)}
+    for label, columns in columns_of.items():
+        rows_of_label = np.flatnonzero(query_labels == label)
+        own = self_index[rows_of_label]
+        has_self = (own >= 0) & np.isin(own, columns)
+        for self_group in (False, True):
+            rows = rows_of_label[has_self == self_group]
+            positives = len(columns) - int(self_group)
+            if len(rows) == 0:
+                continue
+            num_positives[rows] = positives
+            if positives == 0:
+                continue
+            entries = n * (int(uses_old) + int(uses_new))
+            pos_entries = positives * (int(uses_old) + int(uses_new))
+            per_row = entries * 72 + (steps + 1) * (pos_entries + 1) * 4 * 2 + steps * pos_entries * 24
+            block = max(1, int(memory_bytes // per_row))
+            for start in range(0, len(rows), block):
+                chunk = rows[start:start + block]
+                fh, ap, apk = _curve_block(
+                    chunk, int(label), gallery_labels, self_index[chunk], first_new, steps,
+                    old_block, new_block, pos_entries, map_at_k,
+                )
+                first_hit[chunk], average_precision[chunk] = fh, ap
+                if apk is not None:
+                    ap_at_k[chunk] = apk
+
+    per_query = PerQueryCurve(first_hit, average_precision, ap_at_k, num_positives)
+    with_positive = num_positives > 0
+    mean_ap = (
+        average_precision[with_positive].mean(axis=0) if with_positive.any() else np.full(steps, np.nan)
+    )
+    hit1 = per_query.correct_at(1)
+    return CurveResult(
+        t=t,
+        cutoffs=cutoffs,
+        topk={k: per_query.correct_at(k).mean(axis=0) for k in sorted(set(topk))},
+        mAP=mean_ap,
+        map_at_k=None if map_at_k is None else ap_at_k.mean(axis=0),
+        map_k=map_at_k,
+        negative_flip_rate=(hit1[:, :1] & ~hit1).mean(axis=0),
+        positive_flip_rate=(~hit1[:, :1] & hit1).mean(axis=0),
+        per_query=per_query,
+    )
+
+
+def _curve_block(
+    rows: np.ndarray,
+    label: int,
+    gallery_labels: np.ndarray,
+    self_index: np.ndarray,
+    first_new: np.ndarray,
+    steps: int,
+    old_block: _DistanceBlock | None,
+    new_block: _DistanceBlock | None,
+    pos_entries: int,
+    map_at_k: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    b = len(rows)
+    n = len(gallery_labels)
+    columns = np.arange(n, dtype=np.uint64)
+    has_self = self_index >= 0
+    parts = []
+    for block, side_bit in ((new_block, np.uint64(0)), (old_block, _OLD_SIDE_BIT)):
+        if block is None:
+            continue
+        dist = block(rows)
+        if has_self.any():
+            dist[np.flatnonzero(has_self), self_index[has_self]] = np.inf
+        parts.append((_orderable(dist) << _DISTANCE_SHIFT) | side_bit | columns)
+    keys = np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1), axis=1)
+
+    column = (keys & _COLUMN_MASK).astype(np.int64)
+    old_side = (keys & _OLD_SIDE_BIT) != 0
+    positive = gallery_labels[column] == label
+    if has_self.any():
+        positive &= column != self_index[:, None]
+    step_of = first_new[column]
+
+    # Negatives: bucket = number of positive entries ranked before; the table rows are step deltas.
+    before = np.cumsum(positive, axis=1, dtype=np.int32)
+    bucket = before - positive
+    width = pos_entries + 1
+    trash = steps * width + pos_entries  # bucket = pos_entries: after every positive, never read
+    negative = ~positive
+    opens = np.where(old_side, 0, step_of) * width + bucket
+    index = np.concatenate([
+        np.where(negative, opens, trash),
+        np.where(negative & old_side, step_of * width + bucket, trash),
+    ], axis=1)
+    source = np.empty(index.shape, dtype=np.int32)
+    source[:, : keys.shape[1]] = 1
+    source[:, keys.shape[1]:] = -1
+    table = torch.zeros((b, (steps + 1) * width), dtype=torch.int32)
+    table.scatter_add_(1, torch.from_numpy(index), torch.from_numpy(source))
+    table = table.view(b, steps + 1, width)[:, :steps]
+    table = table.cumsum(dim=1, dtype=torch.int32).cumsum(dim=2, dtype=torch.int32)
+    negatives_before = table[:, :, :pos_entries]  # (b, K, E)
+
+    pos_rows, pos_cols = np.nonzero(positive)
+    pos_step = torch.from_numpy(step_of[pos_rows, pos_cols].reshape(b, pos_entries))
+    pos_new = torch.from_numpy(~old_side[pos_rows, pos_cols].reshape(b, pos_entries))
+    step_index = torch.arange(steps)[None, :, None]
+    active = (step_index >= pos_step[:, None, :]) == pos_new[:, None, :]  # (b, K, E)
+    positives_through = active.cumsum(dim=2, dtype=torch.int32)
+    rank = positives_through + negatives_before  # 1-based rank of each positive entry
+    precision = positives_through.to(torch.float32) / rank.to(torch.float32)
+    precision = torch.where(active, precision, 0.0)
+    num_pos = pos_entries // (2 if (old_block is not None and new_block is not None) else 1)
+    average_precision = (precision.sum(dim=2, dtype=torch.float64) / num_pos).numpy()
+
+    big = torch.iinfo(torch.int32).max
+    first_hit = torch.where(active, negatives_before, big).min(dim=2).values.to(torch.int64)
+    first_hit = torch.where(first_hit == big, -1, first_hit).numpy()
+
+    ap_at_k = None
+    if map_at_k is not None:
+        within = active & (rank <= map_at_k)
+        ap_at_k = (torch.where(within, precision, 0.0).sum(dim=2, dtype=torch.float64)
+                   / min(num_pos, map_at_k)).numpy()
+
+    # Step AP reads a group of tied distances as one threshold; finish rows with such ties exactly.
+    distance_bits = keys >> _DISTANCE_SHIFT
+    tied = (distance_bits[:, 1:] == distance_bits[:, :-1]) & (positive[:, 1:] | positive[:, :-1])
+    tied &= distance_bits[:, 1:] != _orderable(np.array([np.inf], dtype=np.float32))[0]
+    for r in np.flatnonzero(tied.any(axis=1)):
+        average_precision[r] = _tied_row_ap(distance_bits[r], positive[r], old_side[r], step_of[r],
+                                            column[r], int(self_index[r]), steps, num_pos)
+    return first_hit, average_precision, ap_at_k
+
+
+def _tied_row_ap(distance_bits: np.ndarray, positive: np.ndarray, old_side: np.ndarray, step_of: np.ndarray,
+                 column: np.ndarray, own: int, steps: int, num_pos: int) -> np.ndarray:
+    """Step AP of one query at every point, reading tied distances as one threshold (exact, O(K·n))."""
+    result = np.empty(steps, dtype=np.float64)
+    counted = column != own
+    for i in range(steps):
+        active = ((i >= step_of) == ~old_side) & counted
+        dist = distance_bits[active]
+        relevant = positive[active]
+        hits = np.cumsum(relevant)
+        group_end = np.searchsorted(dist, dist, side="right") - 1
+        precision = hits[group_end] / (group_end + 1)
+        result[i] = precision[relevant].sum() / num_pos
+    return result
