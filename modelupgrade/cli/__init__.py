@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 # Modules that contribute commands; each defines register(app: typer.Typer) -> None.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("registry",)
 
 
 def _register_commands() -> None:

@@ -1,0 +1,305 @@
+"""MLflow tracking, registration with lineage, gates, promotion and the round trip, on temp stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.registry_support import (
+    fresh_tracker,
+    image_batch,
+    seed_study,
+)
+
+from modelupgrade.errors import UserError
+from modelupgrade.registry import (
+    PARENT_RUN_ENV,
+    ModelRegistry,
+    Tracker,
+    TrackingConfig,
+    format_lineage,
+    promote,
+)
+from modelupgrade.registry import tracking as tracking_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def fresh_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Tracker]:
+    """A brand-new store opened the way stages open it (params defaults, project root)."""
+    from modelupgrade.config import RegistryParams
+
+    root = tmp_path_factory.mktemp("fresh")
+    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        config = TrackingConfig.from_params(RegistryParams(), root=root)
+    finally:
+        if saved is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+    return root, Tracker(config)
+
+
+@pytest.fixture(scope="module")
+def template_db(fresh_store: tuple[Path, Tracker]) -> Path:
+    return fresh_store[1].config.sqlite_path
+
+
+@pytest.fixture(scope="module")
+def study(template_db: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    root = tmp_path_factory.mktemp("study")
+    tracker = fresh_tracker(template_db, root)
+    registry, outcomes, models = seed_study(tracker, "toy-retrieval", root / "models")
+    return tracker, registry, outcomes, models
+
+
+def test_fresh_database_gets_schema_experiment_and_local_artifact_root(
+    fresh_store: tuple[Path, Tracker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modelupgrade.config import RegistryParams
+
+    root, tracker = fresh_store
+    assert tracker.config.tracking_uri == f"sqlite:///{root / 'mlflow.db'}"
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert experiment.name == "modelupgrade"
+    assert experiment.artifact_location == (root / "mlartifacts").as_uri()
+    assert (root / "mlflow.db").is_file()
+    assert not (root / "mlruns").exists()  # never the deprecated file store
+    assert Tracker(tracker.config).experiment_id == tracker.experiment_id  # reopening reuses it
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(UserError, match="file store"):
+        TrackingConfig.from_params(RegistryParams(tracking_uri="./mlruns"), root=root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.team:5000")
+    server = TrackingConfig.from_params(RegistryParams(), root=root)
+    assert server.tracking_uri == "http://mlflow.team:5000" and not server.is_local
+
+
+def test_stage_runs_nest_under_one_parent_per_execution(
+    template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PARENT_RUN_ENV, "")  # restored (unset) after the test
+    tracker = fresh_tracker(template_db, tmp_path)
+    monkeypatch.setattr(tracking_module, "execution_key", lambda: "dvc:4242:1")
+    report = tmp_path / "report.md"
+    report.write_text("# report\n")
+    with tracker.stage_run("train", params={"training": {"lr": 0.1}}) as first:
+        first.log_metrics({"loss": 0.5, "note": "not a number"}, step=1)
+        first.log_artifact(report, "reports")
+    with tracker.stage_run("evaluate") as second:
+        second.log_metrics({"map": 0.6})
+    runs = {r.info.run_id: r for r in tracker.client.search_runs([tracker.experiment_id])}
+    parent_id = runs[first.run_id].data.tags["mlflow.parentRunId"]
+    assert runs[second.run_id].data.tags["mlflow.parentRunId"] == parent_id
+    parent = runs[parent_id]
+    assert {"git_commit", "dvc_data_hash", "user"} <= set(parent.data.tags)
+    assert runs[first.run_id].data.params == {"training.lr": "0.1"}
+    assert runs[first.run_id].data.metrics == {"loss": 0.5}
+    assert [a.path for a in tracker.client.list_artifacts(first.run_id, "reports")] == ["reports/report.md"]
+    assert runs[second.run_id].info.status == "FINISHED"
+
+    # A new `dvc repro` is a new dvc process: it gets a new parent.
+    monkeypatch.setattr(tracking_module, "execution_key", lambda: "dvc:4243:7")
+    with tracker.stage_run("train") as third:
+        pass
+    assert tracker.client.get_run(third.run_id).data.tags["mlflow.parentRunId"] != parent_id
+
+    # An orchestrator groups its stages under the parent it opened.
+    own = tracker.start_pipeline_run("prefect-flow")
+    with tracker.stage_run("train") as fourth:
+        pass
+    assert tracker.client.get_run(fourth.run_id).data.tags["mlflow.parentRunId"] == own
+
+    with pytest.raises(RuntimeError), tracker.stage_run("broken") as failing:
+        raise RuntimeError("boom")
+    assert tracker.client.get_run(failing.run_id).info.status == "FAILED"
+
+
+def test_registration_tags_lineage_and_aliases(study) -> None:  # noqa: ANN001
+    tracker, registry, outcomes, _ = study
+    by_key = {o.model_key: o for o in outcomes}
+    assert by_key["gen0"].gates == "first-generation"
+    assert by_key["gen1-bct"].gates == "pass"
+    assert by_key["gen1-independent"].failed_gates == ["compatibility", "negative_flips"]
+    assert by_key["gen1-dmu"].failed_gates == ["negative_flips"]
+
+    versions = {v.model_key: v for v in registry.versions()}
+    gen0, bct, dmu = versions["gen0"], versions["gen1-bct"], versions["gen1-dmu"]
+    assert gen0.aliases == ["champion"] and bct.aliases == ["candidate"]
+    assert bct.tags["parent_version"] == str(gen0.version)
+    assert bct.tags["strategy"] == "bct" and bct.tags["generation"] == "gen1"
+    assert bct.tags["scenario"] == "toy" and bct.tags["data_hash"] == "sha256:abc"
+    assert bct.tags["git_commit"]
+    assert bct.tags["gate.compatibility.value"] == "0.55"
+    assert bct.tags["gates.against_version"] == str(gen0.version)
+    # dmu reaches gen0's gallery through its adapter: compatible even though a gate failed.
+    assert dmu.tags["compatible_with"] == str(gen0.version)
+    assert versions["gen1-independent"].tags["compatible_with"] == ""
+
+    tree = format_lineage(registry.name, registry.versions())
+    assert tree.splitlines()[0] == "toy-retrieval"
+    assert tree.splitlines()[1].startswith(f"└── v{gen0.version} gen0")
+    assert "[champion]" in tree.splitlines()[1]
+    bct_line = next(line for line in tree.splitlines() if "gen1-bct" in line)
+    assert bct_line.startswith("    ") and "strategy=bct" in bct_line and "gates=pass" in bct_line
+    assert "[candidate]" in bct_line
+    assert "gates=FAIL(compatibility,negative_flips)" in tree
+
+
+def test_load_round_trip_by_alias_and_version(study, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    import mlflow
+    import mlflow.pytorch
+
+    tracker, registry, _, models = study
+    images = image_batch(5)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.config.tracking_uri)
+    mlflow.set_tracking_uri(tracker.config.tracking_uri)
+    try:
+        champion = mlflow.pytorch.load_model("models:/toy-retrieval@champion")
+    finally:
+        mlflow.set_tracking_uri(None)
+    torch.testing.assert_close(champion(images), models["gen0"](images))
+    bct = registry.by_key("gen1-bct")
+    loaded = registry.load_model(version=bct.version)
+    assert registry.model_uri(version=bct.version) == f"models:/toy-retrieval/{bct.version}"
+    embedded = loaded(images)
+    assert embedded.shape == (5, 4)
+    torch.testing.assert_close(embedded, models["gen1-bct"](images))
+    torch.testing.assert_close(embedded.norm(dim=1), torch.ones(5))
+
+
+def test_promotion_refuses_failed_gates_and_records_forced_promotion(
+    template_db: Path, tmp_path: Path
+) -> None:
+    tracker = fresh_tracker(template_db, tmp_path)
+    registry, _, _ = seed_study(tracker, "promo", tmp_path / "models")
+    gen0 = registry.by_key("gen0").version
+    independent = registry.by_key("gen1-independent").version
+    bct = registry.by_key("gen1-bct").version
+
+    with pytest.raises(UserError, match="did not pass its gates.*compatibility"):
+        promote(registry, independent, "looks good")
+    assert registry.champion().version == gen0
+    with pytest.raises(UserError, match="needs a reason"):
+        promote(registry, bct, "  ")
+
+    result = promote(registry, independent, "re-index the gallery tonight", force=True, user="alice")
+    assert result.forced and result.previous_champion == gen0
+    info = registry.version(independent)
+    assert info.aliases == ["champion"]
+    assert info.tags["promoted_by"] == "alice"
+    assert info.tags["promotion_reason"] == "re-index the gallery tonight"
+    assert info.tags["promotion_forced"] == "true"
+
+    # The candidate, promoted normally: the alias moves, the candidate alias is used up, and the
+    # note says its gates were measured against an older champion.
+    result = promote(registry, bct, "passed the gates", user="bob")
+    assert not result.forced and registry.champion().version == bct
+    assert registry.by_alias("candidate") is None
+    assert any("measured against version" in n for n in result.notes)
+    with pytest.raises(UserError, match="already the champion"):
+        promote(registry, bct, "again")
+    with pytest.raises(UserError, match="has no version 99"):
+        promote(registry, 99, "missing")
+
+
+def test_reregistering_the_same_checkpoint_adds_no_version(template_db: Path, tmp_path: Path) -> None:
+    from tests.registry_support import TinyEmbedder
+
+    from modelupgrade.registry import GenerationRecord
+
+    tracker = fresh_tracker(template_db, tmp_path)
+    registry = ModelRegistry(tracker, "idempotent")
+    record = GenerationRecord("gen0", "gen0", "initial", "toy", checkpoint_sha256="abc123")
+    with tracker.stage_run("register") as run:
+        first = registry.register(TinyEmbedder(), record, run)
+        again = registry.register(TinyEmbedder(), record, run)
+        with pytest.raises(UserError, match="not registered"):
+            registry.register(
+                TinyEmbedder(), GenerationRecord("gen2", "gen2", "bct", "toy", parent_key="gen1"), run
+            )
+    assert again.version == first.version and len(registry.versions()) == 1
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from modelupgrade.registry import Tracker, TrackingConfig
+
+    db, artifacts, name = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    tracker = Tracker(TrackingConfig(f"sqlite:///{db}", "concurrent", artifacts))
+    for i in range(3):
+        with tracker.stage_run(f"{name}-{i}", params={"writer": name, "i": i}) as run:
+            for step in range(10):
+                run.log_metrics({"value": step}, step=step)
+            run.set_tags({"writer": name})
+    """
+)
+
+
+def test_two_processes_write_to_one_store_concurrently(template_db: Path, tmp_path: Path) -> None:
+    tracker = fresh_tracker(template_db, tmp_path)  # migrated copy with the experiment created
+    db = tracker.config.sqlite_path
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop(PARENT_RUN_ENV, None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(db), str(tmp_path / "mlartifacts"), name],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for name in ("a", "b")
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    reader = Tracker(TrackingConfig(f"sqlite:///{db}", "concurrent", tmp_path / "mlartifacts"))
+    runs = reader.client.search_runs([reader.experiment_id], filter_string="tags.writer != ''")
+    assert sorted(r.data.tags["writer"] for r in runs) == ["a"] * 3 + ["b"] * 3
+    for run in runs:
+        history = reader.client.get_metric_history(run.info.run_id, "value")
+        assert sorted(m.step for m in history) == list(range(10))
+    # Each process is its own execution: two parents, each holding its own three stages.
+    parents = {r.data.tags["mlflow.parentRunId"] for r in runs}
+    assert len(parents) == 2
+
+
+def test_cli_lineage_and_promote(study, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from modelupgrade.cli import app
+
+    tracker, registry, _, _ = study
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        json.dumps(
+            {
+                "scenarios": {"toy": {"kind": "extended-data", "strategies": ["bct"]}},
+                "architectures": {"default": {}},
+                "strategies": {"bct": {"kind": "bct"}},
+                "sequential": {"strategies": ["bct"]},
+                "registry": {"model_name": "toy", "experiment": "test",
+                             "artifact_root": str(tracker.config.artifact_root)},
+            }
+        )
+    )
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.config.tracking_uri)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["lineage", "--scenario", "retrieval", "--params", str(params)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("toy-retrieval\n└── v1 gen0")
+    as_json = runner.invoke(app, ["lineage", "--params", str(params), "--json"])
+    rows = json.loads(as_json.output)["toy-retrieval"]
+    assert [r["strategy"] for r in rows] == ["initial", "independent", "bct", "dmu"]
+
+    dmu = registry.by_key("gen1-dmu").version
+    refused = runner.invoke(
+        app, ["promote", "--version", str(dmu), "--reason", "try", "--params", str(params)]
+    )
+    assert refused.exit_code != 0 and "negative_flips" in str(refused.exception)
