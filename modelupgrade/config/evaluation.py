@@ -1,18 +1,60 @@
-"""params.yaml: ``evaluation`` section."""
+"""params.yaml: ``evaluation`` section (retrieval protocol, search index, cross-model matrix)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from modelupgrade.config.base import Section
 
 
-class EvaluationParams(Section):
-    protocol: Literal["query-gallery", "leave-one-out"] = "query-gallery"
-    topk: list[int] = Field(default_factory=lambda: [1, 5])
-    map_at_k: int | None = Field(default=None, ge=1)
+class SearchParams(Section):
+    """Top-k search: FAISS exact inner product on normalised vectors unless an ANN index is chosen."""
+
     index: Literal["flat", "ivf", "hnsw"] = "flat"
+    use_gpu: Literal["auto", "never", "always"] = "auto"
     query_block: int = Field(default=4096, ge=1)
-    gallery_block: int = Field(default=65536, ge=1)
+    # A gallery above this many rows is split into shards whose top-k lists are merged.
+    gallery_block: int = Field(default=1_000_000, ge=1)
+    ivf_nlist: int = Field(default=1024, ge=1)
+    ivf_nprobe: int = Field(default=32, ge=1)
+    hnsw_m: int = Field(default=32, ge=2)
+    hnsw_ef_construction: int = Field(default=200, ge=1)
+    hnsw_ef_search: int = Field(default=128, ge=1)
+
+
+class EvaluationParams(Section):
+    # query-gallery: disjoint query and gallery splits; leave-one-out: the gallery split is also
+    # the query set, each query's own row excluded (FastFill / ml-fct protocol); auto: leave-one-out
+    # when the query and gallery split files list the same items in the same order, else query-gallery.
+    protocol: Literal["auto", "query-gallery", "leave-one-out"] = "auto"
+    # Ranking score: cosine on L2-normalised embeddings (the papers' retrieval); euclidean on raw
+    # features reproduces ml-fct/FastFill.
+    similarity: Literal["cosine", "inner", "euclidean"] = "cosine"
+    topk: list[int] = Field(default_factory=lambda: [1, 5])
+    # Step-AP mAP over the whole ranking (exact, blocked); off leaves only top-k metrics.
+    full_map: bool = True
+    # GLDv2-style truncated mAP@k (all queries, AP 0 without hits); null = not computed.
+    map_at_k: int | None = Field(default=None, ge=1)
+    # Queries whose label has no gallery item: FastFill counts them as misses in CMC.
+    cmc_no_positive: Literal["count-as-miss", "exclude"] = "count-as-miss"
+    # Working memory of one block of ranked queries (scores, order, relevance, cumulative hits).
+    ranking_memory_mb: int = Field(default=512, ge=16)
+    search: SearchParams = Field(default_factory=SearchParams)
+    # The strategy whose new model is the DMU "oracle" of Δ↓ (no compatibility loss).
+    oracle_strategy: str = "independent"
+    # Metric behind Δ↑ / Δ↓ in the summary, and the per-query correctness behind negative flips.
+    headline_metric: str = "mAP"
+    flip_k: int = Field(default=1, ge=1)
+    # Every dimension-compatible (query set, gallery set) pair, or only those the summary needs.
+    all_pairs: bool = True
+    heatmap_metrics: list[str] = Field(default_factory=lambda: ["mAP", "top1"])
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationParams:
+        if not self.topk or any(k < 1 for k in self.topk):
+            raise ValueError("topk must list at least one k ≥ 1")
+        if not self.full_map and self.headline_metric == "mAP":
+            raise ValueError("headline_metric is 'mAP' but full_map is false; enable full_map or pick top1/mAP@k")
+        return self

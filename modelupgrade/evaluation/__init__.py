@@ -1,0 +1,33 @@
+"""Cross-model retrieval evaluation: the matrix M(φ_q, φ_g), heatmaps, Δ↑ / Δ↓ / negative flips."""
+
+from modelupgrade.evaluation.cross_model import (
+    MATRIX_COLUMNS,
+    NFR_METRIC,
+    CrossModelResult,
+    StrategyComparisons,
+    all_compatible_pairs,
+    compatibility_matrix,
+    cross_model_matrix,
+    essential_pairs,
+    sequential_summary,
+    strategy_summary,
+    write_heatmap,
+)
+from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator, resolve_protocol
+
+__all__ = [
+    "MATRIX_COLUMNS",
+    "NFR_METRIC",
+    "CrossModelResult",
+    "PairResult",
+    "RetrievalEvaluator",
+    "StrategyComparisons",
+    "all_compatible_pairs",
+    "compatibility_matrix",
+    "cross_model_matrix",
+    "essential_pairs",
+    "resolve_protocol",
+    "sequential_summary",
+    "strategy_summary",
+    "write_heatmap",
+]

@@ -1,0 +1,137 @@
+"""Query × gallery score blocks (higher = closer) and the blocked ranking of feature matrices."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+import numpy as np
+import torch
+
+from modelupgrade.errors import UserError
+from modelupgrade.metrics.ranking import (
+    DEFAULT_MEMORY_BYTES,
+    PerQueryRanking,
+    query_block_size,
+    rank_block,
+)
+
+Similarity = Literal["cosine", "inner", "euclidean", "sqeuclidean"]
+SIMILARITIES: tuple[str, ...] = ("cosine", "inner", "euclidean", "sqeuclidean")
+
+
+def as_feature_tensor(features: np.ndarray | torch.Tensor, what: str,
+                      dtype: torch.dtype | None = None) -> torch.Tensor:
+    if isinstance(features, torch.Tensor):
+        tensor = features
+    else:
+        array = np.ascontiguousarray(features)
+        # torch.from_numpy cannot share read-only memory (np.load with mmap, pandas buffers).
+        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+    if tensor.ndim != 2:
+        raise UserError(f"{what} must be a 2-D array (N, D), got shape {tuple(tensor.shape)}")
+    if not bool(torch.isfinite(tensor).all()):
+        raise UserError(f"{what} contain NaN or infinite values", hint="re-run the embedding stage")
+    if dtype is None:
+        dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    return tensor.to(dtype)
+
+
+def l2_normalise(features: torch.Tensor) -> torch.Tensor:
+    return features / features.norm(dim=1, keepdim=True).clamp(min=1e-12)
+
+
+def prepare(features: torch.Tensor, similarity: Similarity) -> torch.Tensor:
+    if similarity not in SIMILARITIES:
+        raise UserError(f"unknown similarity {similarity!r}", hint=f"use one of: {', '.join(SIMILARITIES)}")
+    return l2_normalise(features) if similarity == "cosine" else features
+
+
+def score_block(queries: torch.Tensor, gallery: torch.Tensor, similarity: Similarity) -> torch.Tensor:
+    """Scores of prepared query rows against prepared gallery rows (see ``prepare``)."""
+    if similarity in ("cosine", "inner"):
+        return queries @ gallery.T
+    squared = (
+        (queries * queries).sum(1, keepdim=True) - 2.0 * (queries @ gallery.T) + (gallery * gallery).sum(1)[None, :]
+    ).clamp_(min=0.0)
+    return -squared.sqrt_() if similarity == "euclidean" else -squared
+
+
+def pairwise_scores(query: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor,
+                    similarity: Similarity = "cosine") -> np.ndarray:
+    """The full (queries × gallery) score matrix; small inputs only (it is materialised)."""
+    q = prepare(as_feature_tensor(query, "query features"), similarity)
+    g = prepare(as_feature_tensor(gallery, "gallery features"), similarity)
+    _check_dims(q, g)
+    return score_block(q, g, similarity).numpy()
+
+
+def _check_dims(q: torch.Tensor, g: torch.Tensor) -> None:
+    if q.shape[1] != g.shape[1]:
+        raise UserError(
+            f"query features are {q.shape[1]}-d but gallery features are {g.shape[1]}-d",
+            hint="compare embeddings of the same space (apply the transformation head first)",
+        )
+
+
+def iter_feature_rank_blocks(
+    query: np.ndarray | torch.Tensor,
+    gallery: np.ndarray | torch.Tensor,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    *,
+    similarity: Similarity = "cosine",
+    leave_one_out: bool = False,
+    full_ap: bool = True,
+    ap_k: int | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> Iterator[PerQueryRanking]:
+    device = torch.device(device)
+    q = prepare(as_feature_tensor(query, "query features", dtype), similarity)
+    g = prepare(as_feature_tensor(gallery, "gallery features", dtype), similarity).to(device)
+    _check_dims(q, g)
+    nq, ng = len(q), len(g)
+    if len(query_labels) != nq or len(gallery_labels) != ng:
+        raise UserError(
+            f"{nq} query and {ng} gallery vectors but {len(query_labels)} query and "
+            f"{len(gallery_labels)} gallery labels",
+            hint="labels come from the split files the embeddings were computed on, in the same order",
+        )
+    if leave_one_out and nq != ng:
+        raise UserError(f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items")
+    q_labels = torch.as_tensor(np.array(query_labels, dtype=np.int64), device=device)
+    g_labels = torch.as_tensor(np.array(gallery_labels, dtype=np.int64), device=device)
+    block = query_block_size(ng, memory_bytes)
+    for start in range(0, nq, block):
+        stop = min(start + block, nq)
+        scores = score_block(q[start:stop].to(device), g, similarity)
+        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
+        yield rank_block(scores, q_labels[start:stop], g_labels, self_index, full_ap=full_ap, ap_k=ap_k)
+
+
+def rank_features(
+    query: np.ndarray | torch.Tensor,
+    gallery: np.ndarray | torch.Tensor,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    *,
+    similarity: Similarity = "cosine",
+    leave_one_out: bool = False,
+    full_ap: bool = True,
+    ap_k: int | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> PerQueryRanking:
+    """Rank every query against the whole gallery, block by block; the score matrix never exists whole.
+
+    Memory stays near ``memory_bytes`` (query block × gallery) plus the two feature matrices.
+    ``dtype`` defaults to float32 (float64 inputs stay float64).
+    """
+    return PerQueryRanking.concatenate(list(iter_feature_rank_blocks(
+        query, gallery, query_labels, gallery_labels, similarity=similarity,
+        leave_one_out=leave_one_out, full_ap=full_ap, ap_k=ap_k, memory_bytes=memory_bytes,
+        device=device, dtype=dtype,
+    )))

@@ -1,0 +1,126 @@
+"""Cross-model evaluation and the evaluate stage on tiny synthetic embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modelupgrade.config import parse_params
+from modelupgrade.config.evaluation import EvaluationParams
+from modelupgrade.errors import UserError
+from modelupgrade.evaluation import RetrievalEvaluator, resolve_protocol
+from modelupgrade.metrics import cmc_topk, mean_average_precision, pairwise_scores
+
+
+def _clustered(n: int, dim: int, classes: int, rng: np.random.Generator, noise: float,
+               centres: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    centres = rng.standard_normal((classes, dim)) if centres is None else centres
+    labels = np.arange(n) % classes
+    return (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32), labels, centres
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_evaluator_faiss_topk_agrees_with_exact_ranking(leave_one_out: bool) -> None:
+    rng = np.random.default_rng(0)
+    gallery, gl, centres = _clustered(300, 16, 6, rng, 1.5)
+    query, ql, _ = (gallery, gl, None) if leave_one_out else _clustered(80, 16, 6, rng, 1.5, centres)
+    evaluator = RetrievalEvaluator(EvaluationParams(topk=[1, 5], map_at_k=10), ql, gl, leave_one_out)
+    result = evaluator.evaluate(query, gallery)
+    scores = pairwise_scores(query, gallery, "cosine")
+    expected = cmc_topk(scores, ql, gl, (1, 5), leave_one_out=leave_one_out)
+    assert result.metrics["top1"] == pytest.approx(expected[1])
+    assert result.metrics["top5"] == pytest.approx(expected[5])
+    assert result.metrics["mAP"] == pytest.approx(mean_average_precision(scores, ql, gl, leave_one_out=leave_one_out))
+    assert 0.0 <= result.metrics["mAP@10"] <= 1.0
+    assert result.correct.shape == (len(query),)
+
+
+def test_resolve_protocol() -> None:
+    ids = np.array(["a", "b"])
+    assert resolve_protocol("auto", ids, ids) is True
+    assert resolve_protocol("auto", ids, np.array(["c"])) is False
+    with pytest.raises(UserError, match="share"):
+        resolve_protocol("auto", ids, np.array(["a", "c"]))
+    with pytest.raises(UserError, match="retrieve themselves"):
+        resolve_protocol("query-gallery", ids, ids)
+
+
+def _write_scenario(root: Path) -> None:
+    rng = np.random.default_rng(1)
+    classes, dim = 5, 12
+    centres_old = rng.standard_normal((classes, dim))
+    centres_new = rng.standard_normal((classes, dim))
+    for split, n in (("query", 40), ("gallery", 150)):
+        labels = np.arange(n) % classes
+        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
+        (root / "data/splits/sc").mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(root / f"data/splits/sc/{split}.parquet")
+        spaces = {"gen0": (centres_old, 1.2), "gen1-independent": (centres_new, 0.8),
+                  "gen1-bct": (centres_old, 0.9)}
+        for model, (centres, noise) in spaces.items():
+            out = root / "embeddings/sc" / model
+            out.mkdir(parents=True, exist_ok=True)
+            np.save(out / f"{split}.npy", (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32))
+
+
+def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> None:
+    from modelupgrade.heads import build_head, save_head
+    from stages.evaluate import main
+
+    _write_scenario(tmp_path)
+    save_head(build_head("fct", 12, 12, 16, 2), tmp_path / "heads/sc/fct-bct", name="fct")
+    save_head(build_head("rqt", 12, 12, 16, 2), tmp_path / "heads/sc/rqt-bct", name="rqt")
+    params = parse_params({
+        "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
+        "architectures": {"default": {}},
+        "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+        "sequential": {"strategies": []},
+        "evaluation": {"map_at_k": 20},
+    })
+    import yaml
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    r = lambda p: str(tmp_path / p)  # noqa: E731
+    main(["--params", r("params.yaml"), "--scenario", "sc", "--embeddings-root", r("embeddings"),
+          "--splits-root", r("data/splits"), "--heads-root", r("heads"), "--metrics-root", r("metrics"),
+          "--plots-root", r("plots")])
+    table = pd.read_parquet(tmp_path / "metrics/sc/cross_model.parquet")
+    assert list(table.columns) == ["query_set", "gallery_set", "metric", "value"]
+    assert {"fct-bct(gen0)"} <= set(table.gallery_set)
+    assert {"rqt-bct(gen1-bct)"} <= set(table.query_set)
+    assert {"mAP", "top1", "top5", "mAP@20", "negative_flip_rate"} <= set(table.metric)
+    assert (tmp_path / "metrics/sc/cross_model.csv").is_file()
+    assert (tmp_path / "plots/sc/cross_model_heatmap.png").stat().st_size > 1000
+    import json
+
+    summary = json.loads((tmp_path / "metrics/sc/summary.json").read_text())
+    rows = {row["comparison"]: row for row in summary["strategies"]["bct"]}
+    assert set(rows) == {"self", "backward", "forward-head", "reverse-head"}
+    old_self = summary["old_self"]
+    backward = rows["backward"]
+    assert backward["delta_up_pct"] == pytest.approx((backward["value"] - old_self) / old_self * 100)
+    oracle_self = summary["oracle_self"]
+    assert rows["self"]["delta_down_pct"] == pytest.approx((oracle_self - rows["self"]["value"]) / oracle_self * 100)
+    assert 0.0 <= backward["negative_flip_rate"] <= 1.0
+
+
+def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from stages.evaluate import main
+
+    _write_scenario(tmp_path)
+    (tmp_path / "embeddings/sc/gen1-bct/query.npy").unlink()
+    (tmp_path / "params.yaml").write_text(
+        "scenarios: {sc: {kind: extended-data, strategies: [independent, bct]}}\n"
+        "architectures: {default: {}}\n"
+        "strategies: {independent: {kind: independent}, bct: {kind: bct}}\n"
+        "sequential: {strategies: []}\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["--params", str(tmp_path / "params.yaml"), "--scenario", "sc",
+              "--embeddings-root", str(tmp_path / "embeddings"), "--splits-root", str(tmp_path / "data/splits"),
+              "--heads-root", str(tmp_path / "heads"), "--metrics-root", str(tmp_path / "m"),
+              "--plots-root", str(tmp_path / "p")])
+    assert "run the embed stage first" in capsys.readouterr().err
