@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from modelupgrade.config import Params, load_params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.io import file_sha256, read_json, write_json
@@ -149,15 +151,53 @@ def _heads_by_model(heads_root: Path) -> dict[str, dict[str, Path]]:
     return grouped
 
 
-def load_evidence(metric: str, metrics_dir: Path | None, gate_metrics: Path | None) -> GateEvidence:
+def load_evidence(
+    params: Params, scenario: str, metrics_dir: Path, gate_metrics: Path | None, shared_gen0: bool = True
+) -> GateEvidence:
+    """Gate numbers from the evaluate stage's files, overridden by an explicit JSON file."""
+    metric = params.registry.gate_metric or params.evaluation.headline_metric
     evidence = GateEvidence(metric)
-    if metrics_dir is not None:
-        measured = metrics_dir / "gate_evidence.json"
-        if measured.is_file():
-            evidence = evidence.merged(GateEvidence.from_file(measured))
+    if scenario == SEQUENTIAL:
+        for strategy in params.sequential.strategies:
+            table_path = metrics_dir / strategy / "cross_model.parquet"
+            if table_path.is_file():
+                evidence = evidence.merged(
+                    GateEvidence.from_cross_model_table(
+                        pd.read_parquet(table_path), metric, _sequential_key(strategy, shared_gen0)
+                    )
+                )
+    else:
+        table_path = metrics_dir / "cross_model.parquet"
+        if table_path.is_file():
+            evidence = GateEvidence.from_cross_model_table(
+                pd.read_parquet(table_path), metric, degradation_pct=_degradation(metrics_dir)
+            )
     if gate_metrics is not None:
         evidence = evidence.merged(GateEvidence.from_file(gate_metrics))
     return evidence
+
+
+def _sequential_key(strategy: str, shared_gen0: bool) -> Callable[[str], str]:
+    def key(generation: str) -> str:
+        return "gen0" if generation == "gen0" and shared_gen0 else f"{strategy}/{generation}"
+
+    return key
+
+
+def _degradation(metrics_dir: Path) -> dict[str, float]:
+    """Δ↓ per new model from ``summary.json``; the oracle (independent) model is the reference."""
+    path = metrics_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    summary = read_json(path)
+    found: dict[str, float] = {}
+    if summary.get("oracle"):
+        found[summary["oracle"]] = 0.0
+    for rows in (summary.get("strategies") or {}).values():
+        for row in rows:
+            if row.get("comparison") == "self" and row.get("delta_down_pct") is not None:
+                found[row["query_set"]] = float(row["delta_down_pct"])
+    return found
 
 
 def _default_loader() -> Callable[[Path], Any]:
@@ -183,7 +223,8 @@ def run(
     sources = scenario_sources(params, scenario, models_dir, heads_dir, splits_dir)
     if metrics_dir is None:
         metrics_dir = Path("metrics") / scenario
-    evidence = load_evidence(params.registry.gate_metric, metrics_dir, gate_metrics)
+    shared_gen0 = not any("/" in src.record.model_key and src.record.generation == "gen0" for src in sources)
+    evidence = load_evidence(params, scenario, metrics_dir, gate_metrics, shared_gen0)
     tracker = tracker or Tracker.from_params(params)
     registry = ModelRegistry(tracker, registered_model_name(params.registry.model_name, scenario))
     with tracker.stage_run(

@@ -303,3 +303,99 @@ def test_cli_lineage_and_promote(study, monkeypatch: pytest.MonkeyPatch, tmp_pat
         app, ["promote", "--version", str(dmu), "--reason", "try", "--params", str(params)]
     )
     assert refused.exit_code != 0 and "negative_flips" in str(refused.exception)
+
+
+def _toy_study(root: Path) -> None:
+    """The files the register stage reads, shaped like the train and evaluate stages write them."""
+    import pandas as pd
+
+    from modelupgrade.io import write_json
+
+    for key in ("gen0", "gen1-independent", "gen1-bct"):
+        (root / "models/toy" / key).mkdir(parents=True)
+        (root / "models/toy" / key / "checkpoint.pt").write_bytes(key.encode())
+        write_json(root / "models/toy" / key / "card.json", {"strategy": key})
+    head = root / "heads/toy/bict-bct"
+    head.mkdir(parents=True)
+    (head / "head.pt").write_bytes(b"weights")
+    write_json(head / "card.json", {"sources": {"new_model": {"path": "models/toy/gen1-bct"}}})
+    rows = [
+        ("gen0", "gen0", 0.50, None),
+        ("gen1-independent", "gen1-independent", 0.70, None),
+        ("gen1-bct", "gen1-bct", 0.66, None),
+        ("gen1-independent", "gen0", 0.01, 0.80),
+        ("gen1-bct", "gen0", 0.52, 0.05),
+        ("gen1-bct", "bict-bct(gen0)", 0.60, 0.03),
+    ]
+    table = [(q, g, "mAP", v) for q, g, v, _ in rows]
+    table += [(q, g, "negative_flip_rate", f) for q, g, _, f in rows if f is not None]
+    (root / "metrics/toy").mkdir(parents=True)
+    pd.DataFrame(table, columns=["query_set", "gallery_set", "metric", "value"]).to_parquet(
+        root / "metrics/toy/cross_model.parquet"
+    )
+    write_json(
+        root / "metrics/toy/summary.json",
+        {"oracle": "gen1-independent", "strategies": {"bct": [
+            {"comparison": "self", "query_set": "gen1-bct", "delta_down_pct": 5.7},
+            {"comparison": "backward", "query_set": "gen1-bct", "delta_down_pct": 5.7},
+        ]}},
+    )
+
+
+def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
+    template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.registry_support import TinyEmbedder
+
+    from modelupgrade.config import parse_params
+    from stages import register as stage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(PARENT_RUN_ENV, "")
+    _toy_study(tmp_path)
+    params = parse_params(
+        {
+            "scenarios": {"toy": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
+            "architectures": {"default": {}},
+            "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+            "sequential": {"strategies": ["bct"]},
+            "registry": {"model_name": "study"},
+        }
+    )
+    tracker = fresh_tracker(template_db, tmp_path / "store")
+    models: dict[str, TinyEmbedder] = {}
+
+    def load(model_dir: Path) -> TinyEmbedder:
+        return models.setdefault(model_dir.name, TinyEmbedder())
+
+    out = tmp_path / "registry/toy.json"
+    summary = stage.run(params, "toy", out, load_model=load, tracker=tracker)
+    assert json.loads(out.read_text()) == summary
+    assert summary["registered_model"] == "study-toy" and summary["gate_metric"] == "mAP"
+    by_key = {g["model_key"]: g for g in summary["generations"]}
+    # Through its BiCT adapter bct searches gen0's gallery well, but Δ↓ 5.7% > 5%: no candidate.
+    assert by_key["gen1-bct"]["failed_gates"] == ["degradation"]
+    assert by_key["gen1-bct"]["cross_score"] == 0.60
+    assert by_key["gen1-independent"]["failed_gates"] == ["compatibility", "negative_flips"]
+    assert summary["champion"] == by_key["gen0"]["version"] and summary["candidate"] is None
+    registry = ModelRegistry(tracker, "study-toy")
+    bct = registry.by_key("gen1-bct")
+    assert bct.tags["heads"] == "bict-bct" and bct.tags["compatible_with"] == str(summary["champion"])
+    assert [a.path for a in tracker.client.list_artifacts(bct.run_id, "gen1-bct/heads/bict-bct")] == [
+        "gen1-bct/heads/bict-bct/card.json", "gen1-bct/heads/bict-bct/head.pt"
+    ]
+
+    # Explicit numbers override measured ones; the same checkpoints are not registered twice.
+    override = tmp_path / "gates.json"
+    override.write_text(json.dumps({"models": {"gen1-bct": {"degradation_pct": 3.0}}}))
+    again = stage.run(params, "toy", out, load_model=load, tracker=tracker, gate_metrics=override)
+    assert [g["version"] for g in again["generations"]] == [g["version"] for g in summary["generations"]]
+    assert again["candidate"] == bct.version
+    assert registry.version(bct.version).tags["gates.passed"] == "true"
+
+    with pytest.raises(UserError, match="gen1-dmu/checkpoint.pt does not exist"):
+        stage.scenario_sources(
+            params.model_copy(update={"scenarios": {"toy": params.scenarios["toy"].model_copy(
+                update={"strategies": ["dmu"]})}}),
+            "toy", Path("models"), Path("heads"), Path("data/splits"),
+        )

@@ -28,8 +28,9 @@ class RegistryParams(Section):
     experiment: str = "modelupgrade"
     # Registered models are named ``<model_name>-<scenario>``: one retrieval system per scenario.
     model_name: str = "fashion-retrieval"
-    # Retrieval metric the gates compare (a column of the cross-model table, e.g. map or top1).
-    gate_metric: str = "map"
+    # Retrieval metric the gates compare (a metric of the cross-model table, e.g. mAP or top1);
+    # None = evaluation.headline_metric.
+    gate_metric: str | None = None
     gates: GateParams = Field(default_factory=GateParams)
     # Seconds a writer waits for the store's file lock before giving up.
     lock_timeout_s: float = Field(default=600.0, gt=0)

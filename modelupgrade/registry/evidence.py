@@ -16,7 +16,7 @@ allowed: the best path counts, since that is how the system would serve that gal
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,9 @@ from typing import Any
 from modelupgrade.errors import UserError
 from modelupgrade.io import read_json
 from modelupgrade.registry.gates import GateInputs
+
+# The evaluate stage's name for the negative-flip rows of its cross-model table.
+NEGATIVE_FLIP_METRIC = "negative_flip_rate"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,54 @@ class GateEvidence:
             raise UserError(f"{path} is not valid JSON: {err}") from None
         return cls.from_dict(raw, str(path))
 
+    @classmethod
+    def from_cross_model_table(
+        cls,
+        table: Any,
+        metric: str,
+        model_key: Callable[[str], str] = lambda name: name,
+        degradation_pct: Mapping[str, float] | None = None,
+    ) -> GateEvidence:
+        """Read the evaluate stage's tidy table (query_set, gallery_set, metric, value).
+
+        A set named ``head(model)`` is ``model``'s embeddings passed through ``head``: a forward
+        adapter on a gallery or a reverse transform on queries; it counts as a path between the
+        two models. ``negative_flip_rate`` rows of the same set pair go with the pair's score.
+        ``model_key`` maps the evaluation's model names to registry keys.
+        """
+        missing = {"query_set", "gallery_set", "metric", "value"} - set(table.columns)
+        if missing:
+            raise UserError(f"the cross-model table lacks columns {sorted(missing)}")
+        if metric not in set(table.metric):
+            raise UserError(
+                f"the cross-model table has no metric {metric!r}",
+                hint=f"it has: {', '.join(sorted(set(table.metric)))}; set registry.gate_metric",
+            )
+        flips = {
+            (r.query_set, r.gallery_set): float(r.value)
+            for r in table[table.metric == NEGATIVE_FLIP_METRIC].itertuples()
+        }
+        raw: dict[str, Any] = {"metric": metric, "models": {}, "cross": []}
+        for r in table[table.metric == metric].itertuples():
+            if isinstance(r.value, float) and math.isnan(r.value):
+                continue
+            q_model, q_head = _split_set_name(r.query_set)
+            g_model, g_head = _split_set_name(r.gallery_set)
+            q_key, g_key = model_key(q_model), model_key(g_model)
+            if r.query_set == r.gallery_set:
+                raw["models"].setdefault(q_key, {})["self"] = float(r.value)
+            elif q_key != g_key:
+                via = q_head or g_head or "direct"
+                row = {"query": q_key, "gallery": g_key, "value": float(r.value), "via": via}
+                nfr = flips.get((r.query_set, r.gallery_set))
+                if nfr is not None and not math.isnan(nfr):
+                    row["negative_flip_rate"] = nfr
+                raw["cross"].append(row)
+        for key, value in (degradation_pct or {}).items():
+            if value is not None and not math.isnan(value):
+                raw["models"].setdefault(key, {})["degradation_pct"] = float(value)
+        return cls.from_dict(raw, "cross-model table")
+
     def merged(self, other: GateEvidence) -> GateEvidence:
         """``other``'s numbers win where both have one (explicit values override measured)."""
         return GateEvidence(
@@ -123,6 +174,14 @@ class GateEvidence:
             if cross is not None and own is not None and cross.value > own:
                 compatible.append(gallery)
         return compatible
+
+
+def _split_set_name(name: str) -> tuple[str, str | None]:
+    """``bict-bct(gen0)`` -> (``gen0``, ``bict-bct``); a plain model name has no head."""
+    if name.endswith(")") and "(" in name:
+        head, model = name[:-1].split("(", 1)
+        return model, head
+    return name, None
 
 
 def _number(value: Any, where: str) -> float:
