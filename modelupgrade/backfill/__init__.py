@@ -27,3 +27,32 @@ __all__ = [
     "simulate_curve",
     "uniform_grid",
 ]
+
+from modelupgrade.backfill.ordering import ORDERINGS, OrderingContext, OrderingPolicy, build_ordering  # noqa: E402
+from modelupgrade.backfill.serving import (  # noqa: E402
+    SERVING_MODES,
+    ServingArrays,
+    ServingMode,
+    build_serving_mode,
+)
+from modelupgrade.backfill.summary import (  # noqa: E402
+    BackfillConditions,
+    auc_mean,
+    auc_trapezoid,
+    check_conditions,
+)
+
+__all__ += [
+    "ORDERINGS",
+    "SERVING_MODES",
+    "BackfillConditions",
+    "OrderingContext",
+    "OrderingPolicy",
+    "ServingArrays",
+    "ServingMode",
+    "auc_mean",
+    "auc_trapezoid",
+    "build_ordering",
+    "build_serving_mode",
+    "check_conditions",
+]

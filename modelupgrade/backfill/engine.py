@@ -300,25 +300,11 @@ def _curve_block(
         positive &= column != self_index[:, None]
     step_of = first_new[column]
 
-    # Negatives: bucket = number of positive entries ranked before; the table rows are step deltas.
+    # Negatives: bucket = number of positive entries ranked before them.
     before = np.cumsum(positive, axis=1, dtype=np.int32)
     bucket = before - positive
-    width = pos_entries + 1
-    trash = steps * width + pos_entries  # bucket = pos_entries: after every positive, never read
     negative = ~positive
-    opens = np.where(old_side, 0, step_of) * width + bucket
-    index = np.concatenate([
-        np.where(negative, opens, trash),
-        np.where(negative & old_side, step_of * width + bucket, trash),
-    ], axis=1)
-    source = np.empty(index.shape, dtype=np.int32)
-    source[:, : keys.shape[1]] = 1
-    source[:, keys.shape[1]:] = -1
-    table = torch.zeros((b, (steps + 1) * width), dtype=torch.int32)
-    table.scatter_add_(1, torch.from_numpy(index), torch.from_numpy(source))
-    table = table.view(b, steps + 1, width)[:, :steps]
-    table = table.cumsum(dim=1, dtype=torch.int32).cumsum(dim=2, dtype=torch.int32)
-    negatives_before = table[:, :, :pos_entries]  # (b, K, E)
+    negatives_before = _active_negatives_before(bucket, negative, old_side, step_of, steps, pos_entries)
 
     pos_rows, pos_cols = np.nonzero(positive)
     pos_step = torch.from_numpy(step_of[pos_rows, pos_cols].reshape(b, pos_entries))
@@ -326,11 +312,9 @@ def _curve_block(
     step_index = torch.arange(steps)[None, :, None]
     active = (step_index >= pos_step[:, None, :]) == pos_new[:, None, :]  # (b, K, E)
     positives_through = active.cumsum(dim=2, dtype=torch.int32)
-    rank = positives_through + negatives_before  # 1-based rank of each positive entry
-    precision = positives_through.to(torch.float32) / rank.to(torch.float32)
-    precision = torch.where(active, precision, 0.0)
+    rank = positives_through + negatives_before  # 1-based position of each positive entry
+    precision = torch.where(active, positives_through.to(torch.float32) / rank.to(torch.float32), 0.0)
     num_pos = pos_entries // (2 if (old_block is not None and new_block is not None) else 1)
-    average_precision = (precision.sum(dim=2, dtype=torch.float64) / num_pos).numpy()
 
     big = torch.iinfo(torch.int32).max
     first_hit = torch.where(active, negatives_before, big).min(dim=2).values.to(torch.int64)
@@ -338,31 +322,56 @@ def _curve_block(
 
     ap_at_k = None
     if map_at_k is not None:
-        within = active & (rank <= map_at_k)
-        ap_at_k = (torch.where(within, precision, 0.0).sum(dim=2, dtype=torch.float64)
+        ap_at_k = (torch.where(rank <= map_at_k, precision, 0.0).sum(dim=2, dtype=torch.float64)
                    / min(num_pos, map_at_k)).numpy()
 
-    # Step AP reads a group of tied distances as one threshold; finish rows with such ties exactly.
+    # Step AP reads a group of equal distances as one threshold: every item of the group counts as
+    # ranked at or before each of its positives.
     distance_bits = keys >> _DISTANCE_SHIFT
-    tied = (distance_bits[:, 1:] == distance_bits[:, :-1]) & (positive[:, 1:] | positive[:, :-1])
-    tied &= distance_bits[:, 1:] != _orderable(np.array([np.inf], dtype=np.float32))[0]
-    for r in np.flatnonzero(tied.any(axis=1)):
-        average_precision[r] = _tied_row_ap(distance_bits[r], positive[r], old_side[r], step_of[r],
-                                            column[r], int(self_index[r]), steps, num_pos)
+    same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
+    if (same_as_previous & (positive[:, 1:] | positive[:, :-1])).any():
+        positions = np.broadcast_to(np.arange(keys.shape[1]), keys.shape)
+        group_start = np.maximum.accumulate(
+            np.where(np.concatenate([np.zeros((b, 1), bool), same_as_previous], axis=1), 0, positions), axis=1)
+        group_end = np.minimum.accumulate(
+            np.where(np.concatenate([same_as_previous, np.zeros((b, 1), bool)], axis=1),
+                     keys.shape[1], positions)[:, ::-1], axis=1)[:, ::-1]
+        row_index = np.arange(b)[:, None]
+        tie_bucket = bucket[row_index, group_start]
+        negatives_through = _active_negatives_before(tie_bucket, negative, old_side, step_of, steps, pos_entries)
+        last_positive = torch.from_numpy(
+            (before[row_index, group_end][positive].reshape(b, pos_entries) - 1).astype(np.int64))
+        last_positive = last_positive[:, None, :].expand(b, steps, pos_entries)
+        tie_positives = positives_through.gather(2, last_positive)
+        tie_rank = tie_positives + negatives_through.gather(2, last_positive)
+        precision = torch.where(active, tie_positives.to(torch.float32) / tie_rank.to(torch.float32), 0.0)
+    average_precision = (precision.sum(dim=2, dtype=torch.float64) / num_pos).numpy()
     return first_hit, average_precision, ap_at_k
 
 
-def _tied_row_ap(distance_bits: np.ndarray, positive: np.ndarray, old_side: np.ndarray, step_of: np.ndarray,
-                 column: np.ndarray, own: int, steps: int, num_pos: int) -> np.ndarray:
-    """Step AP of one query at every point, reading tied distances as one threshold (exact, O(K·n))."""
-    result = np.empty(steps, dtype=np.float64)
-    counted = column != own
-    for i in range(steps):
-        active = ((i >= step_of) == ~old_side) & counted
-        dist = distance_bits[active]
-        relevant = positive[active]
-        hits = np.cumsum(relevant)
-        group_end = np.searchsorted(dist, dist, side="right") - 1
-        precision = hits[group_end] / (group_end + 1)
-        result[i] = precision[relevant].sum() / num_pos
-    return result
+def _active_negatives_before(bucket: np.ndarray, negative: np.ndarray, old_side: np.ndarray,
+                             step_of: np.ndarray, steps: int, pos_entries: int) -> torch.Tensor:
+    """(rows, K, E): active negative entries with bucket ≤ j at step i, for every positive entry j.
+
+    An old-side entry is active at steps [0, f), a new-side one at [f, K): ±1 at the step where its
+    activity starts/ends, then prefix sums over steps and over buckets.
+    """
+    b, entries = bucket.shape
+    width = pos_entries + 1
+    trash = steps * width + pos_entries  # a cell of the row past the last step: never read
+    bucket = bucket.astype(np.int64)
+    step_cell = step_of * width
+    opens = np.where(old_side, 0, step_cell)
+    opens += bucket
+    opens[~negative] = trash
+    closes = step_cell
+    closes += bucket
+    closes[~(negative & old_side)] = trash
+    table = torch.zeros((b, (steps + 1) * width), dtype=torch.int32)
+    table.scatter_add_(1, torch.from_numpy(opens), torch.ones(1, 1, dtype=torch.int32).expand(b, entries))
+    table.scatter_add_(1, torch.from_numpy(closes), torch.full((1, 1), -1, dtype=torch.int32).expand(b, entries))
+    table = table.view(b, steps + 1, width)[:, :steps]
+    table = table.cumsum(dim=1, dtype=torch.int32).cumsum(dim=2, dtype=torch.int32)
+    return table[:, :, :pos_entries]
+
+

@@ -1,0 +1,217 @@
+"""Ordering policies, serving modes, AUCs, Seo et al.'s conditions and the simulate_backfill stage."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modelupgrade.backfill import (
+    ORDERINGS,
+    SERVING_MODES,
+    OrderingContext,
+    ServingArrays,
+    auc_mean,
+    auc_trapezoid,
+    build_ordering,
+    build_serving_mode,
+    check_conditions,
+    evaluate_state,
+    simulate_curve,
+)
+from modelupgrade.config import parse_params
+from modelupgrade.errors import UserError
+
+
+def context(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, 6)) * 3
+    return OrderingContext(
+        n=n, seed=7, old_logits=logits, sigma2=rng.random(n),
+        old_state_vectors=rng.normal(size=(n, 4)), new_vectors=rng.normal(size=(n, 4)),
+    )
+
+
+def is_permutation(order, n):
+    return np.array_equal(np.sort(order), np.arange(n))
+
+
+def test_random_order_is_a_seeded_permutation():
+    ctx = context()
+    a, b = build_ordering("random").order(ctx), build_ordering("random").order(ctx)
+    assert is_permutation(a, ctx.n) and np.array_equal(a, b)
+    other = build_ordering("random").order(OrderingContext(n=ctx.n, seed=8))
+    assert not np.array_equal(a, other)
+
+
+def test_old_confidence_backfills_least_confident_first():
+    ctx = context()
+    order = build_ordering("old-confidence").order(ctx)
+    confidence = ctx.probabilities().max(axis=1)[order]
+    assert is_permutation(order, ctx.n) and np.all(np.diff(confidence) >= 0)
+
+
+def test_old_entropy_backfills_most_uncertain_prediction_first():
+    ctx = context()
+    p = ctx.probabilities()
+    entropy = -(p * np.log(p)).sum(1)
+    order = build_ordering("old-entropy").order(ctx)
+    assert np.all(np.diff(entropy[order]) <= 1e-12)
+    # Probabilities given directly order the same way as their logits.
+    same = build_ordering("old-entropy").order(OrderingContext(n=ctx.n, old_probabilities=p))
+    np.testing.assert_array_equal(order, same)
+
+
+def test_fastfill_order_is_descending_sigma2():
+    ctx = context()
+    order = build_ordering("fastfill-uncertainty").order(ctx)
+    assert np.all(np.diff(ctx.sigma2[order]) <= 0)
+
+
+def test_oracle_order_is_descending_alignment_error_and_not_deployable():
+    ctx = context()
+    policy = build_ordering("oracle")
+    error = np.linalg.norm(ctx.new_vectors - ctx.old_state_vectors, axis=1)
+    assert np.all(np.diff(error[policy.order(ctx)]) <= 0)
+    assert policy.deployable is False
+    assert all(build_ordering(name).deployable for name in ORDERINGS.names() if name != "oracle")
+
+
+def test_policies_without_their_inputs_are_unavailable_and_refuse():
+    bare = OrderingContext(n=10)
+    for name in ("old-confidence", "old-entropy", "fastfill-uncertainty", "oracle"):
+        policy = build_ordering(name)
+        assert not policy.available(bare)
+        with pytest.raises(UserError):
+            policy.order(bare)
+    with pytest.raises(UserError, match="unknown backfill ordering policy"):
+        build_ordering("nope")
+
+
+def serving_arrays(rng, nq=12, n=30, d=5):
+    def r(m):
+        return rng.normal(size=(m, d)).astype(np.float32)
+    return ServingArrays(old_query=r(nq), new_query=r(nq), old_gallery=r(n), new_gallery=r(n),
+                         forward_gallery=r(n), reverse_query=r(nq), rho_query=r(nq), rho_gallery=r(n),
+                         rho_reverse_query=r(nq))
+
+
+def test_serving_modes_pick_the_documented_vectors():
+    a = serving_arrays(np.random.default_rng(0))
+    mixed = build_serving_mode("mixed").systems(a)
+    assert mixed.query_old_side is a.new_query and mixed.gallery_old_side is a.forward_gallery
+    no_head = build_serving_mode("mixed").systems(ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery,
+                                                                old_gallery=a.old_gallery))
+    assert no_head.gallery_old_side is a.old_gallery
+    merge = build_serving_mode("rank-merge").systems(a)
+    assert merge.query_old_side is a.old_query and merge.gallery_new_side is a.new_gallery
+    rqt = build_serving_mode("rank-merge-rqt").systems(a)
+    assert rqt.query_old_side is a.reverse_query and rqt.gallery_old_side is a.old_gallery
+    full = build_serving_mode("rank-merge-full").systems(a)
+    assert (full.query_old_side is a.rho_reverse_query and full.query_new_side is a.rho_query
+            and full.gallery_new_side is a.rho_gallery and full.gallery_old_side is a.old_gallery)
+    with pytest.raises(UserError):
+        build_serving_mode("rank-merge-full").systems(ServingArrays(new_query=a.new_query))
+    assert set(SERVING_MODES.names()) == {"mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full"}
+
+
+def test_rank_merge_end_points_are_old_old_and_new_new():
+    rng = np.random.default_rng(2)
+    a = serving_arrays(rng, nq=30, n=30)
+    labels = rng.integers(0, 4, 30)
+    curve = simulate_curve(a.old_gallery, a.new_gallery, a.new_query, labels, rng.permutation(30), steps=[0, 0.5, 1],
+                           old_side_query=a.old_query, distance="cosine")
+    old_old = evaluate_state(a.old_query, a.old_gallery, labels, distance="cosine")
+    new_new = evaluate_state(a.new_query, a.new_gallery, labels, distance="cosine")
+    assert curve.mAP[0] == pytest.approx(old_old.mAP[0], abs=1e-7)
+    assert curve.mAP[-1] == pytest.approx(new_new.mAP[0], abs=1e-7)
+    assert curve.top1[0] == pytest.approx(old_old.top1[0]) and curve.top1[-1] == pytest.approx(new_new.top1[0])
+
+
+def test_auc_rules():
+    t = np.linspace(0, 1, 5)
+    values = np.array([0.2, 0.4, 0.5, 0.6, 1.0])
+    assert auc_mean(values) == pytest.approx(0.54)
+    assert auc_trapezoid(t, values) == pytest.approx(0.25 * (0.1 + 0.4 + 0.5 + 0.6 + 0.5))
+
+
+def test_conditions_checker():
+    ok = check_conditions(np.array([0.5, 0.6, 0.6, 0.8]), old_old=0.5, new_new=0.8)
+    assert ok.all_met and ok.largest_drop == 0.0
+    dip = check_conditions(np.array([0.5, 0.7, 0.65, 0.8]), old_old=0.4, new_new=0.8)
+    assert not dip.monotone and dip.largest_drop == pytest.approx(0.05) and not dip.all_met
+    low = check_conditions(np.array([0.3, 0.5, 0.7]), old_old=0.4, new_new=0.75)
+    assert not low.starts_at_or_above_old and not low.ends_at_or_above_new and low.monotone
+
+
+def test_config_rejects_unknown_names():
+    base = {"scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []}}
+    assert parse_params(base).backfill.points == 11
+    with pytest.raises(UserError, match="unknown backfill policy"):
+        parse_params({**base, "backfill": {"policies": ["fastest"]}})
+    with pytest.raises(UserError, match="unknown key"):
+        parse_params({**base, "backfill": {"pionts": 5}})
+
+
+def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
+    from stages import simulate_backfill
+
+    rng = np.random.default_rng(4)
+    monkeypatch.chdir(tmp_path)
+    n, nq, d = 60, 20, 6
+    splits = tmp_path / "data/splits/sc"
+    splits.mkdir(parents=True)
+    g_labels, q_labels = rng.integers(0, 4, n), rng.integers(0, 4, nq)
+    pd.DataFrame({"label": g_labels}).to_parquet(splits / "gallery.parquet")
+    pd.DataFrame({"label": q_labels}).to_parquet(splits / "query.parquet")
+
+    def emb(name, **extra):
+        folder = tmp_path / "embeddings/sc" / name
+        folder.mkdir(parents=True)
+        np.save(folder / "query.npy", rng.normal(size=(nq, d)).astype(np.float32))
+        np.save(folder / "gallery.npy", rng.normal(size=(n, d)).astype(np.float32))
+        return str(folder)
+
+    old, new = emb("gen0"), emb("gen1-independent")
+    np.save(tmp_path / "sigma2.npy", rng.random(n).astype(np.float32))
+    np.save(tmp_path / "forward.npy", rng.normal(size=(n, d)).astype(np.float32))
+    np.save(tmp_path / "logits.npy", rng.normal(size=(n, 4)).astype(np.float32))
+    params = parse_params({
+        "scenarios": {"sc": {"kind": "extended-data", "strategies": []}},
+        "architectures": {"default": {}}, "strategies": {}, "sequential": {"strategies": []},
+        "backfill": {"points": 5, "policies": ["random", "fastfill-uncertainty", "old-confidence", "oracle"],
+                     "serving_modes": ["mixed", "rank-merge", "rank-merge-rqt"]},
+    })
+    summary = simulate_backfill.run(
+        params, "sc", old, {"bct": new, "fastfill": new},
+        {"fastfill": {"forward_gallery": str(tmp_path / "forward.npy"), "sigma2": str(tmp_path / "sigma2.npy")}},
+        old_logits=str(tmp_path / "logits.npy"),
+    )
+    tidy = pd.read_parquet(tmp_path / "metrics/sc/backfill_curves.parquet")
+    assert {"strategy", "policy", "mode", "t", "top1", "top5", "mAP", "nfr"} <= set(tidy.columns)
+    combos = set(map(tuple, tidy[["strategy", "policy", "mode"]].drop_duplicates().to_numpy()))
+    assert ("fastfill", "fastfill-uncertainty", "mixed") in combos
+    assert ("bct", "fastfill-uncertainty", "mixed") not in combos  # bct has no σ²
+    assert not any(mode == "rank-merge-rqt" for *_, mode in combos)  # no reverse head given
+    assert all(c["endpoints_match"] for c in summary["curves"])
+    oracle = [c for c in summary["curves"] if c["policy"] == "oracle"]
+    assert oracle and not any(c["deployable"] for c in oracle)
+    written = json.loads((tmp_path / "metrics/sc/backfill_summary.json").read_text())
+    assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(summary["curves"][0]["auc_trapezoid"]["mAP"])
+    assert (tmp_path / "plots/sc/backfill_curves.png").stat().st_size > 1000
+    assert len(list((tmp_path / "metrics/sc/backfill_plots").glob("*.csv"))) == len(combos)
+    # Naive rank merge starts at old/old.
+    merge = next(c for c in summary["curves"] if c["mode"] == "rank-merge")
+    assert merge["start"]["mAP"] == pytest.approx(summary["old_old"]["mAP"], abs=1e-9)
+
+
+def test_stage_cli_reports_bad_input(tmp_path, capsys):
+    from stages import simulate_backfill
+
+    with pytest.raises(SystemExit):
+        simulate_backfill.main(["--params", str(tmp_path / "missing.yaml"), "--scenario", "x", "--old", "y"])
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(UserError, match="NAME=VALUE"):
+        simulate_backfill.parse_pairs(["bct"], "variant")
