@@ -141,7 +141,7 @@ def test_registration_tags_lineage_and_aliases(study) -> None:  # noqa: ANN001
     assert bct.tags["gates.against_version"] == str(gen0.version)
     # dmu reaches gen0's gallery through its adapter: compatible even though a gate failed.
     assert dmu.tags["compatible_with"] == str(gen0.version)
-    assert versions["gen1-independent"].tags["compatible_with"] == ""
+    assert versions["gen1-independent"].tags["compatible_with"] == "none"
 
     tree = format_lineage(registry.name, registry.versions())
     assert tree.splitlines()[0] == "toy-retrieval"

@@ -19,7 +19,7 @@ def test_all_gates_pass_when_compatible_and_within_thresholds() -> None:
     tags = report.to_tags()
     assert tags["gates.passed"] == "true"
     assert tags["gate.compatibility.value"] == "0.61"
-    assert tags["gate.degradation.threshold"] == "5"
+    assert tags["gate.degradation"] == "pass: Δ↓=4.90% <= 5.00%"
 
 
 @pytest.mark.parametrize(
@@ -36,7 +36,7 @@ def test_each_gate_refuses(inputs: GateInputs, failing: str) -> None:
     report = evaluate_gates(inputs, PARAMS)
     assert not report.passed
     assert [c.name for c in report.failures] == [failing]
-    assert report.to_tags()[f"gate.{failing}"] == "fail"
+    assert report.to_tags()[f"gate.{failing}"].startswith("fail: ")
 
 
 def test_evidence_takes_the_best_path_and_decides_compatibility() -> None:

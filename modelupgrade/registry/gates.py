@@ -55,13 +55,12 @@ class GateReport:
         return "; ".join(f"{c.name}: {'pass' if c.passed else 'FAIL'} ({c.detail})" for c in self.checks)
 
     def to_tags(self) -> dict[str, str]:
-        """Model-version tags: one status tag plus the value, threshold and verdict of each gate."""
+        """Model-version tags: the overall verdict, and per gate its verdict with the comparison
+        (``gate.<name>``, read by people in the UI) and its measured value (``gate.<name>.value``)."""
         tags = {"gates.passed": str(self.passed).lower()}
         for c in self.checks:
-            tags[f"gate.{c.name}"] = "pass" if c.passed else "fail"
+            tags[f"gate.{c.name}"] = f"{'pass' if c.passed else 'fail'}: {c.detail}"
             tags[f"gate.{c.name}.value"] = "n/a" if c.value is None else f"{c.value:.6g}"
-            if c.threshold is not None:
-                tags[f"gate.{c.name}.threshold"] = f"{c.threshold:.6g}"
         return tags
 
 

@@ -20,7 +20,7 @@ def lineage_rows(versions: list[VersionInfo]) -> list[dict[str, str]]:
             "parent": str(v.parent_version) if v.parent_version is not None else "-",
             "strategy": v.tags.get(TAG_STRATEGY, "?"),
             "gates": _gate_summary(v),
-            "compatible_with": v.tags.get(TAG_COMPATIBLE_WITH) or "-",
+            "compatible_with": v.tags.get(TAG_COMPATIBLE_WITH, "none"),
             "aliases": ",".join(v.aliases) or "-",
         }
         for v in versions
@@ -56,7 +56,7 @@ def _describe(v: VersionInfo) -> str:
         f"parent={parent}",
         f"strategy={v.tags.get(TAG_STRATEGY, '?')}",
         f"gates={_gate_summary(v)}",
-        f"compatible_with={v.tags.get(TAG_COMPATIBLE_WITH) or '-'}",
+        f"compatible_with={v.tags.get(TAG_COMPATIBLE_WITH, 'none')}",
     ]
     if v.aliases:
         parts.append("[" + ", ".join(v.aliases) + "]")
@@ -71,7 +71,7 @@ def _gate_summary(v: VersionInfo) -> str:
         failed = sorted(
             k[len("gate.") :]
             for k, val in v.tags.items()
-            if k.startswith("gate.") and k.count(".") == 1 and val == "fail"
+            if k.startswith("gate.") and k.count(".") == 1 and val.startswith("fail")
         )
         return "FAIL(" + ",".join(failed) + ")"
     return status

@@ -114,6 +114,6 @@ def _failed_gates(info: VersionInfo) -> str:
     failed = [
         key[len("gate.") :]
         for key, value in info.tags.items()
-        if key.startswith("gate.") and key.count(".") == 1 and value == "fail"
+        if key.startswith("gate.") and key.count(".") == 1 and value.startswith("fail")
     ]
     return ", ".join(sorted(failed))

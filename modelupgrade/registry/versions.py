@@ -207,12 +207,13 @@ class ModelRegistry:
             TAG_SCENARIO: record.scenario,
             TAG_DATA_HASH: record.data_hash,
             TAG_GIT_COMMIT: git_commit(),
-            TAG_CHECKPOINT: record.checkpoint_sha256,
             TAG_HEADS: ",".join(sorted(record.head_dirs)) or "none",
-            TAG_COMPATIBLE_WITH: "",
+            TAG_COMPATIBLE_WITH: NO_PARENT,
             TAG_GATES_PASSED: "not evaluated",
             **dict(record.extra_tags),
         }
+        if record.checkpoint_sha256:
+            tags[TAG_CHECKPOINT] = record.checkpoint_sha256
         for head_name, head_dir in sorted(record.head_dirs.items()):
             stage_run.log_artifact(head_dir, f"{record.model_key}/heads/{head_name}")
         if record.model_card is not None and Path(record.model_card).is_file():
@@ -272,7 +273,8 @@ class ModelRegistry:
         self.set_tags(version, {TAG_GATES_PASSED: FIRST_GENERATION, TAG_GATES_AGAINST: NO_PARENT})
 
     def set_compatible_with(self, version: int, galleries: list[int]) -> None:
-        self.set_tags(version, {TAG_COMPATIBLE_WITH: ",".join(str(v) for v in sorted(galleries))})
+        listed = ",".join(str(v) for v in sorted(galleries))
+        self.set_tags(version, {TAG_COMPATIBLE_WITH: listed or NO_PARENT})
 
     def set_alias(self, alias: str, version: int) -> None:
         with self.tracker.config.writer_lock():
