@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from modelupgrade.config.base import Section
 
@@ -13,7 +13,10 @@ class ArchitectureParams(Section):
     """An embedding model: a timm backbone (pretrained=False), GeM pooling, linear embedding."""
 
     backbone: str = "resnet18"
+    # 3×3 stride-1 stem without max-pool (ResNet family) for 28×28 / 32×32 inputs.
     cifar_stem: bool = True
+    # Side of the square input the backbone sees; images are resized to it. None: the data's own size.
+    image_size: int | None = Field(default=None, ge=8)
     embedding_dim: int = Field(default=128, ge=2)
     gem_p: float = Field(default=3.0, gt=0)
     gem_learnable: bool = False
@@ -24,19 +27,65 @@ class ArchitectureParams(Section):
 
 
 class TrainingParams(Section):
+    """SGD with momentum, per-step linear warm-up then cosine decay (DMU/BiCT: 0.1, 0.9, 1e-4)."""
+
     epochs: int = Field(default=2, ge=1)
     batch_size: int = Field(default=256, ge=2)
     lr: float = Field(default=0.1, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)
     weight_decay: float = Field(default=1e-4, ge=0)
     warmup_epochs: float = Field(default=0.2, ge=0)
+    warmup_start_ratio: float = Field(default=1e-3, gt=0, le=1)
     lr_min_ratio: float = Field(default=1e-2, ge=0, le=1)
+    # Random resized crop (fraction of the area, aspect ratio range) and horizontal flip.
     crop_scale: tuple[float, float] = (0.8, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     hflip: bool = True
+    # Batch size for embedding without augmentation (prototype refreshes, the embed stage).
+    eval_batch_size: int = Field(default=1024, ge=1)
+    # Keep the decoded uint8 training images on the GPU when they take at most this fraction of its free memory.
+    images_on_device_max_fraction: float = Field(default=0.5, ge=0, le=1)
+    # Steps between progress/NaN checks (each check synchronises with the GPU).
+    log_every_steps: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _ranges_are_ordered(self) -> TrainingParams:
+        for name in ("crop_scale", "crop_ratio"):
+            low, high = getattr(self, name)
+            if not 0 < low <= high:
+                raise ValueError(f"training.{name} must be (low, high) with 0 < low <= high, got {(low, high)}")
+        if self.crop_scale[1] > 1:
+            raise ValueError(f"training.crop_scale is a fraction of the image area, at most 1; got {self.crop_scale}")
+        return self
 
 
 class StrategyParams(Section):
-    """One compatibility strategy: its registered ``kind`` and that kind's hyper-parameters."""
+    """One compatibility strategy: its registered ``kind`` and that kind's hyper-parameters.
+
+    ``options`` left out take the defaults of the paper that defines the kind (the ``Options`` class
+    of each strategy in ``modelupgrade.strategies``); they are validated strictly against it.
+    """
 
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kind_and_options_are_known(self) -> StrategyParams:
+        # Imported here: the strategies package imports the models, which import this module.
+        from pydantic import ValidationError
+
+        from modelupgrade.errors import UserError
+        from modelupgrade.strategies import STRATEGIES
+
+        try:
+            strategy_class = STRATEGIES.get(self.kind)
+        except UserError as err:
+            raise ValueError(str(err)) from None
+        try:
+            strategy_class.Options.model_validate(self.options)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"options of strategy kind {self.kind!r} are not valid: {problems}") from None
+        return self

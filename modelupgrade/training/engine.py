@@ -1,0 +1,284 @@
+"""The training engine: one loop for generation 0 and for every new generation under a strategy.
+
+- Images are decoded once into a uint8 tensor, kept on the GPU when they fit, augmented per batch
+  with tensor ops (``BatchAugment``).
+- The old model is frozen (eval mode, no gradient); it embeds the same batch (the same augmented
+  view, or its own view when the strategy asks for one).
+- SGD with momentum; per-step warm-up then cosine schedule; bf16 autocast and channels_last on GPU.
+- Deterministic on CPU for a seed: the epoch's permutation and augmentation draws come from
+  generators seeded by (seed, epoch), so a run resumed from an epoch checkpoint continues exactly.
+- A checkpoint (model, strategy, optimiser, history) is written atomically after every epoch; a run
+  started again with the same resume directory continues after the last finished epoch.
+- A non-finite loss stops the run with a ``TrainingDivergedError`` naming the epoch and step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from modelupgrade.config.training import TrainingParams
+from modelupgrade.errors import UserError
+from modelupgrade.models import EmbeddingModel, autocast_for, cpu_state, embed_tensor
+from modelupgrade.runtime import enable_determinism, seed_everything
+from modelupgrade.strategies import CompatibilityStrategy, StepInputs, TrainingContext
+from modelupgrade.training.augment import BatchAugment
+from modelupgrade.training.schedule import learning_rate
+
+log = logging.getLogger(__name__)
+
+RESUME_FILE = "resume.pt"
+
+
+class TrainingDivergedError(UserError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainingResult:
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    images_per_second: float = 0.0
+    steps: int = 0
+    resumed_from_epoch: int = 0
+    images_on_device: bool = False
+
+
+def place_images(images: torch.Tensor, device: torch.device, max_fraction: float) -> torch.Tensor:
+    """Put the uint8 images on the GPU if they take at most ``max_fraction`` of its free memory."""
+    if device.type != "cuda":
+        return images
+    free, _ = torch.cuda.mem_get_info(device)
+    if images.numel() * images.element_size() <= max_fraction * free:
+        return images.to(device)
+    log.info("training images (%.1f GiB) stay in pinned host memory", images.numel() / 2**30)
+    return images.pin_memory()
+
+
+def _fingerprint(model: EmbeddingModel, strategy: CompatibilityStrategy, params: TrainingParams, seed: int, n: int) -> str:
+    description = {
+        "architecture": model.architecture.model_dump(mode="json"),
+        "classes": model.num_classes,
+        "strategy": strategy.describe(),
+        "training": params.model_dump(mode="json"),
+        "seed": seed,
+        "images": n,
+    }
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Trainer:
+    def __init__(
+        self,
+        params: TrainingParams,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        resume_dir: str | Path | None = None,
+        progress: bool | None = None,
+        description: str = "train",
+    ) -> None:
+        self.params = params
+        self.device = torch.device(device)
+        self.seed = seed
+        self.resume_dir = Path(resume_dir) if resume_dir is not None else None
+        self.progress = progress
+        self.description = description
+
+    def fit(
+        self,
+        model: EmbeddingModel,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        strategy: CompatibilityStrategy,
+        old_model: EmbeddingModel | None = None,
+    ) -> TrainingResult:
+        """Train ``model`` in place on uint8 ``images`` (N, C, H, W) and int64 ``labels`` (N,)."""
+        p, device = self.params, self.device
+        if images.dtype != torch.uint8 or images.ndim != 4:
+            raise UserError(f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
+        n = images.shape[0]
+        if n < 2:
+            raise UserError(f"training needs at least 2 images, got {n}")
+        if labels.shape != (n,):
+            raise UserError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
+        if int(labels.max()) >= model.num_classes:
+            raise UserError(f"label {int(labels.max())} is out of range for a {model.num_classes}-class model")
+
+        seed_everything(self.seed)
+        if device.type == "cpu":
+            enable_determinism()
+        images = place_images(images, device, p.images_on_device_max_fraction)
+        labels = labels.to(device)
+        channels_last = device.type == "cuda"
+        model.to(device)
+        if channels_last:
+            model.to(memory_format=torch.channels_last)
+        if old_model is not None:
+            old_model.to(device).eval().requires_grad_(False)
+            if channels_last:
+                old_model.to(memory_format=torch.channels_last)
+
+        context = TrainingContext(
+            labels=labels,
+            epochs=p.epochs,
+            embed_training_set=lambda m: embed_tensor(m, images, p.eval_batch_size, device),
+            old_model=old_model if strategy.needs_old_model else None,
+        )
+        strategy.setup(model, context)
+        strategy.to(device)
+        trainable = [q for q in model.parameters() if q.requires_grad]
+        trainable += [q for q in strategy.parameters() if q.requires_grad]
+        optimizer = torch.optim.SGD(trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
+
+        batch_size = min(p.batch_size, n)
+        steps_per_epoch = n // batch_size
+        total_steps = steps_per_epoch * p.epochs
+        warmup_steps = round(p.warmup_epochs * steps_per_epoch)
+        augment = BatchAugment(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
+        separate_old_view = strategy.options.old_view == "separate"
+        result = TrainingResult(images_on_device=images.device.type == device.type)
+
+        fingerprint = _fingerprint(model, strategy, p, self.seed, n)
+        start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
+        bar = tqdm(
+            total=total_steps, initial=start_epoch * steps_per_epoch, desc=self.description,
+            disable=None if self.progress is None else not self.progress, mininterval=1.0, dynamic_ncols=True,
+        )
+        started = time.perf_counter()
+        trained_images = 0
+        try:
+            for epoch in range(start_epoch, p.epochs):
+                model.train()
+                strategy.train()
+                strategy.on_epoch_start(epoch, model, context)
+                model.train()
+                generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                order = torch.randperm(n, generator=generator)[: steps_per_epoch * batch_size]
+                order = order.view(steps_per_epoch, batch_size)
+                epoch_losses = torch.zeros(steps_per_epoch, device=device)
+                term_sums: dict[str, torch.Tensor] = {}
+                epoch_started = time.perf_counter()
+                checked = 0
+                for step_in_epoch in range(steps_per_epoch):
+                    step = epoch * steps_per_epoch + step_in_epoch
+                    lr = learning_rate(step, total_steps, warmup_steps, p.lr, p.warmup_start_ratio, p.lr_min_ratio)
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    index = order[step_in_epoch].to(images.device)
+                    batch = images.index_select(0, index).to(device, non_blocking=True)
+                    batch_labels = labels.index_select(0, index.to(device))
+                    new_view = augment(batch, generator)
+                    old_view = augment(batch, generator) if separate_old_view else new_view
+                    with autocast_for(device):
+                        new_features = model(new_view)
+                        old_features = None
+                        if context.old_model is not None:
+                            with torch.no_grad():
+                                old_features = context.old_model(old_view).detach()
+                        terms = {"classification": model.classifier.loss(new_features, batch_labels)}
+                        terms.update(
+                            strategy.losses(StepInputs(batch_labels, new_features, old_features, model, epoch))
+                        )
+                    loss = torch.stack([t.float() for t in terms.values()]).sum()
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    epoch_losses[step_in_epoch] = loss.detach()
+                    for name, value in terms.items():
+                        term_sums[name] = term_sums.get(name, 0.0) + value.detach().float()
+                    trained_images += batch_size
+                    last = step_in_epoch == steps_per_epoch - 1
+                    if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
+                        checked = self._check_finite(epoch_losses, checked, step_in_epoch + 1, epoch, steps_per_epoch)
+                        elapsed = time.perf_counter() - started
+                        bar.update(step + 1 - bar.n)
+                        bar.set_postfix(
+                            loss=f"{float(epoch_losses[step_in_epoch]):.3f}",
+                            img_s=f"{trained_images / max(elapsed, 1e-9):.0f}", refresh=False,
+                        )
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                seconds = time.perf_counter() - epoch_started
+                result.history.append({
+                    "epoch": epoch,
+                    "loss": float(epoch_losses.mean()),
+                    **{f"loss_{k}": float(v) / steps_per_epoch for k, v in term_sums.items()},
+                    "lr_end": lr,
+                    "seconds": round(seconds, 3),
+                    "images_per_second": round(steps_per_epoch * batch_size / max(seconds, 1e-9), 1),
+                })
+                log.info("%s epoch %d/%d: %s", self.description, epoch + 1, p.epochs, result.history[-1])
+                self._save_resume(fingerprint, epoch + 1, model, strategy, optimizer, result)
+        finally:
+            bar.close()
+        result.seconds = time.perf_counter() - started
+        result.steps = (p.epochs - start_epoch) * steps_per_epoch
+        result.images_per_second = trained_images / max(result.seconds, 1e-9)
+        model.eval()
+        strategy.eval()
+        return result
+
+    def _check_finite(self, losses: torch.Tensor, checked: int, upto: int, epoch: int, steps_per_epoch: int) -> int:
+        window = losses[checked:upto]
+        bad = torch.nonzero(~torch.isfinite(window))
+        if bad.numel():
+            local = checked + int(bad[0, 0])
+            raise TrainingDivergedError(
+                f"the training loss became {float(losses[local])} at epoch {epoch + 1}, step {local + 1} of "
+                f"{steps_per_epoch} (global step {epoch * steps_per_epoch + local + 1})",
+                hint="lower training.lr or raise training.warmup_epochs; check the strategy's loss weights",
+            )
+        return upto
+
+    # ------------------------------------------------------------------ resume
+
+    def _resume_path(self) -> Path | None:
+        return self.resume_dir / RESUME_FILE if self.resume_dir is not None else None
+
+    def _maybe_resume(
+        self, fingerprint: str, model: EmbeddingModel, strategy: CompatibilityStrategy,
+        optimizer: torch.optim.Optimizer, result: TrainingResult,
+    ) -> int:
+        path = self._resume_path()
+        if path is None or not path.is_file():
+            return 0
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        if state.get("fingerprint") != fingerprint:
+            log.warning("ignoring %s: it was written for a different configuration or data", path)
+            return 0
+        model.load_state_dict(state["model"])
+        strategy.load_state_dict(state["strategy"])
+        optimizer.load_state_dict(state["optimizer"])
+        result.history = json.loads(state["history"])
+        result.resumed_from_epoch = int(state["epoch"])
+        log.info("resuming %s after epoch %d from %s", self.description, result.resumed_from_epoch, path)
+        return result.resumed_from_epoch
+
+    def _save_resume(
+        self, fingerprint: str, epoch: int, model: EmbeddingModel, strategy: CompatibilityStrategy,
+        optimizer: torch.optim.Optimizer, result: TrainingResult,
+    ) -> None:
+        path = self._resume_path()
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "fingerprint": fingerprint,
+            "epoch": epoch,
+            "model": cpu_state(model),
+            "strategy": cpu_state(strategy),
+            "optimizer": optimizer.state_dict(),
+            "history": json.dumps(result.history),
+        }
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)

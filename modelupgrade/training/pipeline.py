@@ -1,0 +1,108 @@
+"""Train one generation end to end: build the model, pick the strategy, fit, save with its card."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+
+from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.errors import UserError
+from modelupgrade.io import file_sha256
+from modelupgrade.models import CARD_FILE, EmbeddingModel, load_model, save_model
+from modelupgrade.runtime import describe_device, seed_everything
+from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
+from modelupgrade.training.engine import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def default_resume_dir(out_dir: str | Path) -> Path:
+    """Where epoch checkpoints of an unfinished run live: a hidden sibling of the output directory."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / f".{out_dir.name}.resume"
+
+
+def build_model(architecture: ArchitectureParams, images: torch.Tensor, labels: torch.Tensor) -> EmbeddingModel:
+    """A fresh model sized for this training set (channels, image size, classes 0..max label)."""
+    num_classes = int(labels.max()) + 1
+    model = EmbeddingModel(architecture, in_chans=images.shape[1], num_classes=num_classes, input_size=images.shape[-1])
+    model.trained_classes = sorted(int(c) for c in torch.unique(labels).tolist())
+    return model
+
+
+def train_model(
+    *,
+    architecture: ArchitectureParams,
+    architecture_name: str,
+    training: TrainingParams,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    out_dir: str | Path,
+    generation: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    strategy_name: str | None = None,
+    strategy_params: StrategyParams | None = None,
+    old_model_dir: str | Path | None = None,
+    data: Mapping[str, Any] | None = None,
+    resume_dir: str | Path | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Train and save one model; returns its card. Generation 0 trains without a strategy."""
+    device = torch.device(device)
+    if generation == 0:
+        if strategy_name is not None or old_model_dir is not None:
+            raise UserError("generation 0 is trained without a strategy or an old model", hint="drop --strategy/--old")
+        strategy: CompatibilityStrategy = Independent()
+    else:
+        if strategy_params is None or strategy_name is None:
+            raise UserError(f"generation {generation} needs a strategy", hint="pass --strategy <name from params.yaml>")
+        strategy = build_strategy(strategy_params.kind, strategy_params.options)
+    old_model = None
+    parent = None
+    if strategy.needs_old_model:
+        if old_model_dir is None:
+            raise UserError(f"strategy {strategy_name!r} needs the previous generation", hint="pass --old <model dir>")
+        old_model = load_model(old_model_dir)
+    if old_model_dir is not None:
+        parent_card = Path(old_model_dir) / CARD_FILE
+        if not parent_card.is_file():
+            raise UserError(f"{parent_card} does not exist", hint="train the previous generation first")
+        parent = {"path": str(old_model_dir), "card_sha256": file_sha256(parent_card)}
+
+    seed_everything(seed)  # the initial weights depend on the seed only
+    model = build_model(architecture, images, labels)
+    if old_model is not None:
+        strategy.check_models(model, old_model)
+    resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
+    name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
+    trainer = Trainer(training, device=device, seed=seed, resume_dir=resume_dir, progress=progress, description=name)
+    result = trainer.fit(model, images, labels, strategy, old_model)
+
+    card_fields = {
+        "generation": generation,
+        "architecture_name": architecture_name,
+        "strategy": {"name": strategy_name or "independent", **strategy.describe()},
+        "parent": parent,
+        "seed": seed,
+        "data": {**(data or {}), "images": int(images.shape[0]), "classes": len(model.trained_classes or [])},
+        "training": training.model_dump(mode="json"),
+        "history": result.history,
+        "train_seconds": round(result.seconds, 3),
+        "train_images_per_second": round(result.images_per_second, 1),
+        "resumed_from_epoch": result.resumed_from_epoch,
+        "device": describe_device(device),
+        "versions": {"torch": torch.__version__, "timm": timm.__version__, "python": platform.python_version()},
+        **strategy.card_entries(),
+    }
+    card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())
+    shutil.rmtree(resume_dir, ignore_errors=True)
+    log.info("saved %s (%.1f s, %.0f images/s)", out_dir, result.seconds, result.images_per_second)
+    return card
