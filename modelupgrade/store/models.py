@@ -79,14 +79,31 @@ def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "
 
 def head_transform_fn(head_dir: str | Path, device: str = "cpu") -> tuple[TransformFn, dict[str, Any]]:
     """The head saved in ``head_dir`` as a vectors → vectors callable, with its card."""
-    from modelupgrade.heads import apply, load_head
+    from modelupgrade.heads import load_head
 
     head, card = load_head(head_dir, device)
+    return folded_transform(head, device), card
+
+
+def folded_transform(head: Any, device: str = "cpu", batch_size: int = 8192) -> TransformFn:
+    """``head``'s transform with BatchNorm folded once, not once per chunk."""
+    import torch
+
+    from modelupgrade.heads import inference_copy
+
+    frozen = inference_copy(head, device)
 
     def transform(vectors: np.ndarray) -> np.ndarray:
-        return apply(head, vectors, device=device)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        head.check_input(vectors.shape[1], None)
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(vectors), batch_size):
+                x = torch.from_numpy(vectors[start : start + batch_size]).to(device)
+                out.append(frozen(x).float().cpu().numpy())
+        return np.concatenate(out) if out else np.empty((0, head.out_dim), dtype=np.float32)
 
-    return transform, card
+    return transform
 
 
 def old_classifier_scores(model_dir: str | Path, vectors: np.ndarray, kind: str = "confidence") -> np.ndarray:
