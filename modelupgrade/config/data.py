@@ -4,17 +4,37 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from modelupgrade.config.base import Section
 
 ScenarioKind = Literal["extended-data", "open-data", "extended-class", "open-class", "identical-data"]
 
 
+class Gldv2Params(Section):
+    """File names of the GLDv2 retrieval layout (only read when ``dataset.loader`` is ``gldv2``)."""
+
+    # Either GLDv2's ``train.csv`` (id,url,landmark_id) or ``train_clean.csv`` (landmark_id,images).
+    train_csv: str = "train_clean.csv"
+    train_images_dir: str = "train"
+    # Revisited Oxford/Paris sets, each at <root>/<name>/gnd_<name>.pkl with images in <name>/jpg/.
+    revisited_sets: list[str] = Field(default_factory=lambda: ["roxford5k", "rparis6k"])
+
+
 class DatasetParams(Section):
     name: str = "fashion-mnist"
     loader: Literal["idx", "imagefolder", "manifest", "cifar100", "gldv2"] = "idx"
     root: str = "/usr/share/datasets/fashion-mnist"
+    # Names of the classes in label order; None = the known names of ``name`` or "0".."C-1".
+    class_names: list[str] | None = None
+    # The source split the training pool is drawn from.
+    train_split: str = "train"
+    # File datasets (imagefolder, manifest, gldv2) are resized to image_size x image_size RGB;
+    # array datasets (IDX, CIFAR) keep their native size.
+    image_size: int = Field(default=64, ge=8)
+    # ``manifest`` loader: a CSV or parquet file with columns path,label[,split], relative to root.
+    manifest_file: str = "manifest.csv"
+    gldv2: Gldv2Params = Field(default_factory=Gldv2Params)
     # Cap per class of the training pool (None = all); keeps the CPU default inside its time budget.
     max_train_per_class: int | None = Field(default=None, ge=1)
     min_images_per_class: int = Field(default=20, ge=1)
@@ -31,15 +51,38 @@ class ScenarioParams(Section):
 
 
 class EvaluationSplitParams(Section):
-    """Query and gallery come from the held-out source split, disjoint from every training set."""
+    """Query and gallery come from the held-out source split, disjoint from every training set.
 
+    ``sampled``: per class, ``queries_per_class`` queries; the rest (or ``gallery_per_class`` of it)
+    is the gallery. ``leave-one-out``: query set = gallery set, each query excluded from its own
+    ranking by the evaluator. ``predefined``: the manifest's rows with source_split ``query`` and
+    ``gallery`` (retrieval protocols such as Revisited Oxford/Paris).
+    """
+
+    protocol: Literal["sampled", "leave-one-out", "predefined"] = "sampled"
     source_split: str = "test"
+    # When set, the evaluation pool is this per-class fraction of the training source split
+    # (datasets without a held-out split); it is removed from the training pool.
+    holdout_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)
     queries_per_class: int = Field(default=100, ge=1)
     gallery_per_class: int | None = Field(default=None, ge=1)
 
 
 class SequentialParams(Section):
-    """Growing data snapshots for generation-over-generation upgrades (25% → 50% → 100%)."""
+    """Growing snapshots for generation-over-generation upgrades (25% → 50% → 100%), nested."""
 
+    # ``data``: per-class fraction of each class's images; ``class``: fraction of the classes.
+    kind: Literal["data", "class"] = "data"
     fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 1.0])
     strategies: list[str] = Field(default_factory=lambda: ["bct", "bict", "dmu"])
+
+    @field_validator("fractions")
+    @classmethod
+    def _growing_fractions(cls, fractions: list[float]) -> list[float]:
+        if len(fractions) < 2:
+            raise ValueError("needs at least two snapshots (gen0 and gen1)")
+        if any(not 0.0 < f <= 1.0 for f in fractions):
+            raise ValueError("every fraction must lie in (0, 1]")
+        if any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)):
+            raise ValueError("fractions must grow strictly (each snapshot contains the one before)")
+        return fractions

@@ -1,0 +1,109 @@
+"""CIFAR-100 in its python pickle format (``train``, ``test``, ``meta``), fine labels."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pickle
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, gather_rows
+from modelupgrade.data.manifest import make_manifest
+from modelupgrade.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+_SPLIT_FILES = ("train", "test")
+_CACHE: dict[tuple[str, int, int], dict[str, object]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _unpickle(path: Path) -> dict[str, object]:
+    """Load one CIFAR pickle once per process; byte-string keys become str."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    try:
+        with open(path, "rb") as fh:
+            # The CIFAR distribution format is a pickle; only load it from a dataset copy you trust.
+            raw = pickle.load(fh, encoding="bytes")
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
+        raise UserError(f"CIFAR file {path} is corrupt or truncated ({err})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"CIFAR file {path} does not hold a dict (got {type(raw).__name__})")
+    decoded = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+    with _CACHE_LOCK:
+        _CACHE[key] = decoded
+    return decoded
+
+
+def _images_of(path: Path) -> np.ndarray:
+    content = _unpickle(path)
+    data = np.asarray(content.get("data"))
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.dtype != np.uint8:
+        raise UserError(
+            f"CIFAR file {path} has a size mismatch: 'data' must be uint8 (N, 3072), got "
+            f"{data.dtype} {data.shape}"
+        )
+    images = data.reshape(-1, 3, 32, 32)
+    images.flags.writeable = False
+    return images
+
+
+@LOADERS.register("cifar100")
+class Cifar100Loader(DatasetLoader):
+    def base_dir(self) -> Path:
+        root = self.require_root()
+        nested = root / "cifar-100-python"
+        return nested if (nested / "train").is_file() else root
+
+    def build_manifest(self) -> pd.DataFrame:
+        base = self.base_dir()
+        root = self.root.resolve()
+        parts = []
+        for split in _SPLIT_FILES:
+            path = base / split
+            if not path.is_file():
+                raise UserError(f"CIFAR-100 file {path} does not exist", hint=self.missing_hint())
+            content = _unpickle(path)
+            labels = np.asarray(content.get("fine_labels", []), dtype=np.int64)
+            count = len(_images_of(path))
+            if len(labels) != count:
+                raise UserError(
+                    f"CIFAR file {path} has a size mismatch: {len(labels)} fine labels for {count} images"
+                )
+            parts.append((split, str(path.resolve().relative_to(root)), labels))
+        meta_path = base / "meta"
+        if self.params.class_names is not None:
+            names = list(self.params.class_names)
+        elif meta_path.is_file():
+            names = [n.decode() if isinstance(n, bytes) else str(n)
+                     for n in _unpickle(meta_path)["fine_label_names"]]  # type: ignore[union-attr]
+        else:
+            names = [str(i) for i in range(int(max(p[2].max() for p in parts)) + 1)]
+        all_labels = np.concatenate([p[2] for p in parts])
+        if all_labels.min() < 0 or all_labels.max() >= len(names):
+            raise UserError(f"CIFAR labels fall outside 0..{len(names) - 1} (the class names in meta)")
+        return make_manifest(
+            item_id=[f"{split}-{i:05d}" for split, _, lab in parts for i in range(len(lab))],
+            label=all_labels,
+            class_names=names,
+            source_split=np.concatenate([np.full(len(lab), s, dtype=object) for s, _, lab in parts]),
+            path=np.concatenate([np.full(len(lab), p, dtype=object) for _, p, lab in parts]),
+            index=np.concatenate([np.arange(len(lab), dtype=np.int64) for _, _, lab in parts]),
+        )
+
+    def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
+        import torch
+
+        arrays = {p: _images_of(self.resolve(p)) for p in frame["path"].astype(str).unique()}
+        if not arrays:
+            return torch.empty((0, 3, 32, 32), dtype=torch.uint8)
+        return torch.from_numpy(gather_rows(arrays, frame))

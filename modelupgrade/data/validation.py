@@ -1,0 +1,343 @@
+"""Data validation with Great Expectations (GX Core 1.x, one ephemeral context per run).
+
+Every manifest and split file passes these expectations before anything trains on it: no nulls,
+labels inside the class set, paths that exist inside the data root, no image shared between a
+training set and the evaluation sets, the scenario's class coverage, and a minimum of images per
+class. A failure raises ``DataValidationError`` naming the expectation, the column and a few
+offending rows. GX takes seconds to import, so it is imported only when a ``Validator`` is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelupgrade.data.manifest import MANIFEST_COLUMNS, check_manifest_columns, image_keys
+from modelupgrade.data.scenarios import EVALUATION_SPLITS, Splits
+from modelupgrade.errors import DataValidationError
+
+log = logging.getLogger(__name__)
+
+EXAMPLES_SHOWN = 5
+
+
+@dataclass
+class ExpectationOutcome:
+    table: str
+    expectation: str
+    column: str
+    success: bool
+    unexpected_count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    detail: str = ""
+
+    def describe(self) -> str:
+        shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in self.examples)
+        text = f"{self.table}: {self.expectation} on column {self.column!r} failed"
+        if self.unexpected_count:
+            text += f" ({self.unexpected_count} offending row(s)"
+            text += f", e.g. {shown})" if shown else ")"
+        if self.detail:
+            text += f" [{self.detail}]"
+        return text
+
+
+@dataclass
+class ValidationReport:
+    name: str
+    outcomes: list[ExpectationOutcome] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return all(o.success for o in self.outcomes)
+
+    @property
+    def failures(self) -> list[ExpectationOutcome]:
+        return [o for o in self.outcomes if not o.success]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "success": self.success,
+            "expectations": len(self.outcomes),
+            "failed": len(self.failures),
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "results": [asdict(o) for o in self.outcomes],
+        }
+
+    def raise_if_failed(self) -> None:
+        if self.success:
+            return
+        lines = [f"data validation of {self.name} failed ({len(self.failures)} expectation(s)):"]
+        lines += [f"  - {f.describe()}" for f in self.failures]
+        raise DataValidationError(
+            "\n".join(lines), hint="fix the data or the split parameters; nothing downstream runs on it"
+        )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class Validator:
+    """Owns the one GX context of a run; ``check`` validates a frame against expectations."""
+
+    def __init__(self) -> None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        started = time.perf_counter()
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        imported = time.perf_counter()
+        self.gx = gx
+        self.expect = gxe
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self.source = self.context.data_sources.add_pandas(name="modelupgrade")
+        self.seconds = {
+            "gx_import": imported - started,
+            "gx_context": time.perf_counter() - imported,
+            "validate": 0.0,
+        }
+        self._tables = 0
+
+    def check(
+        self, table: str, frame: pd.DataFrame, expectations: list[Any], id_column: str = "item_id"
+    ) -> list[ExpectationOutcome]:
+        started = time.perf_counter()
+        self._tables += 1
+        asset = self.source.add_dataframe_asset(name=f"table{self._tables}")
+        batch = asset.add_batch_definition_whole_dataframe("whole")
+        suite = self.context.suites.add(self.gx.ExpectationSuite(name=f"suite{self._tables}"))
+        for expectation in expectations:
+            suite.add_expectation(expectation)
+        definition = self.context.validation_definitions.add(
+            self.gx.ValidationDefinition(data=batch, suite=suite, name=f"validation{self._tables}")
+        )
+        result_format: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
+        if id_column in frame.columns:
+            result_format["unexpected_index_column_names"] = [id_column]
+        result = definition.run(
+            batch_parameters={"dataframe": frame.reset_index(drop=True)}, result_format=result_format
+        )
+        outcomes = [self._outcome(table, r) for r in result.results]
+        self.seconds["validate"] += time.perf_counter() - started
+        return outcomes
+
+    @staticmethod
+    def _outcome(table: str, result: Any) -> ExpectationOutcome:
+        config = result.expectation_config
+        kwargs = config.kwargs
+        column = kwargs.get("column") or "/".join(
+            str(kwargs[k]) for k in ("column_A", "column_B") if k in kwargs
+        )
+        details = dict(result.result or {})
+        examples = [
+            {k: _plain(v) for k, v in row.items()}
+            for row in details.get("partial_unexpected_index_list", [])[:EXAMPLES_SHOWN]
+        ]
+        if not examples and details.get("partial_unexpected_list"):
+            examples = [{"value": _plain(v)} for v in details["partial_unexpected_list"][:EXAMPLES_SHOWN]]
+        detail = ""
+        if details.get("partial_missing_list"):
+            missing = [_plain(v) for v in details["partial_missing_list"][:EXAMPLES_SHOWN]]
+            detail = f"missing values: {missing}"
+        if not result.success and not details:
+            info = result.exception_info or {}
+            messages = [v.get("exception_message") for v in info.values() if isinstance(v, dict)]
+            messages += [info.get("exception_message")] if "exception_message" in info else []
+            detail = "; ".join(m for m in messages if m) or "column missing or expectation not computable"
+        return ExpectationOutcome(
+            table=table,
+            expectation=config.type,
+            column=str(column),
+            success=bool(result.success),
+            unexpected_count=int(details.get("unexpected_count") or 0),
+            examples=examples,
+            detail=detail,
+        )
+
+
+def valid_paths(frame: pd.DataFrame, root: str | Path) -> list[str]:
+    """The distinct paths of ``frame`` that exist and resolve inside ``root``."""
+    root = Path(root).resolve()
+    good = []
+    for relative in frame["path"].dropna().astype(str).unique():
+        full = (root / relative).resolve()
+        if full.is_relative_to(root) and full.exists():
+            good.append(relative)
+    return good
+
+
+def with_class_sizes(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` plus ``images_in_class``: how many rows of the frame share each row's label."""
+    return frame.assign(images_in_class=frame.groupby("label")["label"].transform("size").to_numpy())
+
+
+class DataChecks:
+    """Builds the expectations of manifests and splits and runs them through one Validator."""
+
+    def __init__(self, validator: Validator, manifest: pd.DataFrame, root: str | Path,
+                 min_images_per_class: int, train_split: str) -> None:
+        self.v = validator
+        self.manifest = manifest
+        self.min_images = min_images_per_class
+        self.train_split = train_split
+        self.class_count = int(manifest["class_name"].nunique())
+        self.labels = list(range(self.class_count))
+        self.label_names = sorted(
+            {(int(a), str(b)) for a, b in manifest[["label", "class_name"]].itertuples(index=False)}
+        )
+        self.paths = valid_paths(manifest, root)
+        self.item_ids = manifest["item_id"].astype(str).tolist()
+
+    def row_expectations(self) -> list[Any]:
+        x = self.v.expect
+        first_names: dict[int, str] = {}
+        for label, name in self.label_names:
+            first_names.setdefault(label, name)
+        return [
+            *[x.ExpectColumnToExist(column=c) for c in MANIFEST_COLUMNS],
+            *[x.ExpectColumnValuesToNotBeNull(column=c) for c in MANIFEST_COLUMNS],
+            x.ExpectColumnValuesToBeUnique(column="item_id"),
+            x.ExpectColumnValuesToBeInSet(column="label", value_set=self.labels),
+            x.ExpectColumnPairValuesToBeInSet(
+                column_A="label", column_B="class_name", value_pairs_set=sorted(first_names.items())
+            ),
+            x.ExpectColumnValuesToBeInSet(column="path", value_set=self.paths),
+            x.ExpectColumnValuesToBeBetween(column="index", min_value=-1),
+        ]
+
+    def class_size_expectation(self) -> Any:
+        return self.v.expect.ExpectColumnValuesToBeBetween(column="images_in_class", min_value=self.min_images)
+
+    def manifest_outcomes(self) -> list[ExpectationOutcome]:
+        x = self.v.expect
+        frame = self.manifest
+        outcomes = self.v.check(
+            "manifest",
+            frame,
+            [*self.row_expectations(),
+             x.ExpectColumnDistinctValuesToEqualSet(column="label", value_set=self.labels)],
+        )
+        training = frame[frame["source_split"] == self.train_split]
+        return outcomes + self.v.check(
+            f"manifest[{self.train_split}]", with_class_sizes(training), [self.class_size_expectation()]
+        )
+
+    def split_outcomes(self, name: str, splits: Splits) -> list[ExpectationOutcome]:
+        x = self.v.expect
+        frames = splits.frames
+        for split, frame in frames.items():
+            check_manifest_columns(frame, f"split {name}/{split}")
+        evaluation_keys = sorted(set().union(*(set(image_keys(frames[s])) for s in EVALUATION_SPLITS)))
+        outcomes: list[ExpectationOutcome] = []
+        for split, frame in frames.items():
+            expectations = [
+                *self.row_expectations(),
+                x.ExpectColumnValuesToBeInSet(column="item_id", value_set=self.item_ids),
+                *self.relation_expectations(split, splits),
+            ]
+            checked = frame
+            if split not in EVALUATION_SPLITS:
+                checked = with_class_sizes(frame).assign(image_key=image_keys(frame))
+                expectations += [
+                    x.ExpectColumnValuesToNotBeInSet(column="image_key", value_set=evaluation_keys),
+                    self.class_size_expectation(),
+                ]
+            outcomes += self.v.check(f"{name}/{split}", checked, expectations)
+        return outcomes
+
+    def relation_expectations(self, split: str, splits: Splits) -> list[Any]:
+        """Coverage and containment the scenario defines between its sets (from split_info)."""
+        x = self.v.expect
+        frames = splits.frames
+        info = splits.info
+
+        def classes(s: str) -> list[int]:
+            return sorted(int(v) for v in frames[s]["label"].unique())
+
+        def ids(s: str) -> list[str]:
+            return frames[s]["item_id"].astype(str).tolist()
+
+        expectations: list[Any] = []
+        if split == "query":
+            expectations.append(x.ExpectColumnValuesToBeInSet(column="label", value_set=classes("gallery")))
+            same_set = info.get("protocol") == "leave-one-out"
+            expectations.append(
+                x.ExpectColumnValuesToBeInSet(column="item_id", value_set=ids("gallery"))
+                if same_set
+                else x.ExpectColumnValuesToNotBeInSet(column="item_id", value_set=ids("gallery"))
+            )
+        relation = RELATIONS.get(str(info.get("class_relation")))
+        if split == "old_train" and relation is not None:
+            expectations.append(relation(x, classes("new_train")))
+        images = IMAGE_RELATIONS.get(str(info.get("image_relation")))
+        if split == "old_train" and images is not None:
+            expectations += images(x, ids("new_train"), len(frames["new_train"]))
+        generations = sorted((s for s in frames if s.startswith("gen")), key=lambda s: int(s[3:]))
+        if split in generations[:-1]:
+            following = generations[generations.index(split) + 1]
+            expectations.append(x.ExpectColumnValuesToBeInSet(column="item_id", value_set=ids(following)))
+            grows_by_class = info.get("kind") == "sequential-class"
+            expectations.append(
+                (RELATIONS["subset"] if grows_by_class else RELATIONS["same"])(x, classes(following))
+            )
+        return expectations
+
+
+# Class coverage of the old training set against the new one's classes.
+RELATIONS = {
+    "same": lambda x, new: x.ExpectColumnDistinctValuesToEqualSet(column="label", value_set=new),
+    "subset": lambda x, new: x.ExpectColumnValuesToBeInSet(column="label", value_set=new),
+    "disjoint": lambda x, new: x.ExpectColumnValuesToNotBeInSet(column="label", value_set=new),
+}
+
+# Image containment of the old training set against the new one's item ids.
+IMAGE_RELATIONS = {
+    "subset": lambda x, new, n: [x.ExpectColumnValuesToBeInSet(column="item_id", value_set=new)],
+    "disjoint": lambda x, new, n: [x.ExpectColumnValuesToNotBeInSet(column="item_id", value_set=new)],
+    "identical": lambda x, new, n: [
+        x.ExpectColumnValuesToBeInSet(column="item_id", value_set=new),
+        x.ExpectTableRowCountToEqual(value=n),
+    ],
+}
+
+
+def validate_manifest(validator: Validator, manifest: pd.DataFrame, root: str | Path,
+                      min_images_per_class: int, train_split: str, name: str = "manifest") -> ValidationReport:
+    started = validator.seconds["validate"]
+    checks = DataChecks(validator, manifest, root, min_images_per_class, train_split)
+    return _report(name, checks.manifest_outcomes(), validator, started)
+
+
+def validate_splits(validator: Validator, manifest: pd.DataFrame, splits: Splits, name: str,
+                    root: str | Path, min_images_per_class: int, train_split: str) -> ValidationReport:
+    started = validator.seconds["validate"]
+    checks = DataChecks(validator, manifest, root, min_images_per_class, train_split)
+    return _report(name, checks.split_outcomes(name, splits), validator, started)
+
+
+def _report(name: str, outcomes: list[ExpectationOutcome], validator: Validator,
+            validate_started: float) -> ValidationReport:
+    seconds = {
+        "gx_import": validator.seconds["gx_import"],
+        "gx_context": validator.seconds["gx_context"],
+        "validate": validator.seconds["validate"] - validate_started,
+    }
+    return ValidationReport(name, outcomes, seconds)
