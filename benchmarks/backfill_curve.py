@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--naive-points", type=int, default=0, help="0 = time the naive loop on every point")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     old, new, labels = synthetic(args.n, args.per_class, args.dim, args.seed)
     ordering = np.random.default_rng(args.seed + 1).permutation(args.n)
