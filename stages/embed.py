@@ -24,7 +24,7 @@ from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.io import save_npy
 from modelupgrade.models import embed, load_model
 from modelupgrade.runtime import select_device, setup_logging
-from stages.train import load_images, read_split
+from stages.train import apply_cpu_threads, load_images, read_split
 
 log = logging.getLogger("stages.embed")
 
@@ -54,6 +54,7 @@ def run(
         raise UserError("no split given", hint="pass --split <parquet> [...]")
     targets = output_paths(splits, out, out_dir)
     device = select_device(params.device)
+    apply_cpu_threads(params)
     model = load_model(model_dir, device)
     frames = [read_split(s) for s in splits]
     images = load_images(pd.concat(frames, ignore_index=True), params)

@@ -43,6 +43,11 @@ def load_images(frame: pd.DataFrame, params: Params) -> torch.Tensor:
     return decode(frame, params.dataset)
 
 
+def apply_cpu_threads(params: Params) -> None:
+    if params.training.cpu_threads is not None:
+        torch.set_num_threads(params.training.cpu_threads)
+
+
 def read_split(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
@@ -95,9 +100,10 @@ def run(
         if strategy not in params.strategies:
             raise UserError(f"unknown strategy {strategy!r}", hint=f"params.yaml defines: {', '.join(params.strategies)}")
         strategy_params = params.strategies[strategy]
+    apply_cpu_threads(params)
     frame = read_split(split_path)
     images = load_images(frame, params)
-    labels = torch.as_tensor(frame["label"].to_numpy(), dtype=torch.long)
+    labels = torch.tensor(frame["label"].to_numpy(dtype="int64"))
     log.info("training %s on %s: %d images, %d classes", out, split_path, len(frame), labels.unique().numel())
     return train_model(
         architecture=params.architectures[arch_name],

@@ -45,6 +45,9 @@ class TrainingParams(Section):
     eval_batch_size: int = Field(default=1024, ge=1)
     # Keep the decoded uint8 training images on the GPU when they take at most this fraction of its free memory.
     images_on_device_max_fraction: float = Field(default=0.5, ge=0, le=1)
+    # torch CPU threads of the train/embed stages; None = torch's default (all cores). Tiny models on
+    # a busy 2-core machine run several times faster with 1 (OpenMP threads otherwise spin-wait).
+    cpu_threads: int | None = Field(default=None, ge=1)
     # Steps between progress/NaN checks (each check synchronises with the GPU).
     log_every_steps: int = Field(default=10, ge=1)
 

@@ -15,12 +15,10 @@ landmark (gallery images positive for no query fall in "<set>/distractor").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
