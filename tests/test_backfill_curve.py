@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -105,8 +106,11 @@ CASES = [
 
 @pytest.mark.parametrize(("distance", "merge", "leave_one_out", "quantise"), CASES)
 def test_one_pass_curve_equals_per_point_recomputation(distance, merge, leave_one_out, quantise):
+    # A fixed seed per case: str hashes change with PYTHONHASHSEED, and about one random draw in 500
+    # holds two distances within float32 rounding, which the float64 reference orders differently.
+    seed = zlib.crc32(repr((distance, merge, leave_one_out, quantise)).encode()) % 1000
     systems, q_labels, g_labels, ordering = random_case(
-        seed=hash((distance, merge, leave_one_out, quantise)) % 1000, nq=None if leave_one_out else 25,
+        seed=seed, nq=None if leave_one_out else 25,
         quantise=quantise,
     )
     if not merge:
