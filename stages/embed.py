@@ -22,7 +22,7 @@ import pandas as pd
 from modelupgrade.config import Params, load_params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.io import save_npy
-from modelupgrade.models import embed, load_model
+from modelupgrade.models import classifier_logits, embed, load_model
 from modelupgrade.runtime import select_device, setup_logging
 from stages.train import apply_cpu_threads, load_images, read_split
 
@@ -48,8 +48,13 @@ def run(
     splits: Sequence[str | Path],
     out: str | Path | None = None,
     out_dir: str | Path | None = None,
+    logits: bool = False,
 ) -> list[Path]:
-    """Embed every split with the model; returns the written paths."""
+    """Embed every split with the model; returns the written paths.
+
+    ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
+    on its embeddings, which order the backfill by old-model confidence or entropy.
+    """
     if not splits:
         raise UserError("no split given", hint="pass --split <parquet> [...]")
     targets = output_paths(splits, out, out_dir)
@@ -59,13 +64,18 @@ def run(
     frames = [read_split(s) for s in splits]
     images = load_images(pd.concat(frames, ignore_index=True), params)
     embeddings = embed(model, images, params.training.eval_batch_size, device)
+    written = list(targets)
     start = 0
     for frame, target, split in zip(frames, targets, splits):
         part = np.ascontiguousarray(embeddings[start : start + len(frame)])
         start += len(frame)
         save_npy(target, part)
         log.info("embedded %s with %s: %s → %s", split, model_dir, part.shape, target)
-    return targets
+        if logits:
+            logits_path = target.with_name(f"{target.stem}_logits.npy")
+            save_npy(logits_path, classifier_logits(model, part))
+            written.append(logits_path)
+    return written
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", nargs="+", required=True, help="split parquet file(s)")
     parser.add_argument("--out", help="output .npy (one split)")
     parser.add_argument("--out-dir", help="output directory: <out-dir>/<split stem>.npy per split")
+    parser.add_argument("--logits", action="store_true",
+                        help="also write <stem>_logits.npy: the classifier's logits (backfill ordering)")
     return parser
 
 
@@ -82,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging()
-    run(load_params(args.params), args.model, args.split, out=args.out, out_dir=args.out_dir)
+    run(load_params(args.params), args.model, args.split, out=args.out, out_dir=args.out_dir, logits=args.logits)
 
 
 if __name__ == "__main__":

@@ -137,18 +137,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar (default: only on a terminal)")
     parser.add_argument("--out", required=True, help="output model directory (checkpoint.pt, card.json)")
+    parser.add_argument("--embed-split", nargs="+", default=[],
+                        help="after training, embed these split files (as stages.embed does, in this process)")
+    parser.add_argument("--embed-dir", help="directory of the --embed-split outputs: <embed-dir>/<split stem>.npy")
+    parser.add_argument("--embed-logits", action="store_true",
+                        help="with --embed-split: also write <stem>_logits.npy (the classifier's logits)")
     return parser
 
 
 @exit_on_user_error
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if bool(args.embed_split) != bool(args.embed_dir):
+        raise UserError("--embed-split and --embed-dir go together", hint="give both, or neither")
     setup_logging()
+    params = load_params(args.params)
     run(
-        load_params(args.params), args.out, args.generation, scenario=args.scenario, strategy=args.strategy,
+        params, args.out, args.generation, scenario=args.scenario, strategy=args.strategy,
         old=args.old, split=args.split, architecture=args.architecture, resume_dir=args.resume_dir,
         progress=args.progress,
     )
+    if args.embed_split:
+        # The pipeline embeds each model right after training it: one interpreter start, not two.
+        import stages.embed
+
+        stages.embed.run(params, args.out, args.embed_split, out_dir=args.embed_dir, logits=args.embed_logits)
 
 
 if __name__ == "__main__":

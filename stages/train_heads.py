@@ -41,6 +41,7 @@ from modelupgrade.heads import (
     read_head_card,
     resolve_training,
     save_head,
+    write_head_outputs,
 )
 from modelupgrade.io import file_sha256
 from modelupgrade.layers import MarginClassifier
@@ -216,18 +217,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--previous-heads", nargs="*", default=[],
         help="earlier generations' head directories, oldest first (sequential upgrades)",
     )
+    parser.add_argument(
+        "--outputs-dir",
+        help="after training, write the head's outputs on the evaluation embeddings here (ψ(old gallery), "
+             "σ², ψ_rev(new query), ρ); needs --evaluation-old and --evaluation-new",
+    )
+    parser.add_argument("--evaluation-old", help="old model's evaluation embeddings (query.npy, gallery.npy)")
+    parser.add_argument("--evaluation-new", help="new model's evaluation embeddings (query.npy, gallery.npy)")
     return parser
 
 
 @exit_on_user_error
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    evaluation = (args.outputs_dir, args.evaluation_old, args.evaluation_new)
+    if any(evaluation) and not all(evaluation):
+        raise UserError("--outputs-dir, --evaluation-old and --evaluation-new go together", hint="give all three, or none")
     setup_logging()
+    params = load_params(args.params)
     run(
-        load_params(args.params), args.head, args.old_embeddings, args.new_embeddings, args.labels,
+        params, args.head, args.old_embeddings, args.new_embeddings, args.labels,
         args.out, new_model=args.new_model, old_model=args.old_model, side_info=args.side_info,
         previous_heads=args.previous_heads,
     )
+    if args.outputs_dir:
+        # The pipeline applies each head right after training it: one interpreter start, not two.
+        written = write_head_outputs(args.out, args.evaluation_old, args.evaluation_new, args.outputs_dir,
+                                     device=select_device(params.device))
+        log.info("head %s outputs: %s", args.head, ", ".join(str(p) for p in written))
 
 
 if __name__ == "__main__":

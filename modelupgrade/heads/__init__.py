@@ -17,6 +17,7 @@ from modelupgrade.heads.bict import BiCTUpgradeModule
 from modelupgrade.heads.chain import HeadChain, load_chain, momentum_input
 from modelupgrade.heads.dmu import DMUForwardAdapter
 from modelupgrade.heads.fastfill import FastFillAdapter
+from modelupgrade.heads.evaluation_outputs import write_head_outputs
 from modelupgrade.heads.fct import FCTAdapter
 from modelupgrade.heads.inference import FoldedMLP, apply, apply_all, apply_with_uncertainty, inference_copy
 from modelupgrade.heads.mcl import MCLReverseTransform
@@ -56,4 +57,5 @@ __all__ = [
     "read_head_card",
     "resolve_training",
     "save_head",
+    "write_head_outputs",
 ]

@@ -2,7 +2,7 @@
 
 from modelupgrade.models.backbone import apply_cifar_stem, create_backbone
 from modelupgrade.models.embedding import EmbeddingModel
-from modelupgrade.models.inference import autocast_for, embed, embed_tensor
+from modelupgrade.models.inference import autocast_for, classifier_logits, embed, embed_tensor
 from modelupgrade.models.persistence import (
     CARD_FILE,
     CARD_FORMAT,
@@ -23,6 +23,7 @@ __all__ = [
     "apply_cifar_stem",
     "autocast_for",
     "build_from_card",
+    "classifier_logits",
     "cpu_state",
     "create_backbone",
     "embed",

@@ -43,3 +43,17 @@ def embed(
 ) -> np.ndarray:
     """Embeddings of ``uint8_images`` (N, C, H, W) as a float32 (N, D) numpy array, rows in input order."""
     return embed_tensor(model, uint8_images, batch_size, device).cpu().numpy().astype(np.float32, copy=False)
+
+
+@torch.no_grad()
+def classifier_logits(model: EmbeddingModel, embeddings: np.ndarray, batch_size: int = 8192) -> np.ndarray:
+    """The model's scaled cosine logits (no margin) on its own embeddings, float32 (N, classes)."""
+    classifier = model.classifier
+    device = classifier.weight.device
+    chunks = [
+        classifier.logits(torch.from_numpy(np.ascontiguousarray(embeddings[start : start + batch_size], dtype=np.float32)).to(device)).cpu()
+        for start in range(0, len(embeddings), batch_size)
+    ]
+    if not chunks:
+        return np.empty((0, classifier.num_classes), dtype=np.float32)
+    return torch.cat(chunks).float().numpy()
