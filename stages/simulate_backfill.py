@@ -49,6 +49,7 @@ from modelupgrade.backfill import (
     uniform_grid,
 )
 from modelupgrade.backfill.engine import SearchSystems
+from modelupgrade.backfill.variants import scenario_variants
 from modelupgrade.config import Params, load_params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
@@ -282,7 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stages.simulate_backfill", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--scenario", required=True, help="scenario name in params.yaml")
-    parser.add_argument("--old", required=True, help="old model's embedding directory (query.npy, gallery.npy)")
+    parser.add_argument("--embeddings-root",
+                        help="the pipeline's layout: compare every strategy and head of the scenario found "
+                             "under <root>/<sc>/ (gen0, gen1-<strategy>, <head>-<strategy>) instead of "
+                             "--old/--variant/--array/--old-logits")
+    parser.add_argument("--old", help="old model's embedding directory (query.npy, gallery.npy)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
                         help="an upgraded system: its name and new-model embedding directory (repeatable)")
     parser.add_argument("--array", action="append", default=[], metavar="NAME:FIELD=PATH",
@@ -299,9 +304,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging()
-    variants = parse_pairs(args.variant, "variant")
-    run(load_params(args.params), args.scenario, args.old, variants, parse_arrays(args.array, variants),
-        old_logits=args.old_logits, query_split=args.query_split, gallery_split=args.gallery_split,
+    params = load_params(args.params)
+    if args.embeddings_root:
+        if args.old or args.variant or args.array or args.old_logits:
+            raise UserError("--embeddings-root replaces --old, --variant, --array and --old-logits",
+                            hint="give either the layout root or the explicit inputs")
+        found = scenario_variants(params, args.scenario, args.embeddings_root)
+        old, variants, arrays, old_logits = found.old, found.variants, found.arrays, found.old_logits
+    else:
+        if not args.old:
+            raise UserError("--old is required without --embeddings-root", hint="pass --old DIR or --embeddings-root")
+        old, variants, old_logits = args.old, parse_pairs(args.variant, "variant"), args.old_logits
+        arrays = parse_arrays(args.array, variants)
+    run(params, args.scenario, old, variants, arrays,
+        old_logits=old_logits, query_split=args.query_split, gallery_split=args.gallery_split,
         metrics_dir=args.metrics_dir, plots_dir=args.plots_dir)
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from modelupgrade.config import load_params
 from modelupgrade.data import read_manifest, read_splits
 from modelupgrade.data.validation import ValidationReport, Validator, validate_manifest, validate_splits
-from modelupgrade.errors import DataValidationError, exit_on_user_error
+from modelupgrade.data.split_files import INFO_FILE
+from modelupgrade.errors import DataValidationError, UserError, exit_on_user_error
 from modelupgrade.io import write_json
 from modelupgrade.runtime import setup_logging
 
@@ -74,10 +75,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--splits", action="append", default=[], help="a split directory (repeatable)")
+    parser.add_argument("--splits-root",
+                        help="validate every split directory under this root (each holds split_info.json)")
     parser.add_argument("--out-dir", default="data/validation")
     args = parser.parse_args(argv)
     setup_logging()
-    run(args.params, args.manifest, args.splits, args.out_dir)
+    split_dirs = list(args.splits)
+    if args.splits_root:
+        root = Path(args.splits_root)
+        if not root.is_dir():
+            raise UserError(f"--splits-root {root} is not a directory", hint="run the split stage first")
+        split_dirs += sorted(str(d) for d in root.iterdir() if (d / INFO_FILE).is_file())
+    run(args.params, args.manifest, split_dirs, args.out_dir)
 
 
 if __name__ == "__main__":

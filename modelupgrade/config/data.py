@@ -48,6 +48,9 @@ class ScenarioParams(Section):
     new_architecture: str = "default"
     # Strategies whose new generation is trained on this scenario (names of ``strategies`` entries).
     strategies: list[str] = Field(default_factory=lambda: ["independent", "bct", "dmu"])
+    # Heads trained on this scenario: head name (an entry of ``heads``) → the strategy whose new
+    # model it pairs with (one of ``strategies``); the head lives in heads/<scenario>/<head>-<strategy>.
+    heads: dict[str, str] = Field(default_factory=dict)
 
 
 class EvaluationSplitParams(Section):
