@@ -13,8 +13,10 @@ gallery (ψ(old)), a reverse head maps the new queries (ψ_rev(new)); pre-comput
 ``plots/<sc>/cross_model_heatmap.png``.
 
 The ``sequential`` scenario reads ``embeddings/sequential/<strategy>/gen<i>/`` for every generation
-and writes the same files per strategy under ``metrics/sequential/<strategy>/`` plus the
-compatibility-matrix metrics (AC with < and ≤, AM, BC, FC) in its summary.
+(generation 0 from ``embeddings/sequential/gen0/`` when the chains share it) and writes the same
+files per strategy under ``metrics/sequential/<strategy>/`` with the compatibility-matrix metrics
+(AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
+``metrics/sequential/summary.json``.
 """
 
 from __future__ import annotations
@@ -243,6 +245,7 @@ def run_sequential(params: Params, embeddings_root: str | Path, splits_root: str
                    strategies: Sequence[str] | None) -> dict[str, Any]:
     """Compatibility matrices over generations, one per strategy of ``sequential.strategies``."""
     ev = params.evaluation
+    every_strategy = strategies is None
     strategies = list(strategies if strategies is not None else params.sequential.strategies)
     generations = [f"gen{i}" for i in range(len(params.sequential.fractions))]
     device = select_device(params.device)
@@ -253,6 +256,9 @@ def run_sequential(params: Params, embeddings_root: str | Path, splits_root: str
         query_sets, gallery_sets = {}, {}
         for generation in generations:
             directory = Path(embeddings_root) / SEQUENTIAL / strategy / generation
+            if generation == generations[0] and not directory.is_dir():
+                # One generation 0 shared by every chain (as the pipeline trains it).
+                directory = Path(embeddings_root) / SEQUENTIAL / generation
             query_sets[generation], gallery_sets[generation] = load_model_sets(directory, f"{strategy} {generation}")
         pairs = [(q, g) for i, q in enumerate(generations) for g in generations[: i + 1]
                  if query_sets[q].shape[1] == gallery_sets[g].shape[1]]
@@ -267,7 +273,9 @@ def run_sequential(params: Params, embeddings_root: str | Path, splits_root: str
                       Path(plots_root) / SEQUENTIAL / strategy / "cross_model_heatmap.png", ev.heatmap_metrics,
                       generations, generations, f"sequential / {strategy}: M(gen i, gen j)")
         out["strategies"][strategy] = compat.get(ev.headline_metric)
-    write_json(Path(metrics_root) / SEQUENTIAL / "summary.json", out)
+    if every_strategy:
+        # A run over some chains leaves the summary of all of them alone.
+        write_json(Path(metrics_root) / SEQUENTIAL / "summary.json", out)
     return out
 
 
