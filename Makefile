@@ -11,12 +11,14 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset repro test test-slow ui benchmarks gpu-study clean-outputs help
+.PHONY: install dataset browser repro test test-slow ui benchmarks gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
 	@echo "make test   - install what is missing, then run the fast test suite"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
+	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
+	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,15 +30,35 @@ $(DATASET):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq dataset-fashion-mnist
 
+# Headless Chromium drives the MLflow UI test; a machine where apt-get cannot install it skips that test.
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq chromium chromium-driver || echo "chromium could not be installed: the MLflow UI test will be skipped"
+
 install: $(STAMP) $(DATASET)
+
+browser: $(BROWSER)
 
 dataset: $(DATASET)
 
+# dvc runs each stage's `python -m stages.<name>` through PATH: the project's environment first.
 repro: install
-	$(BIN)/dvc repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+ui: install
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+# The full-size study: params/gpu-full.yaml applied over params.yaml as one DVC experiment.
+gpu-study: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m modelupgrade.config.overrides params/gpu-full.yaml --seeds 0 1 2
+
+benchmarks: install
+	for b in train_throughput eval_throughput adapter_throughput backfill_curve backfill_job; do \
+		$(BIN)/python -m benchmarks.$$b || exit 1; done

@@ -1,0 +1,80 @@
+"""Apply a params overlay (a partial params.yaml, e.g. params/gpu-full.yaml) as DVC experiments.
+
+    python -m modelupgrade.config.overrides params/gpu-full.yaml --seeds 0 1 2
+
+queues one ``dvc exp run`` per seed with every leaf of the overlay as a ``-S key=value`` override
+(the overlay is validated against the schema first, merged over params.yaml), then runs the queue.
+``--print`` shows the commands instead of running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelupgrade.config import DEFAULT_PARAMS_PATH, parse_params
+from modelupgrade.errors import UserError, exit_on_user_error
+
+
+def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = merge(base[key], value) if isinstance(value, Mapping) and isinstance(base.get(key), Mapping) else value
+    return merged
+
+
+def set_arguments(overlay: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``-S key.sub=value`` pairs for every leaf; lists and new mappings are set whole (JSON is YAML)."""
+    arguments: list[str] = []
+    for key, value in overlay.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            arguments += set_arguments(value, f"{name}.")
+        else:
+            arguments += ["-S", f"{name}={json.dumps(value, separators=(',', ':'))}"]
+    return arguments
+
+
+def read_overlay(path: Path, params_path: Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"overlay {path} does not exist")
+    overlay = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(overlay, dict):
+        raise UserError(f"{path} must hold a mapping at the top level")
+    base = yaml.safe_load(params_path.read_text(encoding="utf-8"))
+    parse_params(merge(base, overlay), path)  # the merged result must satisfy the schema
+    return overlay
+
+
+def experiment_commands(overlay: Mapping[str, Any], seeds: Sequence[int]) -> list[list[str]]:
+    arguments = set_arguments(overlay)
+    if not seeds:
+        return [["dvc", "exp", "run", *arguments]]
+    queued = [["dvc", "exp", "run", "--queue", *arguments, "-S", f"seed={seed}"] for seed in seeds]
+    return [*queued, ["dvc", "queue", "start"]]
+
+
+@exit_on_user_error
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m modelupgrade.config.overrides", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overlay", type=Path, help="partial params file, e.g. params/gpu-full.yaml")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[], help="one queued experiment per seed")
+    parser.add_argument("--print", action="store_true", help="print the dvc commands instead of running them")
+    args = parser.parse_args(argv)
+    for command in experiment_commands(read_overlay(args.overlay), args.seeds):
+        if args.print:
+            print(" ".join(command))
+            continue
+        if subprocess.run(command).returncode != 0:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

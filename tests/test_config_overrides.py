@@ -1,0 +1,44 @@
+"""params overlays (params/gpu-full.yaml) as `dvc exp run -S` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modelupgrade.config.overrides import experiment_commands, merge, read_overlay, set_arguments
+from modelupgrade.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_leaves_become_set_arguments_and_lists_or_empty_mappings_are_set_whole():
+    overlay = {"training": {"epochs": 30, "crop_scale": [0.5, 1.0]}, "architectures": {"wide": {"backbone_kwargs": {}}},
+               "dataset": {"max_train_per_class": None}}
+    assert set_arguments(overlay) == [
+        "-S", "training.epochs=30", "-S", "training.crop_scale=[0.5,1.0]",
+        "-S", "architectures.wide.backbone_kwargs={}", "-S", "dataset.max_train_per_class=null",
+    ]
+
+
+def test_one_queued_experiment_per_seed_then_the_queue_runs():
+    commands = experiment_commands({"training": {"epochs": 2}}, [0, 1])
+    assert commands[0][-2:] == ["-S", "seed=0"] and commands[1][-2:] == ["-S", "seed=1"]
+    assert all(c[:4] == ["dvc", "exp", "run", "--queue"] for c in commands[:2])
+    assert commands[-1] == ["dvc", "queue", "start"]
+
+
+def test_the_gpu_overlay_merges_into_a_valid_configuration():
+    overlay = read_overlay(ROOT / "params" / "gpu-full.yaml", ROOT / "params.yaml")
+    merged = merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overlay)
+    assert merged["architectures"]["default"]["backbone"] == "resnet18"
+    assert merged["heads"]["bict"]["hidden_dim"] is None  # the paper's default, not the CPU study's 256
+    assert merged["scenarios"] == yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
+
+
+def test_an_overlay_with_an_unknown_key_is_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  epoch: 3\n")
+    with pytest.raises(UserError, match="training.epoch: unknown key"):
+        read_overlay(bad, ROOT / "params.yaml")

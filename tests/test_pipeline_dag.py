@@ -1,0 +1,106 @@
+"""dvc.yaml against params.yaml, and the whole DAG run by `dvc repro` on a tiny configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.data_fixtures import write_idx_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_dvc_yaml_has_a_group_for_every_scenario_head_set_and_generation():
+    stages = load_yaml(ROOT / "dvc.yaml")["stages"]
+    params = load_yaml(ROOT / "params.yaml")
+    new_groups = {name.removeprefix("train_new_") for name in stages if name.startswith("train_new_")}
+    assert new_groups == set(params["scenarios"]), "add or remove a train_new_<scenario> group in dvc.yaml"
+    for scenario in params["scenarios"]:
+        matrix = stages[f"train_new_{scenario}"]["matrix"]
+        assert matrix == {"scenario": [scenario], "strategy": f"${{scenarios.{scenario}.strategies}}"}
+    head_groups = {name.removeprefix("heads_") for name in stages if name.startswith("heads_")}
+    assert head_groups == {s for s, v in params["scenarios"].items() if v.get("heads")}
+    for scenario in head_groups:
+        assert stages[f"heads_{scenario}"]["foreach"] == f"${{scenarios.{scenario}.heads}}"
+    generations = {int(m.group(1)) for name in stages if (m := re.fullmatch(r"train_sequential_gen(\d+)", name))}
+    assert generations == set(range(len(params["sequential"]["fractions"])))
+
+
+def tiny_params(dataset_root: Path) -> dict:
+    params = load_yaml(ROOT / "params.yaml")
+    params["dataset"].update(name="tiny-idx", root=str(dataset_root), max_train_per_class=None, min_images_per_class=4)
+    params["evaluation_split"].update(queries_per_class=4, gallery_per_class=None)
+    tiny = {"backbone": "resnet10t", "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
+            "cifar_stem": False, "embedding_dim": 8}
+    params["architectures"] = {"default": tiny, "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}}}
+    params["training"].update(epochs=1, batch_size=32)
+    for name, scenario in params["scenarios"].items():
+        scenario["strategies"] = ["independent", "bct", "dmu"] if name == "extended-data" else ["independent", "dmu"]
+        scenario.pop("heads", None)
+    params["scenarios"]["extended-data"]["heads"] = {"fastfill": "independent", "rqt": "independent"}
+    params["strategies"]["dmu"]["options"] = {"head_hidden_dim": 16}
+    for head in params["heads"].values():
+        head.update(hidden_dim=16, epochs=1)
+    params["sequential"]["strategies"] = ["dmu"]
+    return params
+
+
+def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}", "PYTHONPATH": str(project)}
+    result = subprocess.run([str(BIN / "dvc"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"dvc {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+@pytest.mark.timeout(900)
+def test_whole_dag_on_a_tiny_configuration(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("modelupgrade", "stages"):
+        shutil.copytree(ROOT / package, project / package, ignore=ignore)
+    shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
+    write_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
+    (project / "params.yaml").write_text(yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False))
+    dvc(project, "init", "--no-scm", "-q")
+
+    first = dvc(project, "repro")
+    expected = set(dvc(project, "stage", "list", "--name-only").stdout.split())
+    assert ran_stages(first.stdout) == expected
+    report = (project / "reports" / "study" / "report.md").read_text(encoding="utf-8")
+    assert "Do the papers' claims hold here?" in report
+    for scenario in ("extended-data", "open-class", "identical-data"):
+        assert f"Scenario {scenario}" in report
+    assert (project / "reports" / "study" / "report.html").is_file()
+    claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
+    assert len(claims) == 5 and all(c["holds"] in (True, False, None) for c in claims)
+    assert "up to date" in dvc(project, "status").stdout
+
+    # One strategy's λ changes: only that strategy's model and what reads it run again.
+    params = load_yaml(project / "params.yaml")
+    params["strategies"]["bct"]["options"] = {"weight": 0.5}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    second = dvc(project, "repro")
+    assert ran_stages(second.stdout) == {
+        "train_new_extended-data@extended-data-bct", "evaluate@extended-data", "simulate_backfill@extended-data",
+        "register@extended-data", "report",
+    }
+    assert "up to date" in dvc(project, "status").stdout
