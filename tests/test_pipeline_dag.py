@@ -91,7 +91,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         assert f"Scenario {scenario}" in report
     assert (project / "reports" / "study" / "report.html").is_file()
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
-    assert len(claims) == 5 and all(c["holds"] in (True, False, None) for c in claims)
+    assert len(claims) == 7 and all(c["holds"] in (True, False, None) for c in claims)
     assert "up to date" in dvc(project, "status").stdout
 
     # One strategy's λ changes: only that strategy's model and what reads it run again.
