@@ -20,10 +20,13 @@ help:
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
 	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
 
+# The [scale] extra (Ray Data, prefect-ray) is optional for users; the project's own installs take it
+# so that its tests run (EXTRAS=dev for a lean environment).
+EXTRAS ?= dev,scale
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 $(DATASET):

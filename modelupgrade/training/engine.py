@@ -10,6 +10,9 @@
 - A checkpoint (model, strategy, optimiser, history) is written atomically after every epoch; a run
   started again with the same resume directory continues after the last finished epoch.
 - A non-finite loss stops the run with a ``TrainingDivergedError`` naming the epoch and step.
+- Under ``torchrun --nproc_per_node N`` each process trains on its rows of every global batch
+  (``modelupgrade.scale.distributed``): DDP, compatibility terms on the all-gathered batch, rank 0
+  alone logging and checkpointing. One process without torchrun is unchanged.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from modelupgrade.errors import UserError
 from modelupgrade.models import EmbeddingModel, autocast_for, cpu_state, embed_tensor
 from modelupgrade.runtime import enable_determinism, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, StepInputs, TrainingContext
-from modelupgrade.training.augment import BatchAugment
 from modelupgrade.training.schedule import learning_rate
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class TrainingResult:
     steps: int = 0
     resumed_from_epoch: int = 0
     images_on_device: bool = False
+    world_size: int = 1
 
 
 def place_images(images: torch.Tensor, device: torch.device, max_fraction: float) -> torch.Tensor:
@@ -101,8 +104,14 @@ class Trainer:
         strategy: CompatibilityStrategy,
         old_model: EmbeddingModel | None = None,
     ) -> TrainingResult:
-        """Train ``model`` in place on uint8 ``images`` (N, C, H, W) and int64 ``labels`` (N,)."""
-        p, device = self.params, self.device
+        """Train ``model`` in place on uint8 ``images`` (N, C, H, W) and int64 ``labels`` (N,).
+
+        ``params.batch_size`` is the global batch: under torchrun each process trains on its share.
+        """
+        # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
+        from modelupgrade.scale.distributed import join_process_group
+
+        p = self.params
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise UserError(f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
         n = images.shape[0]
@@ -113,6 +122,8 @@ class Trainer:
         if int(labels.max()) >= model.num_classes:
             raise UserError(f"label {int(labels.max())} is out of range for a {model.num_classes}-class model")
 
+        data_parallel = join_process_group(self.device)
+        device = data_parallel.device
         seed_everything(self.seed)
         if device.type == "cpu":
             enable_determinism()
@@ -136,22 +147,28 @@ class Trainer:
         strategy.setup(model, context)
         strategy.to(device)
         trainable = [q for q in model.parameters() if q.requires_grad]
-        trainable += [q for q in strategy.parameters() if q.requires_grad]
+        strategy_trainable = [q for q in strategy.parameters() if q.requires_grad]
+        trainable += strategy_trainable
         optimizer = torch.optim.SGD(trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
 
         batch_size = min(p.batch_size, n)
+        local_rows = data_parallel.local_rows(batch_size)
         steps_per_epoch = n // batch_size
         total_steps = steps_per_epoch * p.epochs
         warmup_steps = round(p.warmup_epochs * steps_per_epoch)
-        augment = BatchAugment(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
+        augment = data_parallel.augmentation(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
         separate_old_view = strategy.options.old_view == "separate"
-        result = TrainingResult(images_on_device=images.device.type == device.type)
+        result = TrainingResult(
+            images_on_device=images.device.type == device.type, world_size=data_parallel.world_size
+        )
 
         fingerprint = _fingerprint(model, strategy, p, self.seed, n)
         start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
+        forward_model = data_parallel.wrap(model)
         bar = tqdm(
             total=total_steps, initial=start_epoch * steps_per_epoch, desc=self.description,
-            disable=None if self.progress is None else not self.progress, mininterval=1.0, dynamic_ncols=True,
+            disable=not data_parallel.is_primary or (None if self.progress is None else not self.progress),
+            mininterval=1.0, dynamic_ncols=True,
         )
         started = time.perf_counter()
         trained_images = 0
@@ -173,24 +190,27 @@ class Trainer:
                     lr = learning_rate(step, total_steps, warmup_steps, p.lr, p.warmup_start_ratio, p.lr_min_ratio)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
-                    index = order[step_in_epoch].to(images.device)
+                    index = order[step_in_epoch, local_rows].to(images.device)
                     batch = images.index_select(0, index).to(device, non_blocking=True)
                     batch_labels = labels.index_select(0, index.to(device))
                     new_view = augment(batch, generator)
                     old_view = augment(batch, generator) if separate_old_view else new_view
                     with autocast_for(device):
-                        new_features = model(new_view)
+                        new_features = forward_model(new_view)
                         old_features = None
                         if context.old_model is not None:
                             with torch.no_grad():
                                 old_features = context.old_model(old_view).detach()
                         terms = {"classification": model.classifier.loss(new_features, batch_labels)}
-                        terms.update(
-                            strategy.losses(StepInputs(batch_labels, new_features, old_features, model, epoch))
+                        global_batch = StepInputs(
+                            data_parallel.gather(batch_labels), data_parallel.gather(new_features),
+                            None if old_features is None else data_parallel.gather(old_features), model, epoch,
                         )
+                        terms.update(strategy.losses(global_batch))
                     loss = torch.stack([t.float() for t in terms.values()]).sum()
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
+                    data_parallel.average_gradients(strategy_trainable)
                     optimizer.step()
                     epoch_losses[step_in_epoch] = loss.detach()
                     for name, value in terms.items():
@@ -198,6 +218,10 @@ class Trainer:
                     trained_images += batch_size
                     last = step_in_epoch == steps_per_epoch - 1
                     if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
+                        # From here on the losses are the global batch's: the mean over the processes.
+                        epoch_losses[checked : step_in_epoch + 1] = data_parallel.average(
+                            epoch_losses[checked : step_in_epoch + 1]
+                        )
                         checked = self._check_finite(epoch_losses, checked, step_in_epoch + 1, epoch, steps_per_epoch)
                         elapsed = time.perf_counter() - started
                         bar.update(step + 1 - bar.n)
@@ -208,6 +232,8 @@ class Trainer:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 seconds = time.perf_counter() - epoch_started
+                averaged = data_parallel.average(torch.stack(list(term_sums.values())))
+                term_sums = dict(zip(term_sums, averaged, strict=True))
                 result.history.append({
                     "epoch": epoch,
                     "loss": float(epoch_losses.mean()),
@@ -216,8 +242,9 @@ class Trainer:
                     "seconds": round(seconds, 3),
                     "images_per_second": round(steps_per_epoch * batch_size / max(seconds, 1e-9), 1),
                 })
-                log.info("%s epoch %d/%d: %s", self.description, epoch + 1, p.epochs, result.history[-1])
-                self._save_resume(fingerprint, epoch + 1, model, strategy, optimizer, result)
+                if data_parallel.is_primary:
+                    log.info("%s epoch %d/%d: %s", self.description, epoch + 1, p.epochs, result.history[-1])
+                    self._save_resume(fingerprint, epoch + 1, model, strategy, optimizer, result)
         finally:
             bar.close()
         result.seconds = time.perf_counter() - started
@@ -251,7 +278,9 @@ class Trainer:
         path = self._resume_path()
         if path is None or not path.is_file():
             return 0
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        # Loaded to the CPU: load_state_dict copies each tensor onto its parameter's device, which
+        # under torchrun is this process's own GPU, not the one self.device names.
+        state = torch.load(path, map_location="cpu", weights_only=True)
         if state.get("fingerprint") != fingerprint:
             log.warning("ignoring %s: it was written for a different configuration or data", path)
             return 0

@@ -15,7 +15,7 @@ import torch
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256
-from modelupgrade.models import CARD_FILE, EmbeddingModel, load_model, save_model
+from modelupgrade.models import CARD_FILE, EmbeddingModel, load_model, read_model_card, save_model
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
 from modelupgrade.training.engine import Trainer
@@ -55,7 +55,13 @@ def train_model(
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Train and save one model; returns its card. Generation 0 trains without a strategy."""
+    """Train and save one model; returns its card. Generation 0 trains without a strategy.
+
+    Under torchrun every process trains; rank 0 alone saves, and the others return the card it wrote.
+    """
+    # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
+    from modelupgrade.scale.distributed import current as current_process_group
+
     device = torch.device(device)
     if generation == 0:
         if strategy_name is not None or old_model_dir is not None:
@@ -99,10 +105,14 @@ def train_model(
         "train_images_per_second": round(result.images_per_second, 1),
         "resumed_from_epoch": result.resumed_from_epoch,
         "device": describe_device(device),
+        "training_processes": result.world_size,
         "versions": {"torch": torch.__version__, "timm": timm.__version__, "python": platform.python_version()},
         **strategy.card_entries(),
     }
-    card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())
-    shutil.rmtree(resume_dir, ignore_errors=True)
-    log.info("saved %s (%.1f s, %.0f images/s)", out_dir, result.seconds, result.images_per_second)
-    return card
+    data_parallel = current_process_group()
+    if data_parallel.is_primary:
+        card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())
+        shutil.rmtree(resume_dir, ignore_errors=True)
+        log.info("saved %s (%.1f s, %.0f images/s)", out_dir, result.seconds, result.images_per_second)
+    data_parallel.barrier()
+    return card if data_parallel.is_primary else read_model_card(out_dir)
