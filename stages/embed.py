@@ -12,34 +12,18 @@ all splits are decoded once, in one call.
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from modelupgrade.config import Params, load_params
-from modelupgrade.errors import UserError, exit_on_user_error
-from modelupgrade.io import save_npy
-from modelupgrade.models import classifier_logits, embed, load_model
-from modelupgrade.runtime import select_device, setup_logging
-from stages.train import apply_cpu_threads, load_images, read_split
-
-log = logging.getLogger("stages.embed")
-
-
-def output_paths(splits: Sequence[str | Path], out: str | Path | None, out_dir: str | Path | None) -> list[Path]:
-    if (out is None) == (out_dir is None):
-        raise UserError("pass exactly one of --out (one split) and --out-dir")
-    if out is not None:
-        if len(splits) != 1:
-            raise UserError(f"--out names one file but {len(splits)} splits were given", hint="use --out-dir")
-        return [Path(out)]
-    stems = [Path(s).stem for s in splits]
-    if len(set(stems)) != len(stems):
-        raise UserError(f"split files share a name ({', '.join(stems)}); their outputs would collide")
-    return [Path(out_dir) / f"{stem}.npy" for stem in stems]
+from modelupgrade.errors import exit_on_user_error
+from modelupgrade.registry.tracking import track_stage
+from modelupgrade.runtime import setup_logging
+from modelupgrade.training.generation import embed_splits
+# A name of this module that run() passes on: tests replace the image decoder here.
+from modelupgrade.training.generation import load_split_images as load_images
 
 
 def run(
@@ -55,26 +39,14 @@ def run(
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.
     """
-    if not splits:
-        raise UserError("no split given", hint="pass --split <parquet> [...]")
-    targets = output_paths(splits, out, out_dir)
-    device = select_device(params.device)
-    apply_cpu_threads(params)
-    model = load_model(model_dir, device)
-    frames = [read_split(s) for s in splits]
-    images = load_images(pd.concat(frames, ignore_index=True), params)
-    embeddings = embed(model, images, params.training.eval_batch_size, device)
-    written = list(targets)
-    start = 0
-    for frame, target, split in zip(frames, targets, splits):
-        part = np.ascontiguousarray(embeddings[start : start + len(frame)])
-        start += len(frame)
-        save_npy(target, part)
-        log.info("embedded %s with %s: %s → %s", split, model_dir, part.shape, target)
-        if logits:
-            logits_path = target.with_name(f"{target.stem}_logits.npy")
-            save_npy(logits_path, classifier_logits(model, part))
-            written.append(logits_path)
+    asked = {"model": model_dir, "splits": [str(s) for s in splits], "out": out, "out_dir": out_dir, "logits": logits}
+    with track_stage("embed", params, run_name=f"embed@{model_dir}", arguments=asked) as stage:
+        stage.log_params({"dataset": params.dataset, "training.eval_batch_size": params.training.eval_batch_size})
+        written = embed_splits(params, model_dir, splits, out=out, out_dir=out_dir, logits=logits,
+                               load_images=load_images)
+        shapes = {path.stem: np.load(path, mmap_mode="r").shape for path in written}
+        stage.log_metrics({f"{stem}.{name}": size for stem, shape in shapes.items()
+                           for name, size in zip(("rows", "dim"), shape, strict=True)})
     return written
 
 

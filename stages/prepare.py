@@ -19,6 +19,7 @@ from modelupgrade.config import load_params
 from modelupgrade.data import build_manifest
 from modelupgrade.errors import exit_on_user_error
 from modelupgrade.io import save_parquet
+from modelupgrade.registry.tracking import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.prepare")
@@ -26,10 +27,14 @@ log = logging.getLogger("stages.prepare")
 
 def run(params_path: str | Path, out: str | Path) -> pd.DataFrame:
     params = load_params(params_path)
-    started = time.perf_counter()
-    manifest = build_manifest(params.dataset)
-    save_parquet(out, manifest)
-    counts = manifest.groupby("source_split").size().to_dict()
+    with track_stage("prepare", params, arguments={"out": out}) as stage:
+        stage.log_params({"dataset": params.dataset})
+        started = time.perf_counter()
+        manifest = build_manifest(params.dataset)
+        save_parquet(out, manifest)
+        counts = manifest.groupby("source_split").size().to_dict()
+        stage.log_metrics({"images": len(manifest), "classes": manifest["label"].nunique(),
+                           **{f"images.{split}": count for split, count in counts.items()}})
     log.info(
         "manifest of %s (%s loader): %d images, %d classes, per source split %s -> %s in %.2f s",
         params.dataset.name, params.dataset.loader, len(manifest), manifest["label"].nunique(),

@@ -25,88 +25,26 @@ and plots/<sc>/backfill_curves.png.
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from modelupgrade.backfill import (
-    ORDERINGS,
-    SERVING_MODES,
-    OrderingContext,
-    ServingArrays,
-    auc_mean,
-    auc_trapezoid,
-    backfill_curve,
-    build_ordering,
-    build_serving_mode,
-    check_conditions,
-    fastfill_grid,
-    uniform_grid,
+from modelupgrade.backfill.study import (
+    ARRAY_FIELDS,
+    backfill_inputs,
+    output_dirs,
+    parse_pairs,
+    report_files,
+    simulate_backfill,
+    summary_metrics,
 )
-from modelupgrade.backfill.engine import SearchSystems
-from modelupgrade.backfill.variants import scenario_variants
 from modelupgrade.config import Params, load_params
-from modelupgrade.errors import UserError, exit_on_user_error
-from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
+from modelupgrade.errors import exit_on_user_error
+from modelupgrade.registry.tracking import track_stage
 from modelupgrade.runtime import setup_logging
 
-log = logging.getLogger("stages.simulate_backfill")
-
-ARRAY_FIELDS = ("forward_gallery", "sigma2", "reverse_query", "rho_query", "rho_gallery", "rho_reverse_query")
-QUERY_FIELDS = ("reverse_query", "rho_query", "rho_reverse_query")
-
-
-def load_array(path: str | Path, what: str, ndim: int | None = 2) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{what} file {path} does not exist", hint="run the stage that produces it first")
-    array = np.load(path, allow_pickle=False)
-    if ndim is not None and array.ndim != ndim:
-        raise UserError(f"{what} file {path} must hold a {ndim}-D array, got shape {array.shape}")
-    return array
-
-
-def load_labels(path: str | Path) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
-    frame = pd.read_parquet(path, columns=["label"])
-    return frame["label"].to_numpy(dtype=np.int64)
-
-
-def parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise UserError(f"{what} {item!r} is not NAME=VALUE", hint=f"e.g. --{what} bct=embeddings/sc/gen1-bct")
-        if name in pairs:
-            raise UserError(f"{what} {name!r} is given twice")
-        pairs[name] = value
-    return pairs
-
-
-def parse_arrays(items: Sequence[str], variants: dict[str, str]) -> dict[str, dict[str, str]]:
-    arrays: dict[str, dict[str, str]] = {name: {} for name in variants}
-    for key, path in parse_pairs(items, "array").items():
-        variant, sep, field = key.partition(":")
-        if not sep or variant not in variants:
-            raise UserError(f"--array {key!r} must be VARIANT:FIELD with a VARIANT given by --variant",
-                            hint=f"variants: {', '.join(variants) or 'none'}")
-        if field not in ARRAY_FIELDS:
-            raise UserError(f"--array field {field!r} is unknown", hint=f"fields: {', '.join(ARRAY_FIELDS)}")
-        arrays[variant][field] = path
-    return arrays
-
-
-def _grid(params: Params, n: int):
-    cfg = params.backfill
-    return fastfill_grid(cfg.fastfill_steps, n) if cfg.grid == "fastfill" else uniform_grid(cfg.points, n)
+# parse_pairs stays importable from the stage, where tests and scripts have looked for it.
+__all__ = ["main", "parse_pairs", "run"]
 
 
 def run(
@@ -122,161 +60,17 @@ def run(
     plots_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Simulate every available combination; returns the summary written to backfill_summary.json."""
-    params.scenario(scenario)
-    cfg = params.backfill
-    if not variants:
-        raise UserError("no --variant given", hint="name at least one upgraded model: --variant bct=embeddings/...")
-    arrays = arrays or {}
-    splits = Path("data/splits") / scenario
-    leave_one_out = params.evaluation.protocol == "leave-one-out"
-    gallery_labels = load_labels(gallery_split or splits / "gallery.parquet")
-    query_labels = gallery_labels if leave_one_out else load_labels(query_split or splits / "query.parquet")
-    query_name = "gallery" if leave_one_out else "query"
-    n, nq = len(gallery_labels), len(query_labels)
-    self_index = np.arange(n) if leave_one_out else None
-
-    def rows(array: np.ndarray, count: int, what: str) -> np.ndarray:
-        if len(array) != count:
-            raise UserError(f"{what} has {len(array)} rows but its split has {count}",
-                            hint="embeddings must be computed on the same split files, in their order")
-        return array
-
-    old_dir = Path(old)
-    old_query = rows(load_array(old_dir / f"{query_name}.npy", "old query embeddings"), nq, "old query embeddings")
-    old_gallery = rows(load_array(old_dir / "gallery.npy", "old gallery embeddings"), n, "old gallery embeddings")
-    logits = None if old_logits is None else rows(load_array(old_logits, "old logits"), n, "old logits")
-    grid = _grid(params, n)
-    topk = tuple(sorted(set(cfg.topk)))
-    memory = cfg.memory_mb * 1024 * 1024
-
-    def evaluate(query: np.ndarray, gallery: np.ndarray) -> dict[str, float]:
-        result = backfill_curve(SearchSystems(query, gallery, query, gallery), query_labels, gallery_labels,
-                                np.arange(n), np.array([n]), np.array([1.0]), self_index=self_index,
-                                distance=cfg.distance, topk=topk, map_at_k=cfg.map_at_k, memory_bytes=memory)
-        return {k: float(v[0]) for k, v in result.as_dict().items() if k not in ("t", "cutoff", "nfr", "pfr")}
-
-    old_old = evaluate(old_query, old_gallery)
-    records: list[pd.DataFrame] = []
-    curves: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    for variant, new_dir in variants.items():
-        new_dir = Path(new_dir)
-        extra = {field: load_array(path, f"{variant} {field}", ndim=None) for field, path in arrays.get(variant, {}).items()}
-        for field, value in extra.items():
-            rows(value, nq if field in QUERY_FIELDS else n, f"{variant} {field}")
-        sigma2 = extra.pop("sigma2", None)
-        serving = ServingArrays(
-            old_query=old_query, old_gallery=old_gallery,
-            new_query=rows(load_array(new_dir / f"{query_name}.npy", f"{variant} query embeddings"), nq, "new query"),
-            new_gallery=rows(load_array(new_dir / "gallery.npy", f"{variant} gallery embeddings"), n, "new gallery"),
-        )
-        serving = replace(serving, **extra)
-        new_new = evaluate(serving.new_query, serving.new_gallery)
-        mixed = build_serving_mode("mixed")
-        context = OrderingContext(
-            n=n, seed=params.seed, old_logits=logits, sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
-            old_state_vectors=mixed.systems(serving).gallery_old_side, new_vectors=serving.new_gallery,
-        )
-        for policy_name in cfg.policies:
-            policy = build_ordering(policy_name)
-            if not policy.available(context):
-                skipped.append({"strategy": variant, "policy": policy_name, "reason": policy.description})
-                continue
-            ordering = policy.order(context)
-            for mode_name in cfg.serving_modes:
-                mode = build_serving_mode(mode_name)
-                if not mode.available(serving):
-                    skipped.append({"strategy": variant, "policy": policy_name, "mode": mode_name,
-                                    "reason": mode.description})
-                    continue
-                systems = mode.systems(serving)
-                log.info("%s / %s / %s: %d points over %d items", variant, policy_name, mode_name, len(grid), n)
-                curve = backfill_curve(systems, query_labels, gallery_labels, ordering, grid.cutoffs, grid.t,
-                                       self_index=self_index, distance=cfg.distance, topk=topk,
-                                       map_at_k=cfg.map_at_k, memory_bytes=memory)
-                table = pd.DataFrame(curve.as_dict())
-                table.insert(0, "deployable", policy.deployable)
-                table.insert(0, "mode", mode_name)
-                table.insert(0, "policy", policy_name)
-                table.insert(0, "strategy", variant)
-                records.append(table)
-                start = evaluate(systems.query_old_side, systems.gallery_old_side)
-                end = evaluate(systems.query_new_side, systems.gallery_new_side)
-                values = curve.as_dict()
-                curves.append({
-                    "strategy": variant, "policy": policy_name, "mode": mode_name,
-                    "deployable": policy.deployable,
-                    "auc_mean": {m: auc_mean(values[m]) for m in start},
-                    "auc_trapezoid": {m: auc_trapezoid(curve.t, values[m]) for m in start},
-                    "conditions": {m: check_conditions(values[m], old_old[m], new_new[m]).as_dict()
-                                   for m in ("top1", "mAP")},
-                    "start": {m: float(values[m][0]) for m in start},
-                    "end": {m: float(values[m][-1]) for m in start},
-                    "start_single_system": start,
-                    "end_single_system": end,
-                    "endpoints_match": bool(all(abs(values[m][0] - start[m]) < 1e-9 and abs(values[m][-1] - end[m]) < 1e-9
-                                                for m in start)),
-                    "max_negative_flip_rate": float(curve.negative_flip_rate.max()),
-                })
-        curves_for_variant = [c for c in curves if c["strategy"] == variant]
-        for c in curves_for_variant:
-            c["new_new"] = new_new
-    if not records:
-        raise UserError("no (strategy, policy, serving mode) combination had the inputs it needs",
-                        hint="pass new embeddings with --variant and head outputs with --array")
-
-    tidy = pd.concat(records, ignore_index=True)
-    metrics_dir = Path(metrics_dir or Path("metrics") / scenario)
-    plots_dir = Path(plots_dir or Path("plots") / scenario)
-    save_parquet(metrics_dir / "backfill_curves.parquet", tidy)
-    write_text(metrics_dir / "backfill_curves.csv", tidy.to_csv(index=False))
-    with atomic_path(metrics_dir / "backfill_plots") as tmp:
-        tmp.mkdir()
-        for (strategy, policy, mode), part in tidy.groupby(["strategy", "policy", "mode"], sort=False):
-            part.drop(columns=["strategy", "policy", "mode", "deployable"]).to_csv(
-                tmp / f"{strategy}__{policy}__{mode}.csv", index=False)
-    summary = {
-        "scenario": scenario,
-        "protocol": params.evaluation.protocol,
-        "distance": cfg.distance,
-        "grid": {"kind": cfg.grid, "t": grid.t.tolist(), "cutoffs": grid.cutoffs.tolist()},
-        "gallery_size": n,
-        "queries": nq,
-        "old_old": old_old,
-        "primary_auc": cfg.primary_auc,
-        "curves": curves,
-        "skipped": skipped,
-        "policies_known": ORDERINGS.names(),
-        "serving_modes_known": SERVING_MODES.names(),
-    }
-    write_json(metrics_dir / "backfill_summary.json", summary)
-    plot_curves(tidy, old_old, plots_dir / "backfill_curves.png", scenario)
-    log.info("%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped))
+    asked = {"scenario": scenario, "old": old, "variants": variants, "arrays": arrays, "old_logits": old_logits,
+             "query_split": query_split, "gallery_split": gallery_split}
+    with track_stage("simulate_backfill", params, run_name=f"simulate_backfill@{scenario}", arguments=asked) as stage:
+        stage.set_tags({"scenario": scenario})
+        stage.log_params({"seed": params.seed, "backfill": params.backfill,
+                          "evaluation.protocol": params.evaluation.protocol})
+        summary = simulate_backfill(params, scenario, old, variants, arrays, old_logits, query_split, gallery_split,
+                                    metrics_dir, plots_dir)
+        stage.log_metrics(summary_metrics(summary))
+        stage.log_artifacts(report_files(*output_dirs(scenario, metrics_dir, plots_dir)), "backfill")
     return summary
-
-
-def plot_curves(tidy: pd.DataFrame, old_old: dict[str, float], path: Path, scenario: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharex=True)
-    for ax, metric in zip(axes, ("top1", "mAP"), strict=True):
-        for (strategy, policy, mode), part in tidy.groupby(["strategy", "policy", "mode"], sort=False):
-            style = "-" if bool(part["deployable"].iloc[0]) else ":"
-            ax.plot(part["t"], part[metric], style, marker=".", label=f"{strategy} · {policy} · {mode}")
-        ax.axhline(old_old[metric], color="grey", linewidth=0.8, linestyle="--", label="old/old")
-        ax.set_xlabel("fraction of the gallery backfilled t")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{scenario}: {metric} during backfill")
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.018 * (len(labels) // 2), 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -305,19 +99,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging()
     params = load_params(args.params)
-    if args.embeddings_root:
-        if args.old or args.variant or args.array or args.old_logits:
-            raise UserError("--embeddings-root replaces --old, --variant, --array and --old-logits",
-                            hint="give either the layout root or the explicit inputs")
-        found = scenario_variants(params, args.scenario, args.embeddings_root)
-        old, variants, arrays, old_logits = found.old, found.variants, found.arrays, found.old_logits
-    else:
-        if not args.old:
-            raise UserError("--old is required without --embeddings-root", hint="pass --old DIR or --embeddings-root")
-        old, variants, old_logits = args.old, parse_pairs(args.variant, "variant"), args.old_logits
-        arrays = parse_arrays(args.array, variants)
-    run(params, args.scenario, old, variants, arrays,
-        old_logits=old_logits, query_split=args.query_split, gallery_split=args.gallery_split,
+    found = backfill_inputs(params, args.scenario, args.embeddings_root, args.old, args.variant, args.array,
+                            args.old_logits)
+    run(params, args.scenario, found.old, found.variants, found.arrays,
+        old_logits=found.old_logits, query_split=args.query_split, gallery_split=args.gallery_split,
         metrics_dir=args.metrics_dir, plots_dir=args.plots_dir)
 
 

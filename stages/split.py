@@ -27,7 +27,9 @@ from modelupgrade.data import (
     read_manifest,
     write_splits,
 )
+from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import UserError, exit_on_user_error
+from modelupgrade.registry.tracking import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.split")
@@ -43,18 +45,27 @@ def run(
     if (scenario is None) == (not sequential):
         raise UserError("give either --scenario NAME or --sequential (exactly one)")
     params = load_params(params_path)
-    manifest = read_manifest(manifest_path)
-    started = time.perf_counter()
-    if sequential:
-        splits = make_sequential_snapshots(
-            manifest, params.sequential, params.dataset, params.evaluation_split, params.seed
-        )
-    else:
-        splits = make_scenario_splits(
-            manifest, params.scenario(scenario), params.dataset, params.evaluation_split, params.seed
-        )
-    splits.info["name"] = "sequential" if sequential else scenario
-    write_splits(out, splits)
+    name = "sequential" if sequential else scenario
+    asked = {"manifest": manifest_path, "out": out, "scenario": scenario, "sequential": sequential}
+    with track_stage("split", params, run_name=f"split@{name}", arguments=asked) as stage:
+        stage.set_tags({"scenario": name})
+        stage.log_params({"seed": params.seed, "dataset": params.dataset, "evaluation_split": params.evaluation_split,
+                          "sequential" if sequential else "scenario":
+                              params.sequential if sequential else params.scenarios.get(scenario)})
+        manifest = read_manifest(manifest_path)
+        started = time.perf_counter()
+        if sequential:
+            splits = make_sequential_snapshots(
+                manifest, params.sequential, params.dataset, params.evaluation_split, params.seed
+            )
+        else:
+            splits = make_scenario_splits(
+                manifest, params.scenario(scenario), params.dataset, params.evaluation_split, params.seed
+            )
+        splits.info["name"] = name
+        write_splits(out, splits)
+        stage.log_metrics(splits.sizes())
+        stage.log_artifact(Path(out) / INFO_FILE, "split")
     log.info("%s -> %s in %.2f s: %s", splits.info["name"], out, time.perf_counter() - started, splits.sizes())
     return splits
 

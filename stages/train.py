@@ -18,65 +18,19 @@ in params.yaml. An interrupted run resumes from its last finished epoch when sta
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import torch
-
 from modelupgrade.config import Params, load_params
 from modelupgrade.errors import UserError, exit_on_user_error
-from modelupgrade.io import file_sha256
-from modelupgrade.runtime import select_device, setup_logging
+from modelupgrade.models import CARD_FILE
+from modelupgrade.registry.tracking import track_stage
+from modelupgrade.runtime import setup_logging
 from modelupgrade.training import train_model
-
-log = logging.getLogger("stages.train")
-
-SPLITS_DIR = Path("data/splits")
-
-
-def load_images(frame: pd.DataFrame, params: Params) -> torch.Tensor:
-    from modelupgrade.data import load_images as decode
-
-    return decode(frame, params.dataset)
-
-
-def apply_cpu_threads(params: Params) -> None:
-    if params.training.cpu_threads is not None:
-        torch.set_num_threads(params.training.cpu_threads)
-
-
-def read_split(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
-    frame = pd.read_parquet(path)
-    if "label" not in frame.columns or frame.empty:
-        raise UserError(f"{path} is empty or has no 'label' column", hint="pass a split file (rows of the manifest)")
-    return frame
-
-
-def resolve_inputs(
-    params: Params, scenario: str | None, generation: int, split: str | Path | None, architecture: str | None
-) -> tuple[Path, str]:
-    """The training split and architecture name for this generation."""
-    if scenario is not None:
-        scenario_params = params.scenario(scenario)
-        default_arch = scenario_params.old_architecture if generation == 0 else scenario_params.new_architecture
-        default_split = SPLITS_DIR / scenario / ("old_train.parquet" if generation == 0 else "new_train.parquet")
-    else:
-        default_arch, default_split = "default", None
-    split_path = Path(split) if split is not None else default_split
-    if split_path is None:
-        raise UserError("no training split given", hint="pass --scenario <name> or --split <parquet>")
-    arch_name = architecture or default_arch
-    if arch_name not in params.architectures:
-        raise UserError(
-            f"unknown architecture {arch_name!r}", hint=f"params.yaml defines: {', '.join(params.architectures)}"
-        )
-    return split_path, arch_name
+# A name of this module that run() passes on: tests replace the image decoder here.
+from modelupgrade.training.generation import load_split_images as load_images
+from modelupgrade.training.generation import training_arguments, training_metrics
 
 
 def run(
@@ -92,36 +46,23 @@ def run(
     progress: bool | None = None,
 ) -> dict[str, Any]:
     """Train the model and save it to ``out``; returns its card."""
-    if generation < 0:
-        raise UserError(f"--generation must be ≥ 0, got {generation}")
-    split_path, arch_name = resolve_inputs(params, scenario, generation, split, architecture)
-    strategy_params = None
-    if strategy is not None:
-        if strategy not in params.strategies:
-            raise UserError(f"unknown strategy {strategy!r}", hint=f"params.yaml defines: {', '.join(params.strategies)}")
-        strategy_params = params.strategies[strategy]
-    apply_cpu_threads(params)
-    frame = read_split(split_path)
-    images = load_images(frame, params)
-    labels = torch.tensor(frame["label"].to_numpy(dtype="int64"))
-    log.info("training %s on %s: %d images, %d classes", out, split_path, len(frame), labels.unique().numel())
-    return train_model(
-        architecture=params.architectures[arch_name],
-        architecture_name=arch_name,
-        training=params.training,
-        images=images,
-        labels=labels,
-        out_dir=out,
-        generation=generation,
-        seed=params.seed + generation,
-        device=select_device(params.device),
-        strategy_name=strategy,
-        strategy_params=strategy_params,
-        old_model_dir=old,
-        data={"scenario": scenario, "split": str(split_path), "split_sha256": file_sha256(split_path)},
-        resume_dir=resume_dir,
-        progress=progress,
-    )
+    asked = {"out": out, "generation": generation, "scenario": scenario, "strategy": strategy, "old": old,
+             "split": split, "architecture": architecture}
+    with track_stage("train", params, run_name=f"train@{out}", arguments=asked) as stage:
+        training_job = training_arguments(
+            params, out, generation, scenario=scenario, strategy=strategy, old=old, split=split,
+            architecture=architecture, resume_dir=resume_dir, progress=progress, load_images=load_images,
+        )
+        if scenario is not None:
+            stage.set_tags({"scenario": scenario})
+        stage.log_params({
+            "seed": training_job["seed"], "training": params.training, "strategy": training_job["strategy_params"],
+            "architecture": {"name": training_job["architecture_name"], **training_job["architecture"].model_dump()},
+        })
+        card = train_model(**training_job)
+        stage.log_metrics(training_metrics(card))
+        stage.log_artifact(Path(out) / CARD_FILE, "model")
+    return card
 
 
 def build_parser() -> argparse.ArgumentParser:

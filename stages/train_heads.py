@@ -45,9 +45,13 @@ from modelupgrade.heads import (
 )
 from modelupgrade.io import file_sha256
 from modelupgrade.layers import MarginClassifier
+from modelupgrade.registry.tracking import track_stage
 from modelupgrade.runtime import describe_device, seed_everything, select_device, setup_logging
 
 log = logging.getLogger("stages.train_heads")
+
+# The numbers of a head's training record that go to MLflow as its run's metrics.
+HEAD_METRICS = ("final_loss", "steps", "seconds", "fit_cosine")
 
 
 def load_embeddings(path: str | Path, what: str) -> np.ndarray:
@@ -108,97 +112,106 @@ def run(
     previous_heads: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """Train (or wrap) the head ``head_name`` of params.yaml and save it to ``out``; returns its card."""
-    if head_name not in params.heads:
-        raise UserError(
-            f"params.yaml defines no head {head_name!r}",
-            hint=f"heads defined: {', '.join(params.heads) or 'none'}",
-        )
-    head_params = params.heads[head_name]
-    head_class = HEADS.get(head_params.kind)
-    training = resolve_training(head_params)
-    device = select_device(params.device)
-    seed_everything(params.seed)
-
-    old = load_embeddings(old_embeddings, "old embeddings")
-    new = load_embeddings(new_embeddings, "new embeddings")
-    side = load_embeddings(side_info, "side information") if side_info is not None else None
-    data = EmbeddingPairs(old, new, load_labels(labels), side)
-
-    previous_dirs = [str(p) for p in previous_heads]
-    inputs = None
-    if previous_dirs:
-        if head_class.direction != "forward":
-            raise UserError("--previous-heads chains forward adapters; a reverse head cannot follow them")
-        previous = [load_head(d)[0] for d in previous_dirs]
-        momenta = [float(read_head_card(d).get("input_momentum", 0.0)) for d in previous_dirs]
-        inputs = HeadChain(previous, momenta).next_input(old, training.input_momentum)
-    elif training.input_momentum:
-        raise UserError(
-            f"heads.{head_name}.input_momentum is {training.input_momentum} but no --previous-heads were given",
-            hint="momentum mixes two earlier gallery generations; it applies from the second upgrade on",
-        )
-
-    in_dim, out_dim = head_dims(head_params.kind, old.shape[1], new.shape[1])
-    if inputs is not None:
-        in_dim = inputs.shape[1]
-    sources = {
-        "old_embeddings": _source(old_embeddings),
-        "new_embeddings": _source(new_embeddings),
-        "labels": _source(labels),
-        "new_model": _source(new_model),
-        "old_model": _source(old_model),
-        "side_info": _source(side_info),
-    }
-
-    joint = (
-        head_params.kind == "dmu"
-        and head_params.options.get("use_joint_head", True)
-        and new_model is not None
-        and DMUForwardAdapter.has_joint_head(new_model)
-    )
-    if joint:
-        head: Head = DMUForwardAdapter.from_joint_training(new_model)  # type: ignore[arg-type]
-        if (head.in_dim, head.out_dim) != (in_dim, out_dim):
+    asked = {"head": head_name, "old_embeddings": old_embeddings, "new_embeddings": new_embeddings, "labels": labels,
+             "out": out, "new_model": new_model, "old_model": old_model, "side_info": side_info,
+             "previous_heads": [str(p) for p in previous_heads]}
+    with track_stage("train_heads", params, run_name=f"train_heads@{out}", arguments=asked) as stage:
+        if head_name not in params.heads:
             raise UserError(
-                f"the jointly trained DMU head maps {head.in_dim}-d to {head.out_dim}-d, but the "
-                f"embeddings are {in_dim}-d old and {out_dim}-d new",
-                hint="pass the embeddings of the models this DMU head was trained with",
+                f"params.yaml defines no head {head_name!r}",
+                hint=f"heads defined: {', '.join(params.heads) or 'none'}",
             )
-        training_record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
-        log.info("head %s: wrapping the ψ trained jointly with %s", head_name, new_model)
-    else:
-        classifier = load_new_classifier(new_model) if head_class.needs_classifier and new_model else None
-        head = build_head(
-            head_params.kind, in_dim, out_dim, training.hidden_dim, training.depth,
-            options=head_params.options, side_info_dim=0 if side is None else side.shape[1],
-        )
-        result = fit_head(head, data, training, classifier=classifier, device=device, seed=params.seed, inputs=inputs)
-        head = head.cpu()
-        training_record = {
-            "mode": "standalone",
-            **training.as_dict(),
-            "epoch_losses": result.epoch_losses,
-            "final_loss": result.final_loss,
-            "steps": result.steps,
-            "seconds": round(result.seconds, 3),
-            "device": describe_device(device),
-            "seed": params.seed,
+        head_params = params.heads[head_name]
+        head_class = HEADS.get(head_params.kind)
+        training = resolve_training(head_params)
+        stage.log_params({"seed": params.seed, "head": {"name": head_name, **head_params.model_dump()},
+                          "training": training.as_dict()})
+        device = select_device(params.device)
+        seed_everything(params.seed)
+
+        old = load_embeddings(old_embeddings, "old embeddings")
+        new = load_embeddings(new_embeddings, "new embeddings")
+        side = load_embeddings(side_info, "side information") if side_info is not None else None
+        data = EmbeddingPairs(old, new, load_labels(labels), side)
+
+        previous_dirs = [str(p) for p in previous_heads]
+        inputs = None
+        if previous_dirs:
+            if head_class.direction != "forward":
+                raise UserError("--previous-heads chains forward adapters; a reverse head cannot follow them")
+            previous = [load_head(d)[0] for d in previous_dirs]
+            momenta = [float(read_head_card(d).get("input_momentum", 0.0)) for d in previous_dirs]
+            inputs = HeadChain(previous, momenta).next_input(old, training.input_momentum)
+        elif training.input_momentum:
+            raise UserError(
+                f"heads.{head_name}.input_momentum is {training.input_momentum} but no --previous-heads were given",
+                hint="momentum mixes two earlier gallery generations; it applies from the second upgrade on",
+            )
+
+        in_dim, out_dim = head_dims(head_params.kind, old.shape[1], new.shape[1])
+        if inputs is not None:
+            in_dim = inputs.shape[1]
+        sources = {
+            "old_embeddings": _source(old_embeddings),
+            "new_embeddings": _source(new_embeddings),
+            "labels": _source(labels),
+            "new_model": _source(new_model),
+            "old_model": _source(old_model),
+            "side_info": _source(side_info),
         }
-    source_vectors = inputs if inputs is not None else (old if head.direction == "forward" else new)
-    target_vectors = new if head.direction == "forward" else old
-    training_record["fit_cosine"] = fit_cosine(head, source_vectors, target_vectors, side)
-    card = save_head(
-        head, out,
-        name=head_name,
-        input_momentum=training.input_momentum,
-        previous_heads=previous_dirs,
-        training=training_record,
-        sources=sources,
-    )
-    log.info(
-        "head %s (%s) saved to %s: fit cosine %.4f, %d MACs per embedding",
-        head_name, head_params.kind, out, training_record["fit_cosine"], card["macs_per_embedding"],
-    )
+
+        joint = (
+            head_params.kind == "dmu"
+            and head_params.options.get("use_joint_head", True)
+            and new_model is not None
+            and DMUForwardAdapter.has_joint_head(new_model)
+        )
+        if joint:
+            head: Head = DMUForwardAdapter.from_joint_training(new_model)  # type: ignore[arg-type]
+            if (head.in_dim, head.out_dim) != (in_dim, out_dim):
+                raise UserError(
+                    f"the jointly trained DMU head maps {head.in_dim}-d to {head.out_dim}-d, but the "
+                    f"embeddings are {in_dim}-d old and {out_dim}-d new",
+                    hint="pass the embeddings of the models this DMU head was trained with",
+                )
+            training_record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
+            log.info("head %s: wrapping the ψ trained jointly with %s", head_name, new_model)
+        else:
+            classifier = load_new_classifier(new_model) if head_class.needs_classifier and new_model else None
+            head = build_head(
+                head_params.kind, in_dim, out_dim, training.hidden_dim, training.depth,
+                options=head_params.options, side_info_dim=0 if side is None else side.shape[1],
+            )
+            result = fit_head(head, data, training, classifier=classifier, device=device, seed=params.seed, inputs=inputs)
+            head = head.cpu()
+            training_record = {
+                "mode": "standalone",
+                **training.as_dict(),
+                "epoch_losses": result.epoch_losses,
+                "final_loss": result.final_loss,
+                "steps": result.steps,
+                "seconds": round(result.seconds, 3),
+                "device": describe_device(device),
+                "seed": params.seed,
+            }
+        source_vectors = inputs if inputs is not None else (old if head.direction == "forward" else new)
+        target_vectors = new if head.direction == "forward" else old
+        training_record["fit_cosine"] = fit_cosine(head, source_vectors, target_vectors, side)
+        card = save_head(
+            head, out,
+            name=head_name,
+            input_momentum=training.input_momentum,
+            previous_heads=previous_dirs,
+            training=training_record,
+            sources=sources,
+        )
+        stage.log_metrics({**{k: v for k, v in training_record.items() if k in HEAD_METRICS},
+                           "macs_per_embedding": card["macs_per_embedding"]})
+        stage.log_artifact(Path(out) / "card.json", "head")
+        log.info(
+            "head %s (%s) saved to %s: fit cosine %.4f, %d MACs per embedding",
+            head_name, head_params.kind, out, training_record["fit_cosine"], card["macs_per_embedding"],
+        )
     return card
 
 

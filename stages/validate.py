@@ -25,6 +25,7 @@ from modelupgrade.data.validation import ValidationReport, Validator, validate_m
 from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import DataValidationError, UserError, exit_on_user_error
 from modelupgrade.io import write_json
+from modelupgrade.registry.tracking import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.validate")
@@ -38,33 +39,41 @@ def run(
 ) -> list[ValidationReport]:
     params = load_params(params_path)
     dataset = params.dataset
-    manifest = read_manifest(manifest_path)
-    splits = [(Path(d).name, read_splits(d)) for d in split_dirs]
-    started = time.perf_counter()
-    validator = Validator()
-    log.info("Great Expectations: import %.2f s, context %.2f s",
-             validator.seconds["gx_import"], validator.seconds["gx_context"])
-    shared = {"root": dataset.root, "min_images_per_class": dataset.min_images_per_class,
-              "train_split": dataset.train_split}
-    reports = [validate_manifest(validator, manifest, name=dataset.name, **shared)]
-    reports += [validate_splits(validator, manifest, s, name=name, **shared) for name, s in splits]
-    for report in reports:
-        write_json(Path(out_dir) / f"{report.name}.json", report.to_dict())
-        log.info("%s: %d expectations, %d failed, %.2f s", report.name, len(report.outcomes),
-                 len(report.failures), report.seconds["validate"])
-    log.info("validation finished in %.2f s", time.perf_counter() - started)
-    failed = [r for r in reports if not r.success]
-    if failed:
-        messages = []
-        for report in failed:
-            try:
-                report.raise_if_failed()
-            except DataValidationError as err:
-                messages.append(err.message)
-        raise DataValidationError(
-            "\n".join(messages),
-            hint=f"reports in {out_dir}; fix the data or the split parameters, nothing downstream runs",
-        )
+    asked = {"manifest": manifest_path, "splits": [str(d) for d in split_dirs], "out_dir": out_dir}
+    with track_stage("validate", params, arguments=asked) as stage:
+        stage.log_params({"dataset": dataset})
+        manifest = read_manifest(manifest_path)
+        splits = [(Path(d).name, read_splits(d)) for d in split_dirs]
+        started = time.perf_counter()
+        validator = Validator()
+        log.info("Great Expectations: import %.2f s, context %.2f s",
+                 validator.seconds["gx_import"], validator.seconds["gx_context"])
+        shared = {"root": dataset.root, "min_images_per_class": dataset.min_images_per_class,
+                  "train_split": dataset.train_split}
+        reports = [validate_manifest(validator, manifest, name=dataset.name, **shared)]
+        reports += [validate_splits(validator, manifest, s, name=name, **shared) for name, s in splits]
+        for report in reports:
+            report_path = Path(out_dir) / f"{report.name}.json"
+            write_json(report_path, report.to_dict())
+            # Logged before the verdict: the reports matter most when validation fails.
+            stage.log_artifact(report_path, "validation")
+            stage.log_metrics({f"{report.name}.expectations": len(report.outcomes),
+                               f"{report.name}.failed": len(report.failures)})
+            log.info("%s: %d expectations, %d failed, %.2f s", report.name, len(report.outcomes),
+                     len(report.failures), report.seconds["validate"])
+        log.info("validation finished in %.2f s", time.perf_counter() - started)
+        failed = [r for r in reports if not r.success]
+        if failed:
+            messages = []
+            for report in failed:
+                try:
+                    report.raise_if_failed()
+                except DataValidationError as err:
+                    messages.append(err.message)
+            raise DataValidationError(
+                "\n".join(messages),
+                hint=f"reports in {out_dir}; fix the data or the split parameters, nothing downstream runs",
+            )
     return reports
 
 

@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from tests.data_fixtures import write_idx_dataset
+from tests.data_fixtures import write_idx
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -58,6 +59,22 @@ def tiny_params(dataset_root: Path) -> dict:
     return params
 
 
+def write_learnable_idx_dataset(root: Path, train: int, test: int, classes: int, size: int) -> None:
+    """IDX files whose classes differ (a bright square at a class's own place, plus noise): a model
+    trained for one epoch spreads them apart, so rankings have no float32 near-ties to break."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True)
+    side = size // 2
+    for split, count in (("train", train), ("t10k", test)):
+        labels = (np.arange(count) % classes).astype(np.uint8)
+        images = rng.integers(0, 96, size=(count, size, size)).astype(np.uint8)
+        for i, label in enumerate(labels):
+            row, col = divmod(int(label), 2)
+            images[i, row * side:(row + 1) * side, col * side:(col + 1) * side] += 150
+        write_idx(root / f"{split}-images-idx3-ubyte.gz", images)
+        write_idx(root / f"{split}-labels-idx1-ubyte.gz", labels)
+
+
 def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}", "PYTHONPATH": str(project)}
@@ -70,6 +87,37 @@ def ran_stages(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
 
 
+def assert_backfill_end_points_equal_cross_model_entries(metrics: Path) -> None:
+    """A curve starts at the state where nothing is backfilled and ends where everything is: both
+    states are single-system searches the evaluate stage measured independently."""
+    import pandas as pd
+
+    table = pd.read_parquet(metrics / "cross_model.parquet")
+    summary = json.loads((metrics / "backfill_summary.json").read_text())
+
+    def matrix(query: str, gallery: str, metric: str) -> float:
+        rows = table[(table.query_set == query) & (table.gallery_set == gallery) & (table.metric == metric)]
+        return float(rows.value.iloc[0])
+
+    # (system, serving mode) -> (query, gallery) pairs of the evaluate stage at t = 0 and t = 1
+    expected = {
+        ("bct", "mixed"): (("gen1-bct", "gen0"), ("gen1-bct", "gen1-bct")),
+        ("independent", "rank-merge"): (("gen0", "gen0"), ("gen1-independent", "gen1-independent")),
+        ("fastfill-independent", "mixed"): (("gen1-independent", "fastfill-independent(gen0)"),
+                                            ("gen1-independent", "gen1-independent")),
+    }
+    checked = 0
+    for curve in summary["curves"]:
+        pairs = expected.get((curve["strategy"], curve["mode"]))
+        if pairs is None:
+            continue
+        for point, (query, gallery) in zip(("start", "end"), pairs):
+            for metric in ("top1", "mAP"):
+                assert curve[point][metric] == pytest.approx(matrix(query, gallery, metric), abs=1e-6), (curve["strategy"], curve["mode"], point, metric)
+        checked += 1
+    assert checked >= 3 * 4  # every policy of each listed (system, mode)
+
+
 @pytest.mark.timeout(900)
 def test_whole_dag_on_a_tiny_configuration(tmp_path):
     project = tmp_path / "project"
@@ -78,7 +126,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     for package in ("modelupgrade", "stages"):
         shutil.copytree(ROOT / package, project / package, ignore=ignore)
     shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
-    write_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
+    write_learnable_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
     (project / "params.yaml").write_text(yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False))
     dvc(project, "init", "--no-scm", "-q")
 
@@ -93,6 +141,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
     assert len(claims) == 7 and all(c["holds"] in (True, False, None) for c in claims)
     assert "up to date" in dvc(project, "status").stdout
+    assert_backfill_end_points_equal_cross_model_entries(project / "metrics" / "extended-data")
 
     # One strategy's λ changes: only that strategy's model and what reads it run again.
     params = load_yaml(project / "params.yaml")

@@ -20,8 +20,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Modules that contribute commands; each defines register(app: typer.Typer) -> None.
-_COMMAND_MODULES: tuple[str, ...] = ("registry",)
+# Modules that contribute commands, in the order --help lists them; each defines
+# register(app: typer.Typer) -> None.
+_COMMAND_MODULES: tuple[str, ...] = ("workflow", "store", "registry")
 
 
 def _register_commands() -> None:

@@ -14,6 +14,11 @@ from modelupgrade.errors import UserError
 
 log = logging.getLogger(__name__)
 
+PARAMS_HELP = "params file: its store section gives the defaults (built-in defaults when it is missing)"
+DEVICE_HELP = "torch device that runs the models and heads: cpu, cuda, cuda:1"
+FORWARD_HEAD_HELP = "forward head for 'mixed' (ψ(old) for not yet backfilled items)"
+REVERSE_HEAD_HELP = "reverse head for 'rank-merge' (ψ_rev(query))"
+
 
 def _params(params_path: Path) -> tuple[StoreParams, object | None]:
     """The ``store`` section (and the whole params, for the dataset) or the defaults without a file."""
@@ -48,8 +53,8 @@ def store_ingest(
     space: str | None = typer.Option(None, help="space name (default: the model directory's name)"),
     score: str = typer.Option("confidence", help="ordering score from the model's classifier: confidence, entropy, none"),
     scores_file: Path | None = typer.Option(None, help="ordering scores (.npy, one per item), e.g. FastFill σ²"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
-    device: str = typer.Option("cpu"),
+    params: Path = typer.Option(Path("params.yaml"), help=PARAMS_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
 ) -> None:
     """Create (or extend) a gallery store with items and their vectors in one embedding space."""
     import pandas as pd
@@ -104,9 +109,9 @@ def backfill(
     chunk_size: int | None = typer.Option(None, help="items per atomic commit (default: store.chunk_size)"),
     retry_failed: bool = typer.Option(False, help="re-queue the items that failed in the last backfill"),
     seed: int | None = typer.Option(None, help="seed of the random policy (default: params seed)"),
-    params: Path = typer.Option(Path("params.yaml")),
-    device: str = typer.Option("cpu"),
-    progress: bool = typer.Option(True),
+    params: Path = typer.Option(Path("params.yaml"), help=PARAMS_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, help="show a progress bar"),
 ) -> None:
     """Backfill the store into the new model's space, resumably; SIGTERM stops at a chunk boundary."""
     from modelupgrade.store import BackfillJob, GalleryStore, ManifestImageSource, ReEmbedImages, SpaceSpec, TransformStored, build_policy
@@ -150,12 +155,12 @@ def search(
     item_id: list[str] = typer.Option(None, help="query by example: stored items already in the serving space"),
     k: int | None = typer.Option(None, help="hits per query (default: store.top_k)"),
     mode: str | None = typer.Option(None, help="serving mode (default: store.serving_mode)"),
-    forward_head: Path | None = typer.Option(None, help="forward head for 'mixed' (ψ(old) for not yet backfilled items)"),
-    reverse_head: Path | None = typer.Option(None, help="reverse head for 'rank-merge' (ψ_rev(query))"),
+    forward_head: Path | None = typer.Option(None, help=FORWARD_HEAD_HELP),
+    reverse_head: Path | None = typer.Option(None, help=REVERSE_HEAD_HELP),
     distance: str | None = typer.Option(None, help="cosine or l2 (default: store.distance)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
-    params: Path = typer.Option(Path("params.yaml")),
-    device: str = typer.Option("cpu"),
+    params: Path = typer.Option(Path("params.yaml"), help=PARAMS_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
 ) -> None:
     """Top-k items for each query, naming the embedding space each hit came from."""
     from modelupgrade.store import GalleryStore, Searcher
@@ -201,10 +206,10 @@ def serve(
     host: str | None = typer.Option(None, help="bind address (default: store.host, 127.0.0.1)"),
     port: int | None = typer.Option(None, help="port (default: store.port)"),
     mode: str | None = typer.Option(None, help="serving mode (default: store.serving_mode)"),
-    forward_head: Path | None = typer.Option(None),
-    reverse_head: Path | None = typer.Option(None),
-    params: Path = typer.Option(Path("params.yaml")),
-    device: str = typer.Option("cpu"),
+    forward_head: Path | None = typer.Option(None, help=FORWARD_HEAD_HELP),
+    reverse_head: Path | None = typer.Option(None, help=REVERSE_HEAD_HELP),
+    params: Path = typer.Option(Path("params.yaml"), help=PARAMS_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
 ) -> None:
     """HTTP service: POST /search, GET /health, GET /backfill/status."""
     import uvicorn

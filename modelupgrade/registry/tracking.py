@@ -9,20 +9,34 @@ DVC runs each stage as its own process, so the stages of one ``dvc repro`` find 
 run through a small state file keyed by the ``dvc`` process that spawned them: a new ``dvc repro``
 (a new process) starts a new parent. An orchestrator that is not DVC sets
 ``MODELUPGRADE_PARENT_RUN_ID`` (see ``Tracker.start_pipeline_run``) to group its stages.
+
+A stage's ``run()`` wraps its work in ``track_stage``: the work fills a ``StageRecord`` (params,
+metrics, tags, artifacts) that becomes the stage's child run when the work ends. A stage process
+that has not loaded MLflow (importing it costs about 1.5 s of CPU) leaves the record, with copies of
+its artifacts, in a spool folder next to the artifacts and starts a writer process; every
+``Tracker`` writes what waits in the spool when it opens, so that readers see every ended stage.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import getpass
 import hashlib
 import json
 import logging
+import math
 import os
+import re
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -32,13 +46,20 @@ from filelock import FileLock, Timeout
 
 from modelupgrade.config import Params, RegistryParams, params_hash
 from modelupgrade.errors import UserError
-from modelupgrade.io import write_json
+from modelupgrade.io import write_json, write_text
 
 log = logging.getLogger(__name__)
 
 PARENT_RUN_ENV = "MODELUPGRADE_PARENT_RUN_ID"
 PARENT_STATE_FILE = ".parent_run.json"
+SPOOL_DIR = ".stage-records"
 _SQLITE_PREFIX = "sqlite:///"
+_IN_MEMORY_URI = "sqlite:///:memory:"
+# What MLflow accepts in metric and param names (mlflow.utils.validation); anything else becomes "_".
+_NOT_IN_NAMES = re.compile(r"[^/\w.\- :]")
+# MLflow's limits per log_batch request (mlflow.utils.validation).
+_PARAMS_PER_BATCH = 100
+_METRICS_PER_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -57,7 +78,9 @@ class TrackingConfig:
         base = Path(root) if root is not None else Path.cwd()
         uri = os.environ.get("MLFLOW_TRACKING_URI") or registry.tracking_uri
         artifact_root = Path(registry.artifact_root)
-        if not artifact_root.is_absolute():
+        if uri == _IN_MEMORY_URI:
+            artifact_root = _scratch_artifact_root()
+        elif not artifact_root.is_absolute():
             artifact_root = base / artifact_root
         return cls(
             tracking_uri=_absolute_sqlite_uri(uri, base),
@@ -90,12 +113,34 @@ class TrackingConfig:
     def parent_state_path(self) -> Path:
         return self.artifact_root / PARENT_STATE_FILE
 
+    @property
+    def spool_dir(self) -> Path:
+        """Where stage records wait to be written: one folder per store and experiment."""
+        key = hashlib.sha256(f"{self.tracking_uri}\n{self.experiment}".encode()).hexdigest()[:12]
+        return self.artifact_root / SPOOL_DIR / key
+
+
+@functools.cache
+def _scratch_artifact_root() -> Path:
+    """Artifacts of an in-memory store (the tests' store): they vanish with it, at process exit,
+    instead of piling up in whatever directory the process runs in."""
+    path = Path(tempfile.mkdtemp(prefix="modelupgrade-mlartifacts-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@functools.cache
+def _file_lock(path: Path) -> FileLock:
+    # One lock object per file and process makes the lock reentrant: a tracker that opens while
+    # its process writes the spool takes the spool's lock again without waiting for itself.
+    return FileLock(str(path))
+
 
 @contextlib.contextmanager
 def _timed_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    lock = FileLock(str(path), timeout=timeout_s)
+    lock = _file_lock(path)
     try:
-        lock.acquire()
+        lock.acquire(timeout=timeout_s)
     except Timeout:
         raise UserError(
             f"could not get the MLflow store lock {path} within {timeout_s:.0f} s",
@@ -262,27 +307,23 @@ class StageRun:
         self.run_id = run_id
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        flat = _flatten(params)
-        if not flat:
-            return
         from mlflow.entities import Param
 
+        entries = [Param(_name(k), str(v)[:6000]) for k, v in _flatten(params).items()]
         with self.tracker.config.writer_lock():
-            self.tracker.client.log_batch(
-                self.run_id, params=[Param(k, str(v)[:6000]) for k, v in flat.items()]
-            )
+            for start in range(0, len(entries), _PARAMS_PER_BATCH):
+                self.tracker.client.log_batch(self.run_id, params=entries[start : start + _PARAMS_PER_BATCH])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         from mlflow.entities import Metric
 
-        flat = {k: float(v) for k, v in _flatten(metrics).items() if _is_number(v)}
-        if not flat:
-            return
         now = int(time.time() * 1000)
+        entries = [
+            Metric(_name(k), float(v), now, step or 0) for k, v in _flatten(metrics).items() if _is_number(v)
+        ]
         with self.tracker.config.writer_lock():
-            self.tracker.client.log_batch(
-                self.run_id, metrics=[Metric(k, v, now, step or 0) for k, v in flat.items()]
-            )
+            for start in range(0, len(entries), _METRICS_PER_BATCH):
+                self.tracker.client.log_batch(self.run_id, metrics=entries[start : start + _METRICS_PER_BATCH])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
@@ -322,6 +363,7 @@ class Tracker:
         # The first touch of a fresh database runs its schema migrations: one process at a time.
         with config.writer_lock():
             self.experiment_id = self._ensure_experiment()
+        self.write_pending_stages()
 
     @classmethod
     def from_params(cls, params: Params, root: str | os.PathLike[str] | None = None) -> Tracker:
@@ -332,7 +374,7 @@ class Tracker:
         if existing is not None:
             return existing.experiment_id
         location = None
-        if self.config.is_local:
+        if self.config.tracking_uri.startswith(_SQLITE_PREFIX):
             self.config.artifact_root.mkdir(parents=True, exist_ok=True)
             location = self.config.artifact_root.as_uri()
         return self.client.create_experiment(self.config.experiment, artifact_location=location)
@@ -355,16 +397,20 @@ class Tracker:
         os.environ[PARENT_RUN_ENV] = run_id
         return run_id
 
-    def parent_run_id(self) -> str:
+    def parent_run_id(
+        self, execution: str | None = None, started_ms: int | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
         """The parent run of this pipeline execution, created by the first stage that asks.
 
         The state file maps each live execution to its parent, so that executions running side
         by side (two flows, a person's stage beside a ``dvc repro``) keep their own parents.
+        ``execution`` is the key of a stage that ran in another process (default: this one's); a
+        parent created for a stage that started at ``started_ms`` starts then too, with ``tags``.
         """
         explicit = os.environ.get(PARENT_RUN_ENV)
         if explicit:
             return self._existing_run(explicit)
-        key = execution_key()
+        key = execution or execution_key()
         state_path = self.config.parent_state_path
         with self.config.writer_lock():
             state = _read_state(state_path)
@@ -373,7 +419,7 @@ class Tracker:
             known = executions.get(key)
             if known and self._run_exists(known):
                 return known
-            run_id = self._create_parent("dvc-repro" if key.startswith("dvc:") else "pipeline", None)
+            run_id = self._create_parent("dvc-repro" if key.startswith("dvc:") else "pipeline", tags, started_ms)
             executions = {k: v for k, v in executions.items() if _execution_alive(k)}
             executions[key] = run_id
             write_json(
@@ -389,14 +435,7 @@ class Tracker:
         tags: Mapping[str, Any] | None = None,
     ) -> Iterator[StageRun]:
         """A child run for one stage; FAILED when the block raises, FINISHED otherwise."""
-        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
-
-        parent = self.parent_run_id()
-        run_tags = {MLFLOW_PARENT_RUN_ID: parent, MLFLOW_RUN_NAME: stage_name, "stage": stage_name}
-        run_tags.update({k: str(v) for k, v in (tags or {}).items()})
-        with self.config.writer_lock():
-            run = self.client.create_run(self.experiment_id, tags=run_tags, run_name=stage_name)
-        stage = StageRun(self, run.info.run_id)
+        stage, parent = self._open_child(stage_name, tags)
         if params:
             stage.log_params(params)
         try:
@@ -406,19 +445,84 @@ class Tracker:
             raise
         self._end(stage.run_id, parent, "FINISHED")
 
-    def _end(self, run_id: str, parent: str, status: str) -> None:
+    def write_stage(self, record: StageRecord) -> str:
+        """Write a stage that has ended as a child run of its execution's parent; returns its id.
+
+        Artifacts that do not exist are left out (a failed stage may not have written them all).
+        """
+        stage, parent = self._open_child(
+            record.run_name, {"stage_kind": record.kind, **record.tags}, record.execution, record.started_ms,
+            {"params_hash": record.params_hash},
+        )
+        try:
+            stage.log_params(record.params)
+            stage.log_metrics(record.metrics)
+            for path, artifact_path in record.artifacts:
+                if Path(path).exists():
+                    stage.log_artifact(path, artifact_path)
+                elif record.status == "FINISHED":
+                    log.warning("stage %s finished without writing %s: not logged", record.run_name, path)
+        except BaseException:
+            self._end(stage.run_id, parent, "FAILED")
+            raise
+        self._end(stage.run_id, parent, record.status, record.ended_ms)
+        return stage.run_id
+
+    def write_pending_stages(self) -> int:
+        """Write the stage records that wait in the spool, oldest first; returns how many."""
+        spool = self.config.spool_dir
+        if not _pending_records(spool):
+            return 0
+        written = 0
+        with _timed_lock(spool / ".write.lock", self.config.lock_timeout_s):
+            while pending := _pending_records(spool):
+                for path in pending:
+                    try:
+                        record = StageRecord.from_json(path.read_text(encoding="utf-8"))
+                    except (ValueError, TypeError, KeyError) as err:
+                        log.warning("stage record %s is not readable (%s): set aside", path, err)
+                        path.rename(path.with_suffix(".unreadable"))
+                        continue
+                    self.write_stage(record)
+                    path.unlink()
+                    shutil.rmtree(path.with_suffix(""), ignore_errors=True)
+                    written += 1
+        return written
+
+    def _open_child(
+        self,
+        run_name: str,
+        tags: Mapping[str, Any] | None,
+        execution: str | None = None,
+        started_ms: int | None = None,
+        parent_tags: Mapping[str, str] | None = None,
+    ) -> tuple[StageRun, str]:
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+        parent = self.parent_run_id(execution, started_ms, parent_tags)
+        run_tags = {MLFLOW_PARENT_RUN_ID: parent, MLFLOW_RUN_NAME: run_name, "stage": run_name}
+        run_tags.update({k: str(v) for k, v in (tags or {}).items()})
+        with self.config.writer_lock():
+            run = self.client.create_run(
+                self.experiment_id, start_time=started_ms, tags=run_tags, run_name=run_name
+            )
+        return StageRun(self, run.info.run_id), parent
+
+    def _end(self, run_id: str, parent: str, status: str, ended_ms: int | None = None) -> None:
         # The parent ends with each stage (its status and end time are those of the latest
         # stage): no execution is left RUNNING when the pipeline stops, and a later stage of the
         # same execution still nests under it.
         with self.config.writer_lock():
-            self.client.set_terminated(run_id, status=status)
-            self.client.set_terminated(parent, status=status)
+            self.client.set_terminated(run_id, status=status, end_time=ended_ms)
+            self.client.set_terminated(parent, status=status, end_time=ended_ms)
 
-    def _create_parent(self, run_name: str, tags: Mapping[str, str] | None) -> str:
+    def _create_parent(
+        self, run_name: str, tags: Mapping[str, str] | None, started_ms: int | None = None
+    ) -> str:
         from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
         all_tags = {**self.pipeline_tags(), **(tags or {}), MLFLOW_RUN_NAME: run_name}
-        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=run_name)
+        run = self.client.create_run(self.experiment_id, start_time=started_ms, tags=all_tags, run_name=run_name)
         log.info("MLflow parent run %s (%s)", run.info.run_id, run_name)
         return run.info.run_id
 
@@ -440,6 +544,177 @@ class Tracker:
                 hint=f"unset {PARENT_RUN_ENV} to let the pipeline open its own parent run",
             )
         return run_id
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class StageRecord:
+    """What one stage reports to MLflow, collected while it works and written when it ends.
+
+    It offers the logging methods of ``StageRun``, but nothing reaches the store before the stage
+    ends: the work never waits for MLflow, and a record can wait in the spool as JSON.
+    """
+
+    kind: str  # the stage's name (train, evaluate, ...); ``run_name`` also says what it worked on
+    run_name: str
+    execution: str
+    params_hash: str | None = None  # tags the pipeline's parent run when this record creates it
+    started_ms: int = field(default_factory=_now_ms)
+    ended_ms: int | None = None
+    status: str = "RUNNING"
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self.params.update({k: str(v) for k, v in _flatten(params).items() if v is not None})
+
+    def log_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Numbers only; a NaN or infinite value (a metric that does not apply) is left out."""
+        self.metrics.update(
+            {k: float(v) for k, v in _flatten(metrics).items() if _is_number(v) and math.isfinite(float(v))}
+        )
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """A file or directory to log when the stage ends (it may not exist yet)."""
+        self.artifacts.append((str(Path(path).resolve()), artifact_path))
+
+    def log_artifacts(self, paths: Iterable[str | os.PathLike[str]], artifact_path: str | None = None) -> None:
+        for path in paths:
+            self.log_artifact(path, artifact_path)
+
+    def end(self, status: str, error: BaseException | None = None) -> None:
+        self.status = status
+        self.ended_ms = _now_ms()
+        if error is not None:
+            self.tags["error"] = f"{type(error).__name__}: {error}"[:5000]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> StageRecord:
+        data = json.loads(text)
+        data["artifacts"] = [tuple(entry) for entry in data["artifacts"]]
+        return cls(**data)
+
+
+def spool_record(record: StageRecord, config: TrackingConfig) -> Path:
+    """Leave ``record`` in the spool with copies of its artifacts (later stages or a re-run may
+    change the originals before the record is written); returns the record's file."""
+    spool = config.spool_dir
+    name = f"{record.started_ms}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    copies = spool / name
+    artifacts: list[tuple[str, str | None]] = []
+    for index, (path, folder) in enumerate(record.artifacts):
+        source = Path(path)
+        if source.exists():
+            target = copies / str(index) / source.name
+            target.parent.mkdir(parents=True)
+            (shutil.copytree if source.is_dir() else shutil.copyfile)(source, target)
+            path = str(target)
+        artifacts.append((path, folder))
+    spooled = spool / f"{name}.json"
+    write_text(spooled, replace(record, artifacts=artifacts).to_json())
+    return spooled
+
+
+def _start_spool_writer(config: TrackingConfig) -> subprocess.Popen[bytes]:
+    """A process that writes the spool and ends: it outlives the stage, which does not wait."""
+    import modelupgrade
+
+    package_root = str(Path(modelupgrade.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    # The writer talks to the project's store only; MLflow's usage telemetry is not its business.
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    setup = json.dumps({**asdict(config), "artifact_root": str(config.artifact_root)})
+    with open(config.spool_dir / "writer.log", "ab") as log_file:
+        # A session of its own: a Ctrl-C that stops the pipeline does not cut a write short.
+        return subprocess.Popen(
+            [sys.executable, "-c", "from modelupgrade.registry.tracking import write_spool; write_spool()", setup],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, start_new_session=True,
+        )
+
+
+def write_spool() -> None:
+    """Entry point of the spool writer (argument: the ``TrackingConfig`` as JSON).
+
+    It takes the spool's lock before it loads MLflow: a writer that finds the spool emptied by the
+    one before it ends without paying for the import.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup = json.loads(sys.argv[1])
+    config = TrackingConfig(**{**setup, "artifact_root": Path(setup["artifact_root"])})
+    with _timed_lock(config.spool_dir / ".write.lock", config.lock_timeout_s):
+        if _pending_records(config.spool_dir):
+            Tracker(config)  # opening a tracker writes what waits in the spool
+            log.info("wrote the waiting stage runs to %s", config.tracking_uri)
+
+
+def _pending_records(spool: Path) -> list[Path]:
+    return sorted(spool.glob("*.json")) if spool.is_dir() else []
+
+
+@contextlib.contextmanager
+def track_stage(
+    stage: str,
+    params: Params,
+    *,
+    run_name: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+) -> Iterator[StageRecord]:
+    """Log the stage that runs in the block as one child run of its pipeline execution.
+
+    The block fills the record it gets (params sections, headline metrics, report artifacts);
+    ``arguments`` (what the stage was asked to do) become params ``args.*``. When the block ends the
+    record is written, FAILED (with an ``error`` tag) if the block raised, and the exception goes on.
+    Tracking writes nothing into the stage's outputs and never fails a stage: a record that cannot
+    be written now waits in the spool for the next tracker.
+    """
+    config = TrackingConfig.from_params(params.registry)
+    record = StageRecord(stage, run_name or stage, execution_key(), params_hash=params_hash(params))
+    if arguments is not None:
+        record.log_params({"args": arguments})
+    try:
+        yield record
+    except BaseException as err:
+        record.end("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED", err)
+        _write(record, config, params)
+        raise
+    record.end("FINISHED")
+    _write(record, config, params)
+
+
+def _write(record: StageRecord, config: TrackingConfig, params: Params) -> None:
+    """Write now where MLflow is loaded (tens of milliseconds), else spool for a writer process.
+
+    An in-memory store lives inside one process: one this process has not opened (MLflow not
+    loaded) can be read by no one, so the record is dropped rather than spend seconds on importing
+    MLflow and creating the store's schema (the tests' default store, and stages they spawn).
+    """
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # under torchrun every process runs the stage; rank 0 alone records it
+    if "mlflow" in sys.modules:
+        try:
+            Tracker(config, params).write_stage(record)
+            return
+        except Exception as err:  # noqa: BLE001 - the stage's outputs stand; the record waits
+            log.warning("could not log stage %s to MLflow now (%s): it waits in %s", record.run_name, err,
+                        config.spool_dir)
+    elif config.tracking_uri == _IN_MEMORY_URI:
+        return
+    try:
+        spool_record(record, config)
+        _start_spool_writer(config)
+    except OSError as err:
+        log.warning("could not leave stage %s for MLflow in %s: %s", record.run_name, config.spool_dir, err)
 
 
 @contextlib.contextmanager
@@ -488,3 +763,8 @@ def _is_number(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _name(key: str) -> str:
+    """A metric or param name MLflow accepts: ``mAP@10`` becomes ``mAP_10``."""
+    return _NOT_IN_NAMES.sub("_", key)

@@ -1,0 +1,341 @@
+"""Cross-model evaluation of one scenario from the pipeline's files: matrix, heatmap, Δ↑ / Δ↓ / flips.
+
+Two-model scenarios read ``<embeddings>/<sc>/gen0/`` and ``<embeddings>/<sc>/gen1-<strategy>/``
+(``query.npy``, ``gallery.npy``), labels from ``<splits>/<sc>/{query,gallery}.parquet``, and every
+head ``<heads>/<sc>/<head>-<strategy>/`` of the evaluated strategies: a forward head maps the old
+gallery (ψ(old)), a reverse head maps the new queries (ψ_rev(new)); pre-computed outputs under
+``<embeddings>/<sc>/<head>-<strategy>/`` are used when present. Writes
+``<metrics>/<sc>/cross_model.{parquet,csv,json}``, ``<metrics>/<sc>/summary.{json,csv}`` and
+``<plots>/<sc>/cross_model_heatmap.png``.
+
+The ``sequential`` scenario reads ``<embeddings>/sequential/<strategy>/gen<i>/`` for every generation
+(generation 0 from ``<embeddings>/sequential/gen0/`` when the chains share it) and writes the same
+files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibility-matrix metrics
+(AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
+``<metrics>/sequential/summary.json``.
+
+The evaluate stage and the ``modelupgrade evaluate`` command both run ``evaluate_scenario``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelupgrade.config import Params
+from modelupgrade.errors import UserError
+from modelupgrade.evaluation.cross_model import (
+    NFR_METRIC,
+    StrategyComparisons,
+    all_compatible_pairs,
+    cross_model_matrix,
+    essential_pairs,
+    sequential_summary,
+    strategy_summary,
+    write_heatmap,
+)
+from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protocol
+from modelupgrade.io import file_sha256, save_parquet, write_json, write_text
+from modelupgrade.runtime import describe_device, select_device
+
+log = logging.getLogger(__name__)
+
+OLD_MODEL = "gen0"
+SEQUENTIAL = "sequential"
+HEATMAP_FILE = "cross_model_heatmap.png"
+# The files of an evaluation a person reads (the parquet table is the same matrix as the CSV).
+REPORT_FILES = ("summary.json", "summary.csv", "cross_model.csv")
+
+
+def new_model_name(strategy: str) -> str:
+    return f"gen1-{strategy}"
+
+
+def metrics_dir(metrics_root: str | Path, scenario: str, strategy: str | None = None) -> Path:
+    """Where an evaluation's tables go: ``<root>/<sc>/``, per strategy for the sequential scenario."""
+    base = Path(metrics_root) / scenario
+    return base if strategy is None else base / strategy
+
+
+def heatmap_path(plots_root: str | Path, scenario: str, strategy: str | None = None) -> Path:
+    base = Path(plots_root) / scenario
+    return (base if strategy is None else base / strategy) / HEATMAP_FILE
+
+
+def load_embeddings(path: Path, what: str) -> np.ndarray:
+    if not path.is_file():
+        raise UserError(f"{what} embeddings {path} do not exist", hint="run the embed stage first")
+    array = np.load(path, allow_pickle=False)
+    if array.ndim != 2:
+        raise UserError(f"{path} must hold a 2-D (N, D) array, got shape {array.shape}")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def load_split(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
+    return pd.read_parquet(path, columns=["item_id", "label"])
+
+
+def load_model_sets(directory: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    return (load_embeddings(directory / "query.npy", f"{name} query"),
+            load_embeddings(directory / "gallery.npy", f"{name} gallery"))
+
+
+def head_strategy(head_dir: Path, card: dict[str, Any]) -> str:
+    name = str(card.get("name", ""))
+    prefix = f"{name}-"
+    if not name or not head_dir.name.startswith(prefix):
+        raise UserError(
+            f"head directory {head_dir} is not named <head>-<strategy> after its card name {name!r}",
+            hint="train heads with stages.train_heads --out heads/<scenario>/<head>-<strategy>",
+        )
+    return head_dir.name[len(prefix):]
+
+
+def discover_heads(heads_root: Path, scenario: str, requested: Sequence[str] | None) -> list[Path]:
+    base = heads_root / scenario
+    if requested is not None:
+        dirs = [base / name for name in requested]
+        for d in dirs:
+            if not (d / "card.json").is_file():
+                raise UserError(f"head {d} has no card.json", hint="train it first (stage train_heads)")
+        return dirs
+    return sorted(p for p in base.glob("*") if (p / "card.json").is_file()) if base.is_dir() else []
+
+
+def head_outputs(head_dir: Path, embeddings_dir: Path, old_gallery: np.ndarray, new_query: np.ndarray,
+                 device: Any) -> tuple[str, np.ndarray]:
+    """(direction, transformed vectors): ψ(old gallery) for forward heads, ψ_rev(new query) for reverse."""
+    from modelupgrade.heads import apply, load_chain, load_head, read_head_card
+
+    card = read_head_card(head_dir)
+    direction = card["direction"]
+    stored = embeddings_dir / ("gallery.npy" if direction == "forward" else "query.npy")
+    if stored.is_file():
+        return direction, load_embeddings(stored, f"{head_dir.name} {direction}")
+    if direction == "forward":
+        return direction, load_chain(head_dir).apply(old_gallery, device=device)
+    head, _ = load_head(head_dir)
+    return direction, apply(head, new_query, device=device)
+
+
+def write_outputs(result: Any, summary_rows: pd.DataFrame, summary: dict[str, Any], out_dir: Path,
+                  plot_path: Path, heatmap_metrics: Sequence[str], queries: Sequence[str],
+                  galleries: Sequence[str], title: str) -> None:
+    save_parquet(out_dir / "cross_model.parquet", result.table)
+    write_text(out_dir / "cross_model.csv", result.table.to_csv(index=False))
+    write_json(out_dir / "cross_model.json", {
+        "protocol": summary["protocol"],
+        "matrix": result.wide().to_dict(orient="records"),
+        "search": {f"{q} -> {g}": info.get("search") for (q, g), info in result.info.items()},
+    })
+    write_text(out_dir / "summary.csv", summary_rows.to_csv(index=False))
+    write_json(out_dir / "summary.json", summary)
+    write_heatmap(result, heatmap_metrics, plot_path, queries, galleries, title)
+
+
+def _source(path: Path) -> dict[str, str]:
+    return {"path": str(path), "sha256": file_sha256(path)} if path.is_file() else {"path": str(path)}
+
+
+def _labels_and_protocol(params: Params, split_dir: Path) -> tuple[np.ndarray, np.ndarray, bool]:
+    query = load_split(split_dir / "query.parquet")
+    gallery = load_split(split_dir / "gallery.parquet")
+    leave_one_out = resolve_protocol(params.evaluation.protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy())
+    return query.label.to_numpy(np.int64), gallery.label.to_numpy(np.int64), leave_one_out
+
+
+def evaluate_scenario(
+    params: Params,
+    scenario: str,
+    embeddings_root: str | Path = "embeddings",
+    splits_root: str | Path = "data/splits",
+    heads_root: str | Path = "heads",
+    metrics_root: str | Path = "metrics",
+    plots_root: str | Path = "plots",
+    strategies: Sequence[str] | None = None,
+    heads: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Evaluate one scenario; returns the summary written to ``<metrics>/<sc>/summary.json``.
+
+    ``strategies`` defaults to the scenario's in params.yaml, ``heads`` (directory names under
+    ``<heads>/<sc>/``) to every head of the evaluated strategies.
+    """
+    if scenario == SEQUENTIAL:
+        return evaluate_sequential(params, embeddings_root, splits_root, metrics_root, plots_root, strategies)
+    scenario_params = params.scenario(scenario)
+    ev = params.evaluation
+    strategies = list(strategies if strategies is not None else scenario_params.strategies)
+    embeddings_root, heads_root = Path(embeddings_root), Path(heads_root)
+    device = select_device(params.device)
+    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, Path(splits_root) / scenario)
+    evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
+
+    query_sets: dict[str, np.ndarray] = {}
+    gallery_sets: dict[str, np.ndarray] = {}
+    sources: dict[str, Any] = {}
+    for model in [OLD_MODEL, *(new_model_name(s) for s in strategies)]:
+        directory = embeddings_root / scenario / model
+        query_sets[model], gallery_sets[model] = load_model_sets(directory, model)
+        sources[model] = {"query": _source(directory / "query.npy"), "gallery": _source(directory / "gallery.npy")}
+
+    forward: dict[str, list[str]] = {s: [] for s in strategies}
+    reverse: dict[str, list[str]] = {s: [] for s in strategies}
+    for head_dir in discover_heads(heads_root, scenario, heads):
+        from modelupgrade.heads import read_head_card
+
+        card = read_head_card(head_dir)
+        strategy = head_strategy(head_dir, card)
+        if strategy not in strategies:
+            if heads is not None:
+                raise UserError(f"head {head_dir.name} belongs to strategy {strategy!r}, which is not evaluated",
+                                hint=f"evaluated strategies: {', '.join(strategies)}")
+            continue
+        if card.get("side_info_dim"):
+            stored = embeddings_root / scenario / head_dir.name / "gallery.npy"
+            if not stored.is_file():
+                raise UserError(
+                    f"head {head_dir.name} needs side information to transform the gallery",
+                    hint=f"write its transformed gallery to {stored} (or leave it out with --heads)",
+                )
+        new = new_model_name(strategy)
+        direction, vectors = head_outputs(head_dir, embeddings_root / scenario / head_dir.name,
+                                          gallery_sets[OLD_MODEL], query_sets[new], device)
+        sources[head_dir.name] = {"card": _source(head_dir / "card.json"), "direction": direction}
+        if direction == "forward":
+            name = f"{head_dir.name}({OLD_MODEL})"
+            gallery_sets[name] = vectors
+            forward[strategy].append(name)
+        else:
+            name = f"{head_dir.name}({new})"
+            query_sets[name] = vectors
+            reverse[strategy].append(name)
+
+    comparisons = [StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
+                   for s in strategies if s != ev.oracle_strategy]
+    oracle = new_model_name(ev.oracle_strategy) if ev.oracle_strategy in strategies else None
+    if oracle is None:
+        log.warning("oracle strategy %r is not evaluated: Δ↓ is left empty", ev.oracle_strategy)
+    pairs = (all_compatible_pairs(query_sets, gallery_sets) if ev.all_pairs
+             else essential_pairs(OLD_MODEL, comparisons, oracle))
+    result = cross_model_matrix(evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL))
+    rows = strategy_summary(result, OLD_MODEL, comparisons, oracle, ev.headline_metric)
+
+    summary = {
+        "scenario": scenario,
+        "protocol": {**evaluator.protocol_description(), "negative_flips":
+                     f"top-{ev.flip_k} right under {OLD_MODEL}/{OLD_MODEL}, wrong under the pair; rate over all queries"},
+        "headline_metric": ev.headline_metric,
+        "old_model": OLD_MODEL,
+        "oracle": oracle,
+        "device": describe_device(device),
+        "strategies": {
+            s: rows[rows.strategy == s].drop(columns="strategy").to_dict(orient="records")
+            for s in dict.fromkeys(rows.strategy)
+        } if len(rows) else {},
+        "old_self": result.value(OLD_MODEL, OLD_MODEL, ev.headline_metric),
+        "oracle_self": result.value(oracle, oracle, ev.headline_metric) if oracle else None,
+        "sources": sources,
+    }
+    write_outputs(result, rows, summary, metrics_dir(metrics_root, scenario), heatmap_path(plots_root, scenario),
+                  ev.heatmap_metrics, list(query_sets), list(gallery_sets), f"{scenario}: M(query, gallery)")
+    for _, row in rows.iterrows():
+        log.info("%s %s %s/%s: %s=%.4f Δ↑=%.2f%% Δ↓=%.2f%% NFR=%.4f", row.strategy, row.comparison,
+                 row.query_set, row.gallery_set, row.metric, row.value, row.delta_up_pct,
+                 row.delta_down_pct, row[NFR_METRIC])
+    return summary
+
+
+def evaluate_sequential(params: Params, embeddings_root: str | Path, splits_root: str | Path,
+                        metrics_root: str | Path, plots_root: str | Path,
+                        strategies: Sequence[str] | None) -> dict[str, Any]:
+    """Compatibility matrices over generations, one per strategy of ``sequential.strategies``."""
+    ev = params.evaluation
+    every_strategy = strategies is None
+    strategies = list(strategies if strategies is not None else params.sequential.strategies)
+    generations = [f"gen{i}" for i in range(len(params.sequential.fractions))]
+    device = select_device(params.device)
+    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, Path(splits_root) / SEQUENTIAL)
+    evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
+    out: dict[str, Any] = {"scenario": SEQUENTIAL, "protocol": evaluator.protocol_description(), "strategies": {}}
+    for strategy in strategies:
+        query_sets, gallery_sets = {}, {}
+        for generation in generations:
+            directory = Path(embeddings_root) / SEQUENTIAL / strategy / generation
+            if generation == generations[0] and not directory.is_dir():
+                # One generation 0 shared by every chain (as the pipeline trains it).
+                directory = Path(embeddings_root) / SEQUENTIAL / generation
+            query_sets[generation], gallery_sets[generation] = load_model_sets(directory, f"{strategy} {generation}")
+        pairs = [(q, g) for i, q in enumerate(generations) for g in generations[: i + 1]
+                 if query_sets[q].shape[1] == gallery_sets[g].shape[1]]
+        result = cross_model_matrix(evaluator, query_sets, gallery_sets, pairs, reference=(generations[0], generations[0]))
+        compat = {metric: sequential_summary(result, generations, metric)
+                  for metric in sorted(set(result.table.metric)) if metric != NFR_METRIC}
+        summary = {"scenario": SEQUENTIAL, "strategy": strategy, "protocol": out["protocol"],
+                   "headline_metric": ev.headline_metric, "compatibility": compat}
+        rows = pd.DataFrame([{"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
+                             for m, c in compat.items()])
+        write_outputs(result, rows, summary, metrics_dir(metrics_root, SEQUENTIAL, strategy),
+                      heatmap_path(plots_root, SEQUENTIAL, strategy), ev.heatmap_metrics,
+                      generations, generations, f"sequential / {strategy}: M(gen i, gen j)")
+        out["strategies"][strategy] = compat.get(ev.headline_metric)
+    if every_strategy:
+        # A run over some chains leaves the summary of all of them alone.
+        write_json(Path(metrics_root) / SEQUENTIAL / "summary.json", out)
+    return out
+
+
+def report_files(summary: dict[str, Any], metrics_root: str | Path, plots_root: str | Path) -> dict[str, list[Path]]:
+    """The files of an evaluation that a person reads (summaries, the matrix as CSV, the heatmaps),
+    by the folder they go to among a run's artifacts: ``evaluation``, or ``evaluation/<strategy>``
+    for the sequential scenario's chains."""
+    scenario = summary["scenario"]
+    parts = [None] if scenario != SEQUENTIAL else list(summary["strategies"])
+    return {
+        "evaluation" if part is None else f"evaluation/{part}": [
+            *(metrics_dir(metrics_root, scenario, part) / name for name in REPORT_FILES),
+            heatmap_path(plots_root, scenario, part),
+        ]
+        for part in parts
+    }
+
+
+def _comparison_key(row: dict[str, Any]) -> str:
+    """``backward``; a head's comparison also names the head: ``forward-head.bict-bct``."""
+    head_set = {"forward-head": row["gallery_set"], "reverse-head": row["query_set"]}.get(row["comparison"])
+    return row["comparison"] if head_set is None else f"{row['comparison']}.{head_set.split('(')[0]}"
+
+
+def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of a summary, flat: M per comparison, Δ↑, Δ↓ and the negative-flip rate
+    (two-model scenarios), or AC/AM/BC/FC per strategy (sequential). Values that are not
+    applicable (NaN, e.g. Δ↑ of a model against itself) are left out."""
+    metrics: dict[str, float] = {}
+    if summary["scenario"] == SEQUENTIAL:
+        for strategy, compat in summary["strategies"].items():
+            metrics.update({f"{strategy}.{k}": v for k, v in (compat or {}).items() if _is_number(v)})
+        return metrics
+    headline = summary["headline_metric"]
+    for name in ("old_self", "oracle_self"):
+        if _is_number(summary.get(name)):
+            metrics[f"{name}.{headline}"] = summary[name]
+    for strategy, rows in summary["strategies"].items():
+        for row in rows:
+            key = f"{strategy}.{_comparison_key(row)}"
+            metrics[f"{key}.{headline}"] = row["value"]
+            metrics[f"{key}.delta_up_pct"] = row["delta_up_pct"]
+            metrics[f"{key}.{NFR_METRIC}"] = row[NFR_METRIC]
+            metrics[f"{strategy}.delta_down_pct"] = row["delta_down_pct"]
+    return {k: float(v) for k, v in metrics.items() if _is_number(v)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,207 @@
+"""One generation of the embedding model: train it on its split, embed split files with it.
+
+The train and embed stages and the ``modelupgrade train`` / ``modelupgrade embed`` commands run this
+code, so that a person without DVC gets the files ``dvc repro`` writes, in the same layout:
+``data/splits/<scenario>/``, ``models/<scenario>/gen0`` and ``models/<scenario>/gen1-<strategy>``,
+``embeddings/<scenario>/<model>/<split stem>.npy``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from modelupgrade.config import Params
+from modelupgrade.errors import UserError
+from modelupgrade.io import file_sha256, save_npy
+from modelupgrade.runtime import select_device
+
+log = logging.getLogger(__name__)
+
+SPLITS_DIR = Path("data/splits")
+MODELS_DIR = Path("models")
+EMBEDDINGS_DIR = Path("embeddings")
+EVALUATION_SPLITS = ("query", "gallery")
+
+# Decodes the images that a split file's rows name; the stages take it as a seam for tests.
+ImageLoader = Callable[[pd.DataFrame, Params], torch.Tensor]
+
+
+def load_split_images(frame: pd.DataFrame, params: Params) -> torch.Tensor:
+    """The images of a split file's rows, decoded as the dataset section says (uint8, N×C×H×W)."""
+    from modelupgrade.data import load_images
+
+    return load_images(frame, params.dataset)
+
+
+def apply_cpu_threads(params: Params) -> None:
+    if params.training.cpu_threads is not None:
+        torch.set_num_threads(params.training.cpu_threads)
+
+
+def read_split(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
+    frame = pd.read_parquet(path)
+    if "label" not in frame.columns or frame.empty:
+        raise UserError(f"{path} is empty or has no 'label' column", hint="pass a split file (rows of the manifest)")
+    return frame
+
+
+def model_name(generation: int, strategy: str | None) -> str:
+    """A generation's directory name in the pipeline's layout: ``gen0``, ``gen1-bct``."""
+    return f"gen{generation}" if strategy is None else f"gen{generation}-{strategy}"
+
+
+def resolve_inputs(
+    params: Params, scenario: str | None, generation: int, split: str | Path | None, architecture: str | None
+) -> tuple[Path, str]:
+    """The training split and architecture name for this generation."""
+    if scenario is not None:
+        scenario_params = params.scenario(scenario)
+        default_arch = scenario_params.old_architecture if generation == 0 else scenario_params.new_architecture
+        default_split = SPLITS_DIR / scenario / ("old_train.parquet" if generation == 0 else "new_train.parquet")
+    else:
+        default_arch, default_split = "default", None
+    split_path = Path(split) if split is not None else default_split
+    if split_path is None:
+        raise UserError("no training split given", hint="pass --scenario <name> or --split <parquet>")
+    arch_name = architecture or default_arch
+    if arch_name not in params.architectures:
+        raise UserError(
+            f"unknown architecture {arch_name!r}", hint=f"params.yaml defines: {', '.join(params.architectures)}"
+        )
+    return split_path, arch_name
+
+
+def training_arguments(
+    params: Params,
+    out: str | Path,
+    generation: int,
+    scenario: str | None = None,
+    strategy: str | None = None,
+    old: str | Path | None = None,
+    split: str | Path | None = None,
+    architecture: str | None = None,
+    resume_dir: str | Path | None = None,
+    progress: bool | None = None,
+    load_images: ImageLoader = load_split_images,
+) -> dict[str, Any]:
+    """The keyword arguments of ``train_model`` for one generation, its images decoded.
+
+    Generation 0 trains the scenario's old architecture on ``old_train.parquet``, generation ≥ 1
+    its new architecture on ``new_train.parquet``; ``split`` and ``architecture`` override either.
+    """
+    if generation < 0:
+        raise UserError(f"--generation must be ≥ 0, got {generation}")
+    split_path, arch_name = resolve_inputs(params, scenario, generation, split, architecture)
+    strategy_params = None
+    if strategy is not None:
+        if strategy not in params.strategies:
+            raise UserError(f"unknown strategy {strategy!r}", hint=f"params.yaml defines: {', '.join(params.strategies)}")
+        strategy_params = params.strategies[strategy]
+    apply_cpu_threads(params)
+    frame = read_split(split_path)
+    images = load_images(frame, params)
+    labels = torch.tensor(frame["label"].to_numpy(dtype="int64"))
+    log.info("training %s on %s: %d images, %d classes", out, split_path, len(frame), labels.unique().numel())
+    return {
+        "architecture": params.architectures[arch_name],
+        "architecture_name": arch_name,
+        "training": params.training,
+        "images": images,
+        "labels": labels,
+        "out_dir": out,
+        "generation": generation,
+        "seed": params.seed + generation,
+        "device": select_device(params.device),
+        "strategy_name": strategy,
+        "strategy_params": strategy_params,
+        "old_model_dir": old,
+        "data": {"scenario": scenario, "split": str(split_path), "split_sha256": file_sha256(split_path)},
+        "resume_dir": resume_dir,
+        "progress": progress,
+    }
+
+
+def train_generation(params: Params, out: str | Path, generation: int, **options: Any) -> dict[str, Any]:
+    """Train one generation (``options``: those of ``training_arguments``) and save it; returns its card."""
+    from modelupgrade.training.pipeline import train_model
+
+    return train_model(**training_arguments(params, out, generation, **options))
+
+
+def training_metrics(card: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of a model card: final loss, epochs, seconds, throughput, data size."""
+    history = card.get("history") or []
+    metrics: dict[str, float] = {"epochs": len(history)}
+    metrics.update({k: card[k] for k in ("train_seconds", "train_images_per_second", "parameters") if k in card})
+    if "images" in (card.get("data") or {}):
+        metrics["images"] = card["data"]["images"]
+    if history:
+        last = history[-1]
+        metrics["final_loss"] = last.get("loss", float("nan"))
+        metrics.update({f"final_{k}": v for k, v in last.items() if k.startswith("loss_")})
+    return metrics
+
+
+def embedding_targets(
+    splits: Sequence[str | Path], out: str | Path | None, out_dir: str | Path | None
+) -> list[Path]:
+    """The ``.npy`` file each split's embeddings go to: ``out`` (one split) or ``<out_dir>/<stem>.npy``."""
+    if (out is None) == (out_dir is None):
+        raise UserError("pass exactly one of --out (one split) and --out-dir")
+    if out is not None:
+        if len(splits) != 1:
+            raise UserError(f"--out names one file but {len(splits)} splits were given", hint="use --out-dir")
+        return [Path(out)]
+    stems = [Path(s).stem for s in splits]
+    if len(set(stems)) != len(stems):
+        raise UserError(f"split files share a name ({', '.join(stems)}); their outputs would collide")
+    return [Path(out_dir) / f"{stem}.npy" for stem in stems]
+
+
+def embed_splits(
+    params: Params,
+    model_dir: str | Path,
+    splits: Sequence[str | Path],
+    out: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    logits: bool = False,
+    load_images: ImageLoader = load_split_images,
+) -> list[Path]:
+    """Embed every split with the model (images decoded once, in one call); returns the written paths.
+
+    ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
+    on its embeddings, which order the backfill by old-model confidence or entropy.
+    """
+    from modelupgrade.models import classifier_logits, embed, load_model
+
+    if not splits:
+        raise UserError("no split given", hint="pass --split <parquet> [...]")
+    targets = embedding_targets(splits, out, out_dir)
+    device = select_device(params.device)
+    apply_cpu_threads(params)
+    model = load_model(model_dir, device)
+    frames = [read_split(s) for s in splits]
+    images = load_images(pd.concat(frames, ignore_index=True), params)
+    embeddings = embed(model, images, params.training.eval_batch_size, device)
+    written = list(targets)
+    start = 0
+    for frame, target, split in zip(frames, targets, splits, strict=True):
+        part = np.ascontiguousarray(embeddings[start : start + len(frame)])
+        start += len(frame)
+        save_npy(target, part)
+        log.info("embedded %s with %s: %s → %s", split, model_dir, part.shape, target)
+        if logits:
+            logits_path = target.with_name(f"{target.stem}_logits.npy")
+            save_npy(logits_path, classifier_logits(model, part))
+            written.append(logits_path)
+    return written
