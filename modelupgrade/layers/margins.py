@@ -37,8 +37,13 @@ class MarginClassifier(nn.Module):
         return self.weight.shape[0]
 
     def cosine(self, features: torch.Tensor) -> torch.Tensor:
-        """Cosine similarity of each feature to each class prototype, shape (N, C)."""
-        return F.linear(F.normalize(features.float(), dim=-1), F.normalize(self.weight.float(), dim=-1))
+        """Cosine similarity of each feature to each class prototype, shape (N, C), in float32.
+
+        Autocast is switched off here: the margins work on cosines near ±1 (acos, a 1e-7 clamp),
+        where bf16's three significant digits would erase them.
+        """
+        with torch.autocast(features.device.type, enabled=False):
+            return F.linear(F.normalize(features.float(), dim=-1), F.normalize(self.weight.float(), dim=-1))
 
     def logits(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         cos = self.cosine(features)

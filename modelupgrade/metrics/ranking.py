@@ -188,12 +188,13 @@ def iter_rank_blocks(
     _validate(scores, query_labels, gallery_labels, leave_one_out)
     nq, ng = scores.shape
     scores_t = _as_tensor(scores)
-    q_labels = _as_tensor(np.asarray(query_labels), torch.int64)
-    g_labels = _as_tensor(np.asarray(gallery_labels), torch.int64)
+    device = scores_t.device
+    q_labels = _as_tensor(np.asarray(query_labels), torch.int64).to(device)
+    g_labels = _as_tensor(np.asarray(gallery_labels), torch.int64).to(device)
     block = query_block_size(ng, memory_bytes)
     for start in range(0, nq, block):
         stop = min(start + block, nq)
-        self_index = torch.arange(start, stop) if leave_one_out else None
+        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
         yield rank_block(scores_t[start:stop], q_labels[start:stop], g_labels, self_index,
                          full_ap=full_ap, ap_k=ap_k)
 
