@@ -50,6 +50,8 @@ class TrainingParams(Section):
     cpu_threads: int | None = Field(default=None, ge=1)
     # Steps between progress/NaN checks (each check synchronises with the GPU).
     log_every_steps: int = Field(default=10, ge=1)
+    # torch.compile the model on CUDA (ignored on CPU): faster steps after a compile of a minute or so.
+    compile: bool = False
 
     @model_validator(mode="after")
     def _ranges_are_ordered(self) -> TrainingParams:
