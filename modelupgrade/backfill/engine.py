@@ -36,9 +36,11 @@ import numpy as np
 import torch
 
 from modelupgrade.errors import UserError
+from modelupgrade.metrics.similarity import Similarity, prepare, score_block
 
 Distance = Literal["l2", "cosine"]
 DISTANCES: tuple[str, ...] = ("l2", "cosine")
+_SIMILARITY_OF: dict[str, Similarity] = {"l2": "sqeuclidean", "cosine": "cosine"}
 DEFAULT_MEMORY_BYTES = 384 * 1024 * 1024
 
 _COLUMN_BITS = 31
@@ -114,8 +116,12 @@ def _rows(array: np.ndarray, what: str) -> np.ndarray:
 class _DistanceBlock:
     """Distances of query rows to one fixed gallery, in the form used for ranking and merging.
 
-    ``l2``: squared Euclidean (a monotone map of the Euclidean distance, applied to both systems, so
-    rankings and distance merges are unchanged); ``cosine``: 1 − cos on L2-normalised vectors.
+    A distance is the negated score of ``metrics.similarity.score_block`` (negation is exact), the
+    function the cross-model evaluation ranks with: a curve's end points are then rankings of the
+    very numbers the evaluation ranks, ties included. ``l2``: squared Euclidean (a monotone map of
+    the Euclidean distance, applied to both systems, so rankings and distance merges are unchanged);
+    ``cosine``: −cos on L2-normalised vectors (the order of 1 − cos, without its float32 rounding
+    of distinct small cosines to one value).
     """
 
     def __init__(self, queries: np.ndarray, gallery: np.ndarray, distance: Distance) -> None:
@@ -124,23 +130,13 @@ class _DistanceBlock:
                 f"query vectors are {queries.shape[1]}-d but gallery vectors are {gallery.shape[1]}-d",
                 hint="both vectors of one system must live in one space (apply the head first)",
             )
-        q = torch.from_numpy(queries)
-        g = torch.from_numpy(gallery)
-        if distance == "cosine":
-            q = q / q.norm(dim=1, keepdim=True).clamp(min=1e-12)
-            g = g / g.norm(dim=1, keepdim=True).clamp(min=1e-12)
-        self.distance = distance
-        self.queries = q
-        self.gallery_t = g.T.contiguous()
-        self.gallery_sq = (g * g).sum(1)
+        self.similarity: Similarity = _SIMILARITY_OF[distance]
+        self.queries = prepare(torch.from_numpy(queries), self.similarity)
+        self.gallery = prepare(torch.from_numpy(gallery), self.similarity)
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        q = self.queries[torch.from_numpy(rows)]
-        dots = q @ self.gallery_t
-        if self.distance == "cosine":
-            return (1.0 - dots).numpy()
-        squared = (q * q).sum(1, keepdim=True) - 2.0 * dots + self.gallery_sq[None, :]
-        return squared.clamp_(min=0.0).numpy()
+        scores = score_block(self.queries[torch.from_numpy(rows)], self.gallery, self.similarity)
+        return scores.neg_().numpy()
 
 
 def _orderable(values: np.ndarray) -> np.ndarray:
