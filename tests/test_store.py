@@ -80,8 +80,12 @@ def test_backfill_follows_the_policy_order_chunk_by_chunk(tmp_path: Path) -> Non
         assert sorted(done) == sorted(np.argsort(scores)[:30].tolist())  # lowest confidence first
         assert _job(store, chunk=30).run().status == "complete"
         assert [c["items"] for c in store.chunk_log()] == [30, 30, 30, 10]
+        # chunks of 30 and one batch of 100 take different BLAS blockings: equal to float32 rounding, not bitwise
         np.testing.assert_allclose(
-            store.read_vectors("gen1", np.arange(100)), psi(store.read_vectors("gen0", np.arange(100))), rtol=1e-6
+            store.read_vectors("gen1", np.arange(100)),
+            psi(store.read_vectors("gen0", np.arange(100))),
+            rtol=1e-5,
+            atol=1e-6,
         )
         assert store.status().by_space == {"gen1": 100}
 

@@ -11,6 +11,9 @@ transaction that flips the items' space and state and appends the chunk to the c
 * a committed chunk is never processed again (it has no pending item, and the chunk log's key
   forbids a second entry), so each item's final vector is written by exactly one committed chunk.
 
+The commit of chunk k (sync, then transaction) runs on a writer thread while chunk k + 1 is
+computed; commits still happen one at a time in chunk order, so the guarantees above are unchanged.
+
 SIGTERM asks the job to stop after the chunk in progress commits.
 """
 
@@ -22,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -201,44 +205,62 @@ class BackfillJob:
         backfill = start_or_resume(self.store, self.target, self.source.method, self.policy, self.chunk_size)
         restore = self._install_sigterm()
         started = time.perf_counter()
-        chunks = written = failed = 0
+        tally = {"chunks": 0, "written": 0, "failed": 0}
         status = "paused"
         before = self.store.status().backfill or {}
         bar = tqdm(
             total=backfill.total, initial=before.get("done", 0) + before.get("failed", 0), unit="item",
             desc=f"backfill → {self.target.name}", disable=not self.progress, dynamic_ncols=True,
         )
+
+        def commit(chunk: Chunk, result: ChunkVectors) -> None:
+            self.store.write_vectors(self.target.name, result.slots, result.vectors, durable=True)
+            self.store.commit_chunk(
+                chunk, self.target.name, result.slots, result.failures, vectors_digest(result.slots, result.vectors),
+            )
+            for slot, reason in result.failures.items():
+                item = next(i for i in chunk.items if i.slot == slot)
+                log.warning("item %s skipped: %s", item.item_id, reason)
+            tally["chunks"] += 1
+            tally["written"] += len(result.slots)
+            tally["failed"] += len(result.failures)
+            bar.update(len(chunk.items))
+            bar.set_postfix(chunk=chunk.index, failed=tally["failed"], refresh=False)
+
+        # One writer thread commits chunk k (vectors made durable, then the state transaction) while
+        # this thread computes chunk k + 1: the sync's latency hides behind the compute. Commits stay
+        # strictly in chunk order, one at a time, so a crash loses at most the chunks not yet
+        # committed, exactly as without the overlap.
+        committing: Future[None] | None = None
+        computed = 0
         try:
-            while True:
-                if self._stop.is_set():
-                    status = "stopped"
-                    log.warning("stop requested: backfill %d stops at a chunk boundary; run it again to resume",
-                                backfill.id)
-                    break
-                if max_chunks is not None and chunks >= max_chunks:
-                    break
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-commit") as writer:
                 chunk = self.store.next_chunk(backfill)
-                if chunk is None:
-                    self.store.finish_backfill(backfill)
-                    status = "complete"
-                    break
-                result = self.source.compute(self.store, chunk, self.target)
-                self.store.write_vectors(self.target.name, result.slots, result.vectors, durable=True)
-                self.store.commit_chunk(
-                    chunk, self.target.name, result.slots, result.failures,
-                    vectors_digest(result.slots, result.vectors),
-                )
-                for slot, reason in result.failures.items():
-                    item = next(i for i in chunk.items if i.slot == slot)
-                    log.warning("item %s skipped: %s", item.item_id, reason)
-                chunks += 1
-                written += len(result.slots)
-                failed += len(result.failures)
-                bar.update(len(chunk.items))
-                bar.set_postfix(chunk=chunk.index, failed=failed, refresh=False)
+                while True:
+                    if self._stop.is_set():
+                        status = "stopped"
+                        log.warning("stop requested: backfill %d stops at a chunk boundary; run it again to resume",
+                                    backfill.id)
+                        break
+                    if chunk is None:
+                        break
+                    if max_chunks is not None and computed >= max_chunks:
+                        break
+                    result = self.source.compute(self.store, chunk, self.target)
+                    computed += 1
+                    following = self.store.next_chunk(backfill, after=chunk.index)
+                    if committing is not None:
+                        committing.result()  # the previous chunk's error, if any, stops the job here
+                    committing = writer.submit(commit, chunk, result)
+                    chunk = following
+                if committing is not None:
+                    committing.result()
+            if status == "paused" and self.store.finish_backfill(backfill):
+                status = "complete"
         finally:
             bar.close()
             restore()
+        chunks, written, failed = tally["chunks"], tally["written"], tally["failed"]
         report = BackfillReport(
             backfill_id=backfill.id, target_space=self.target.name, status=status, chunks_committed=chunks,
             items_written=written, items_failed=failed, seconds=time.perf_counter() - started,

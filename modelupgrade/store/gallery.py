@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -238,11 +239,24 @@ class _VectorFile:
         mapping = self._mapping(int(slots.max()) + 1)
         mapping[slots] = vectors
         if durable:
-            mapping.flush()  # msync(MS_SYNC): the rows are on disk before anything points at them
+            self._sync(mapping)  # the rows are on disk before anything points at them
 
     def sync(self) -> None:
         if self._map is not None:
-            self._map.flush()
+            self._sync(self._map)
+
+    def _sync(self, mapping: np.memmap) -> None:
+        if sys.platform.startswith("linux"):
+            # Linux implements msync(MS_SYNC) of a shared file mapping as fsync of that range, so
+            # fdatasync writes the same dirty pages; unlike np.memmap.flush it releases the GIL,
+            # which lets a backfill compute its next chunk while this one is made durable.
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        else:
+            mapping.flush()
 
     def close(self) -> None:
         self._map = None
@@ -606,10 +620,12 @@ class GalleryStore:
             self._bump_counter(db)
             return self._active_backfill(db)  # type: ignore[return-value]
 
-    def next_chunk(self, backfill: Backfill) -> Chunk | None:
+    def next_chunk(self, backfill: Backfill, after: int = -1) -> Chunk | None:
+        """The first planned chunk after chunk ``after`` that still has pending items, or None."""
         with self._read() as db:
             row = db.execute(
-                "SELECT MIN(planned_chunk) FROM items WHERE state = 'pending' AND backfill_id = ?", (backfill.id,)
+                "SELECT MIN(planned_chunk) FROM items WHERE state = 'pending' AND backfill_id = ? AND planned_chunk > ?",
+                (backfill.id, after),
             ).fetchone()
             if row[0] is None:
                 return None
