@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import timm
 import torch
 from torch import nn
 
@@ -19,6 +18,10 @@ def create_backbone(
     name: str, in_chans: int, cifar_stem: bool, backbone_kwargs: dict[str, Any] | None = None
 ) -> tuple[nn.Module, int]:
     """Return ``(backbone, feature_channels)`` for the timm model ``name``."""
+    # Imported here: timm pulls in torchvision and torch._dynamo (seconds per process), which the
+    # stages that only read params.yaml, metrics or embeddings should not pay for.
+    import timm
+
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0][:6]}*")[:8]
         raise UserError(

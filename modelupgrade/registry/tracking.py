@@ -195,21 +195,40 @@ def git_commit(root: str | os.PathLike[str] | None = None) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+@functools.lru_cache(maxsize=4)
+def _locked_outputs(lock_path: Path, mtime_ns: int, size: int) -> dict[str, str]:
+    """``{output path: md5}`` of every stage in ``dvc.lock``, parsed once per version of the file.
+
+    dvc.lock grows to hundreds of kilobytes; libyaml's C loader parses it in a fraction of the pure
+    Python loader's time, which every stage would otherwise pay several times.
+    """
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    lock = yaml.load(lock_path.read_text(encoding="utf-8"), Loader=loader) or {}
+    return {
+        str(Path(out.get("path", ""))): str(out.get("md5", ""))
+        for stage in (lock.get("stages") or {}).values()
+        for out in stage.get("outs") or []
+    }
+
+
+def locked_outputs(lock_path: str | os.PathLike[str] = "dvc.lock") -> dict[str, str] | None:
+    """The outputs recorded in ``dvc.lock`` with their md5, or None when there is no lock file."""
+    path = Path(lock_path).resolve()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return _locked_outputs(path, stat.st_mtime_ns, stat.st_size)
+
+
 def dvc_data_hash(lock_path: str | os.PathLike[str] = "dvc.lock", prefix: str = "data/") -> str:
     """One hash over the DVC-recorded md5s of every output under ``prefix`` in ``dvc.lock``.
 
     It names the data an execution ran on in DVC's own terms, so an MLflow run joins back to
     ``dvc.lock``. ``none`` when no lock file exists yet (the very first ``dvc repro``).
     """
-    path = Path(lock_path)
-    if not path.is_file():
-        return "none"
-    lock = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    entries: set[str] = set()
-    for stage in (lock.get("stages") or {}).values():
-        for out in stage.get("outs") or []:
-            if str(out.get("path", "")).startswith(prefix):
-                entries.add(f"{out['path']}:{out.get('md5', '')}")
+    recorded = locked_outputs(lock_path) or {}
+    entries = {f"{path}:{md5}" for path, md5 in recorded.items() if path.startswith(prefix)}
     if not entries:
         return "none"
     return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
@@ -218,16 +237,11 @@ def dvc_data_hash(lock_path: str | os.PathLike[str] = "dvc.lock", prefix: str = 
 def data_hash_of(paths: list[str | os.PathLike[str]], lock_path: str = "dvc.lock") -> str:
     """The hash of the data files a model saw: DVC's md5 when ``dvc.lock`` records them all,
     else a content hash of the files (outside DVC, e.g. in tests and Prefect flows)."""
-    lock = Path(lock_path)
     wanted = [str(Path(p)) for p in paths]
-    if lock.is_file():
-        recorded: dict[str, str] = {}
-        for stage in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
-            for out in stage.get("outs") or []:
-                recorded[str(Path(out.get("path", "")))] = str(out.get("md5", ""))
-        if all(p in recorded for p in wanted):
-            joined = "\n".join(f"{p}:{recorded[p]}" for p in sorted(wanted))
-            return "dvc:" + hashlib.sha256(joined.encode()).hexdigest()[:16]
+    recorded = locked_outputs(lock_path)
+    if recorded is not None and all(p in recorded for p in wanted):
+        joined = "\n".join(f"{p}:{recorded[p]}" for p in sorted(wanted))
+        return "dvc:" + hashlib.sha256(joined.encode()).hexdigest()[:16]
     from modelupgrade.io import tree_sha256
 
     existing = [p for p in paths if Path(p).exists()]

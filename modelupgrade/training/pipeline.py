@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import platform
 import shutil
@@ -9,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import timm
 import torch
 
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
@@ -106,7 +106,7 @@ def train_model(
         "resumed_from_epoch": result.resumed_from_epoch,
         "device": describe_device(device),
         "training_processes": result.world_size,
-        "versions": {"torch": torch.__version__, "timm": timm.__version__, "python": platform.python_version()},
+        "versions": {"torch": torch.__version__, "timm": importlib.metadata.version("timm"), "python": platform.python_version()},
         **strategy.card_entries(),
     }
     data_parallel = current_process_group()
