@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from modelupgrade.errors import UserError
 from modelupgrade.store import (
     BackfillJob,
+    ChunkCommit,
     GalleryStore,
     ImageFileSource,
     ItemSources,
@@ -88,6 +90,40 @@ def test_backfill_follows_the_policy_order_chunk_by_chunk(tmp_path: Path) -> Non
             atol=1e-6,
         )
         assert store.status().by_space == {"gen1": 100}
+
+
+def test_chunks_computed_during_a_slow_commit_are_committed_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with build_gallery(tmp_path / "s", 100) as store:
+        groups: list[list[int]] = []
+        real_commit = store.commit_chunks
+
+        def slow_commit(space, commits):  # type: ignore[no-untyped-def]
+            groups.append([c.chunk.index for c in commits])
+            time.sleep(0.2)  # a sync far slower than ψ: the next chunks finish meanwhile
+            real_commit(space, commits)
+
+        monkeypatch.setattr(store, "commit_chunks", slow_commit)
+        assert _job(store, chunk=10).run().status == "complete"
+        assert [i for group in groups for i in group] == list(range(10))  # every chunk once, in order
+        assert len(groups) < 10 and max(map(len, groups)) > 1
+        assert [c["chunk"] for c in store.chunk_log()] == list(range(10))  # the log keeps one row per chunk
+        assert store.status().by_space == {"gen1": 100}
+
+
+def test_a_group_commit_is_all_or_nothing(tmp_path: Path) -> None:
+    with build_gallery(tmp_path / "s", 40) as store:
+        backfill = start_or_resume(store, NEW, "transform", build_policy("old-confidence"), 10)
+        first, second = store.next_chunks(backfill, limit=2)
+        vectors = psi(store.read_vectors("gen0", first.slots))
+        store.write_vectors("gen1", first.slots, vectors)
+        store.commit_chunk(first, "gen1", first.slots, {}, "digest")
+        group = [ChunkCommit(second, second.slots, {}, "digest"), ChunkCommit(first, first.slots, {}, "digest")]
+        with pytest.raises(RuntimeError, match="already committed"):
+            store.commit_chunks("gen1", group)
+        assert [c["chunk"] for c in store.chunk_log()] == [0]  # the second chunk rolled back with the first
+        assert store.next_chunk(backfill).index == 1
 
 
 def test_descending_and_random_policies(tmp_path: Path) -> None:

@@ -163,15 +163,15 @@ def test_crash_between_vector_write_and_commit_redoes_the_chunk(tmp_path: Path, 
     with build_gallery(tmp_path / "crashed", N_ITEMS) as store:
         job = BackfillJob(store, NEW, TransformStored(psi), build_policy("old-confidence"), CHUNK, progress=False)
         assert job.run(max_chunks=3).status == "paused"
-        real_commit = store.commit_chunk
+        real_commit = store.commit_chunks
 
         def crash(*args: object, **kwargs: object) -> None:
             raise OSError("simulated power loss after the vectors were written")
 
-        monkeypatch.setattr(store, "commit_chunk", crash)
+        monkeypatch.setattr(store, "commit_chunks", crash)
         with pytest.raises(OSError):
             job.run()
-        monkeypatch.setattr(store, "commit_chunk", real_commit)
+        monkeypatch.setattr(store, "commit_chunks", real_commit)
         assert len(store.chunk_log()) == 3
         assert store.status().backfill["done"] == 3 * CHUNK
         assert job.run().status == "complete"

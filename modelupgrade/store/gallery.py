@@ -135,6 +135,16 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class ChunkCommit:
+    """A computed chunk ready to commit: the slots written (rows already durable) and the failures."""
+
+    chunk: Chunk
+    written: np.ndarray
+    failures: dict[int, str]
+    vectors_sha256: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A consistent view of which space serves each item, taken in one read transaction."""
 
@@ -622,20 +632,30 @@ class GalleryStore:
 
     def next_chunk(self, backfill: Backfill, after: int = -1) -> Chunk | None:
         """The first planned chunk after chunk ``after`` that still has pending items, or None."""
+        chunks = self.next_chunks(backfill, after, limit=1)
+        return chunks[0] if chunks else None
+
+    def next_chunks(self, backfill: Backfill, after: int = -1, limit: int = 1) -> list[Chunk]:
+        """Up to ``limit`` planned chunks after chunk ``after`` that still have pending items, in
+        order, read in one transaction (a job reads ahead rather than wait on each commit)."""
         with self._read() as db:
-            row = db.execute(
-                "SELECT MIN(planned_chunk) FROM items WHERE state = 'pending' AND backfill_id = ? AND planned_chunk > ?",
-                (backfill.id, after),
-            ).fetchone()
-            if row[0] is None:
-                return None
-            index = int(row[0])
+            indexes = [row[0] for row in db.execute(
+                "SELECT DISTINCT planned_chunk FROM items WHERE state = 'pending' AND backfill_id = ? "
+                "AND planned_chunk > ? ORDER BY planned_chunk LIMIT ?",
+                (backfill.id, after, limit),
+            )]
+            if not indexes:
+                return []
             rows = db.execute(
-                "SELECT slot, item_id, source_path, source_index, label, space FROM items "
-                "WHERE backfill_id = ? AND planned_chunk = ? AND state = 'pending' ORDER BY backfill_rank",
-                (backfill.id, index),
+                "SELECT planned_chunk, slot, item_id, source_path, source_index, label, space FROM items "
+                "WHERE state = 'pending' AND backfill_id = ? AND planned_chunk BETWEEN ? AND ? "
+                "ORDER BY planned_chunk, backfill_rank",
+                (backfill.id, indexes[0], indexes[-1]),
             ).fetchall()
-        return Chunk(backfill.id, index, tuple(ItemRow(*r) for r in rows))
+        by_chunk: dict[int, list[ItemRow]] = {index: [] for index in indexes}
+        for planned_chunk, *item in rows:
+            by_chunk[planned_chunk].append(ItemRow(*item))
+        return [Chunk(backfill.id, index, tuple(items)) for index, items in by_chunk.items()]
 
     def commit_chunk(
         self, chunk: Chunk, target_space: str, written: np.ndarray, failures: dict[int, str], vectors_sha256: str
@@ -645,29 +665,43 @@ class GalleryStore:
         The caller has made the written rows durable first. The chunk log's primary key makes a
         second commit of the same chunk impossible.
         """
-        written = [int(s) for s in written]
-        expected = {item.slot for item in chunk.items}
-        if set(written) | set(failures) != expected or set(written) & set(failures):
-            raise ValueError("a chunk commit must account for every item of the chunk exactly once")
+        self.commit_chunks(target_space, [ChunkCommit(chunk, written, failures, vectors_sha256)])
+
+    def commit_chunks(self, target_space: str, commits: Sequence[ChunkCommit]) -> None:
+        """Commit several chunks in one transaction (a group commit): all of them or none.
+
+        One transaction, hence one WAL sync, for a run of chunks whose rows the caller made durable
+        with one vector sync: what lets a backfill keep up when its ψ is cheaper than a sync.
+        """
+        for commit in commits:
+            written = {int(s) for s in commit.written}
+            expected = {item.slot for item in commit.chunk.items}
+            if written | set(commit.failures) != expected or written & set(commit.failures):
+                raise ValueError("a chunk commit must account for every item of the chunk exactly once")
+        if not commits:
+            return
         with self._write() as db:
-            still_pending = db.execute(
-                f"SELECT COUNT(*) FROM items WHERE state = 'pending' AND slot IN ({','.join('?' * len(expected))})",
-                sorted(expected),
-            ).fetchone()[0]
-            if still_pending != len(expected):
-                raise RuntimeError(f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed")
-            db.execute(
-                "INSERT INTO chunk_log VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (chunk.backfill_id, chunk.index, len(expected), len(written), len(failures), vectors_sha256, time.time()),
-            )
-            db.executemany(
-                "UPDATE items SET space = ?, state = 'done', committed_chunk = ? WHERE slot = ?",
-                ((target_space, chunk.index, slot) for slot in written),
-            )
-            db.executemany(
-                "UPDATE items SET state = 'failed', failure = ?, committed_chunk = ? WHERE slot = ?",
-                ((reason, chunk.index, slot) for slot, reason in failures.items()),
-            )
+            for commit in commits:
+                chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
+                still_pending = db.execute(
+                    f"SELECT COUNT(*) FROM items WHERE state = 'pending' AND slot IN ({','.join('?' * len(expected))})",
+                    expected,
+                ).fetchone()[0]
+                if still_pending != len(expected):
+                    raise RuntimeError(f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed")
+                db.execute(
+                    "INSERT INTO chunk_log VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (chunk.backfill_id, chunk.index, len(expected), len(commit.written), len(commit.failures),
+                     commit.vectors_sha256, time.time()),
+                )
+                db.executemany(
+                    "UPDATE items SET space = ?, state = 'done', committed_chunk = ? WHERE slot = ?",
+                    ((target_space, chunk.index, int(slot)) for slot in commit.written),
+                )
+                db.executemany(
+                    "UPDATE items SET state = 'failed', failure = ?, committed_chunk = ? WHERE slot = ?",
+                    ((reason, chunk.index, slot) for slot, reason in commit.failures.items()),
+                )
             self._bump_counter(db)
 
     def finish_backfill(self, backfill: Backfill) -> bool:
