@@ -73,6 +73,7 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     _write_scenario(tmp_path)
     save_head(build_head("fct", 12, 12, 16, 2), tmp_path / "heads/sc/fct-bct", name="fct")
     save_head(build_head("rqt", 12, 12, 16, 2), tmp_path / "heads/sc/rqt-bct", name="rqt")
+    save_head(build_head("fct", 12, 12, 16, 2), tmp_path / "heads/sc/fct-independent", name="fct")
     params = parse_params({
         "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
         "architectures": {"default": {}},
@@ -105,6 +106,10 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     oracle_self = summary["oracle_self"]
     assert rows["self"]["delta_down_pct"] == pytest.approx((oracle_self - rows["self"]["value"]) / oracle_self * 100)
     assert 0.0 <= backward["negative_flip_rate"] <= 1.0
+    # The oracle is summarised only because a head pairs with it; its own Δ↓ is zero.
+    oracle_rows = {row["comparison"]: row for row in summary["strategies"]["independent"]}
+    assert oracle_rows["forward-head"]["gallery_set"] == "fct-independent(gen0)"
+    assert oracle_rows["self"]["delta_down_pct"] == pytest.approx(0.0)
 
 
 def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -219,8 +219,10 @@ def evaluate_scenario(
             query_sets[name] = vectors
             reverse[strategy].append(name)
 
+    # The oracle is the reference, not a candidate; it is compared only through its heads (FCT,
+    # FastFill, RQT and MCL pair with the independent model), so their rows reach the summary.
     comparisons = [StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
-                   for s in strategies if s != ev.oracle_strategy]
+                   for s in strategies if s != ev.oracle_strategy or forward[s] or reverse[s]]
     oracle = new_model_name(ev.oracle_strategy) if ev.oracle_strategy in strategies else None
     if oracle is None:
         log.warning("oracle strategy %r is not evaluated: Δ↓ is left empty", ev.oracle_strategy)
