@@ -322,24 +322,42 @@ def _curve_block(
                    / min(num_pos, map_at_k)).numpy()
 
     # Step AP reads a group of equal distances as one threshold: every item of the group counts as
-    # ranked at or before each of its positives.
+    # ranked at or before each of its positives. Groups are rare and small, so only the (positive,
+    # later entry of its group) pairs are visited: each later entry that is active at a step adds one
+    # to the positive's rank there (and one to its positives when it is a positive itself).
     distance_bits = keys >> _DISTANCE_SHIFT
     same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
-    if (same_as_previous & (positive[:, 1:] | positive[:, :-1])).any():
-        positions = np.broadcast_to(np.arange(keys.shape[1]), keys.shape)
-        group_start = np.maximum.accumulate(
-            np.where(np.concatenate([np.zeros((b, 1), bool), same_as_previous], axis=1), 0, positions), axis=1)
-        group_end = np.minimum.accumulate(
-            np.where(np.concatenate([same_as_previous, np.zeros((b, 1), bool)], axis=1),
-                     keys.shape[1], positions)[:, ::-1], axis=1)[:, ::-1]
-        row_index = np.arange(b)[:, None]
-        tie_bucket = bucket[row_index, group_start]
-        negatives_through = _active_negatives_before(tie_bucket, negative, old_side, step_of, steps, pos_entries)
-        last_positive = torch.from_numpy(
-            (before[row_index, group_end][positive].reshape(b, pos_entries) - 1).astype(np.int64))
-        last_positive = last_positive[:, None, :].expand(b, steps, pos_entries)
-        tie_positives = positives_through.gather(2, last_positive)
-        tie_rank = tie_positives + negatives_through.gather(2, last_positive)
+    tie_rows, tie_at = np.nonzero(same_as_previous)
+    if len(tie_rows):
+        tie_at = tie_at + 1  # the position of an entry that ties with the one before it
+        start = tie_at - 1
+        while True:  # walk each tie back to the start of its group
+            extends = (start > 0) & same_as_previous[tie_rows, np.maximum(start - 1, 0)]
+            if not extends.any():
+                break
+            start = np.where(extends, start - 1, start)
+        extra_rank = torch.zeros((b, steps, pos_entries), dtype=torch.int32)
+        extra_positives = torch.zeros((b, steps, pos_entries), dtype=torch.int32)
+        later_step = step_of[tie_rows, tie_at]
+        later_new = ~old_side[tie_rows, tie_at]
+        later_positive = positive[tie_rows, tie_at]
+        step_range = np.arange(steps)
+        for offset in range(1, int((tie_at - start).max()) + 1):
+            earlier = tie_at - offset
+            pair = (earlier >= start) & positive[tie_rows, np.maximum(earlier, 0)]
+            if not pair.any():
+                continue
+            rows_p, at_p = tie_rows[pair], earlier[pair]
+            index_p = before[rows_p, at_p] - 1  # which positive entry of its row
+            later_active = (step_range[None, :] >= later_step[pair][:, None]) == later_new[pair][:, None]
+            add = torch.from_numpy(later_active.astype(np.int32))
+            cells = (torch.from_numpy(rows_p.astype(np.int64))[:, None], torch.arange(steps)[None, :],
+                     torch.from_numpy(index_p.astype(np.int64))[:, None])
+            extra_rank.index_put_(cells, add, accumulate=True)
+            later_is_positive = torch.from_numpy(later_positive[pair].astype(np.int32))[:, None]
+            extra_positives.index_put_(cells, add * later_is_positive, accumulate=True)
+        tie_positives = positives_through + extra_positives
+        tie_rank = rank + extra_rank
         precision = torch.where(active, tie_positives.to(torch.float32) / tie_rank.to(torch.float32), 0.0)
     average_precision = (precision.sum(dim=2, dtype=torch.float64) / num_pos).numpy()
     return first_hit, average_precision, ap_at_k
