@@ -5,3 +5,10 @@
 part); ``python -m flows.serve`` serves ``upgrade`` and ``backfill`` on their cron schedules. The
 library ``modelupgrade`` never imports this package.
 """
+
+import os
+
+# The temporary server that a plain `python -m flows.<name>` starts would send Prefect's usage
+# telemetry, and on its SQLite database it fails doing so with "database is locked" tracebacks in
+# the flow's output. A setting of the user's own wins.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
