@@ -198,7 +198,7 @@ def search(
     for query, row in zip(labels, records, strict=True):
         typer.echo(f"query {query}:")
         for rank, hit in enumerate(row, 1):
-            typer.echo(f"  {rank:3d}. {hit['item_id']:<24} distance={hit['distance']:.4f}  space={hit['space']}")
+            typer.echo(f"  {rank:3d}. {hit['item_id']:<24} distance={hit['distance']:<11.4g}  space={hit['space']}")
 
 
 def serve(
