@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from modelupgrade.config import Params, parse_params
 
@@ -110,3 +111,15 @@ def synthetic_manifest(class_sizes: list[int], test_per_class: int = 3) -> pd.Da
         path=np.asarray([f"{s}.idx" for s in splits], dtype=object),
         index=index,
     )
+
+
+def quadrant_images(count: int, noise_max: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` learnable 1×16×16 uint8 images of 4 classes: each class brightens its own quadrant
+    over seeded noise in [0, noise_max)."""
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(count) % 4
+    images = torch.randint(0, noise_max, (count, 1, 16, 16), dtype=torch.uint8, generator=generator)
+    for cls in range(4):
+        row, col = divmod(cls, 2)
+        images[labels == cls, :, row * 8 : row * 8 + 8, col * 8 : col * 8 + 8] = 255
+    return images, labels

@@ -21,6 +21,7 @@ from modelupgrade.models import embed, load_model
 from modelupgrade.store.models import model_embed_fn
 from modelupgrade.training import Trainer, build_model, train_model
 from modelupgrade.strategies import build_strategy
+from tests.data_fixtures import quadrant_images
 
 pytestmark = pytest.mark.gpu
 
@@ -35,13 +36,7 @@ TRAINING = TrainingParams(epochs=6, batch_size=64, lr=0.05, warmup_epochs=0.5)
 @pytest.fixture
 def quadrants() -> tuple[torch.Tensor, torch.Tensor]:
     """256 learnable 1×16×16 images: each of 4 classes brightens its own quadrant over noise."""
-    generator = torch.Generator().manual_seed(0)
-    labels = torch.arange(256) % 4
-    images = torch.randint(0, 128, (256, 1, 16, 16), dtype=torch.uint8, generator=generator)
-    for cls in range(4):
-        row, col = divmod(cls, 2)
-        images[labels == cls, :, row * 8 : row * 8 + 8, col * 8 : col * 8 + 8] = 255
-    return images, labels
+    return quadrant_images(256, noise_max=128)
 
 
 def _train(tmp_path, data, name, generation, strategy=None, options=None, old=None):

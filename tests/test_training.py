@@ -21,6 +21,7 @@ from modelupgrade.training import (
     learning_rate,
     train_model,
 )
+from tests.data_fixtures import quadrant_images
 
 ARCH = ArchitectureParams(
     backbone="resnet10t", backbone_kwargs={"channels": [8, 8, 16, 16], "stem_width": 8}, cifar_stem=False, embedding_dim=8,
@@ -30,14 +31,7 @@ FAST = TrainingParams(epochs=2, batch_size=16, lr=0.05, warmup_epochs=0.5)
 
 @pytest.fixture
 def data():
-    generator = torch.Generator().manual_seed(0)
-    labels = torch.arange(48) % 4
-    images = torch.randint(0, 256, (48, 1, 16, 16), dtype=torch.uint8, generator=generator)
-    # Make the classes learnable: each class brightens its own quadrant.
-    for cls in range(4):
-        rows, cols = divmod(cls, 2)
-        images[labels == cls, :, rows * 8 : rows * 8 + 8, cols * 8 : cols * 8 + 8] = 255
-    return images, labels
+    return quadrant_images(48)
 
 
 def test_augment_keeps_shape_and_range_and_is_reproducible():
