@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from modelupgrade.ordering import build_ordering
 from modelupgrade.store import (
     BackfillJob,
     ChunkCommit,
@@ -29,7 +30,6 @@ from modelupgrade.store import (
     ReEmbedImages,
     SpaceSpec,
     TransformStored,
-    build_policy,
     start_or_resume,
     vectors_digest,
 )
@@ -39,7 +39,7 @@ def _gallery(path: Path, n: int, space: SpaceSpec, seed: int = 0) -> GalleryStor
     store = GalleryStore.create(path)
     rng = np.random.default_rng(seed)
     store.ingest([f"i{i}" for i in range(n)], rng.normal(size=(n, space.dim)).astype(np.float32), space,
-                 scores=rng.random(n))
+                 scores={"old-confidence": rng.random(n)})
     return store
 
 
@@ -53,7 +53,7 @@ def _psi(dim: int, hidden: int, depth: int, device: str):  # type: ignore[no-unt
 def _crash_safe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi) -> float:  # type: ignore[no-untyped-def]
     with _gallery(path, n, old) as store:
         started = time.perf_counter()
-        report = BackfillJob(store, new, TransformStored(psi), build_policy("old-confidence"), chunk, progress=False).run()
+        report = BackfillJob(store, new, TransformStored(psi), build_ordering("old-confidence"), chunk, progress=False).run()
         if report.status != "complete":
             raise RuntimeError(f"benchmark backfill ended {report.status}: {report.as_dict()}")
         return time.perf_counter() - started
@@ -63,21 +63,19 @@ def _unsafe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi)
     """The same chunks and ψ, with nothing made durable until one commit of every state at the end."""
     with _gallery(path, n, old) as store:
         started = time.perf_counter()
-        backfill = start_or_resume(store, new, "transform", build_policy("old-confidence"), chunk)
+        backfill = start_or_resume(store, new, "transform", build_ordering("old-confidence"), chunk)
         source = TransformStored(psi)
         results = []
-        chunk_rows = store.next_chunk(backfill)
-        while chunk_rows is not None:  # the planned chunks in order, nothing committed in between
+        for chunk_rows in store.backfills.next_chunks(backfill, limit=None):  # nothing committed in between
             result = source.compute(store, chunk_rows, new)
             store.write_vectors(new.name, result.slots, result.vectors, durable=False)
             results.append((chunk_rows, result))
-            chunk_rows = store.next_chunk(backfill, after=chunk_rows.index)
-        store.commit_chunks(new.name, [  # every state in one transaction
+        store.backfills.commit_chunks(new.name, [  # every state in one transaction
             ChunkCommit(chunk_rows, result.slots, result.failures, vectors_digest(result.slots, result.vectors))
             for chunk_rows, result in results
         ])
         store.sync_vectors(new.name)
-        store.finish_backfill(backfill)
+        store.backfills.finish(backfill)
         return time.perf_counter() - started
 
 
@@ -101,7 +99,7 @@ def _re_embed(path: Path, n: int, chunk: int, device: str) -> float:
         source = ReEmbedImages(_SyntheticImages((1, 28, 28)),
                                lambda images: embed(model, torch.from_numpy(images), 256, device))
         started = time.perf_counter()
-        report = BackfillJob(store, new, source, build_policy("random"), chunk, progress=False).run()
+        report = BackfillJob(store, new, source, build_ordering("random"), chunk, progress=False).run()
         assert report.status == "complete"
         return n / (time.perf_counter() - started)
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from modelupgrade.metrics import rank_features
-from modelupgrade.search import GallerySearcher, SearchOptions, torch_knn
+from modelupgrade.retrieval.index import GallerySearcher, SearchOptions, torch_knn
 
 
 def _timed(fn):

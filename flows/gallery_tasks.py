@@ -21,7 +21,7 @@ from flows.tasks import stage_task
 def store_state(store: str) -> dict[str, Any] | None:
     """The store's status (serving space, last backfill), None when there is no store yet."""
     from modelupgrade.store import GalleryStore
-    from modelupgrade.store.gallery import DATABASE_FILE
+    from modelupgrade.store.schema import DATABASE_FILE
 
     if not (Path(store) / DATABASE_FILE).is_file():
         return None
@@ -36,10 +36,9 @@ def create_store(params_path: str, work_dir: str, store: str, generation: int) -
     import numpy as np
     import pandas as pd
 
-    import stages.demo_store
     from modelupgrade.io import atomic_path
     from modelupgrade.store import GalleryStore, ingest_embedding_table
-    from modelupgrade.store.models import space_for_model
+    from modelupgrade.store.models import CLASSIFIER_SCORES, ordering_scores, space_for_model
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
@@ -47,7 +46,7 @@ def create_store(params_path: str, work_dir: str, store: str, generation: int) -
     vectors = np.load(work.embeddings(settings.strategy, generation) / "gallery.npy", allow_pickle=False)
     frame = pd.read_parquet(work.splits / "gallery.parquet")
     space = space_for_model(model_dir, upgrades_from=())
-    scores = stages.demo_store.ordering_scores(settings.params, model_dir, vectors, head=None)
+    scores = ordering_scores(model_dir, vectors, CLASSIFIER_SCORES)
     with atomic_path(store) as tmp:
         with GalleryStore.create(tmp) as gallery:
             ingest_embedding_table(gallery, frame, vectors, space, scores)
@@ -64,7 +63,8 @@ def backfill_store(params_path: str, work_dir: str, store: str, generation: int)
     first, with the model its space was created from: the store runs one backfill at a time.
     """
     from modelupgrade.runtime import select_device
-    from modelupgrade.store import BackfillJob, GalleryStore, ManifestImageSource, ReEmbedImages, build_policy
+    from modelupgrade.ordering import build_ordering
+    from modelupgrade.store import BackfillJob, GalleryStore, ManifestImageSource, ReEmbedImages
     from modelupgrade.store.models import model_embed_fn, space_for_model
 
     settings = load_settings(params_path, work_dir)
@@ -74,7 +74,7 @@ def backfill_store(params_path: str, work_dir: str, store: str, generation: int)
     reports = []
     with GalleryStore.open(store) as gallery:
         source_space = gallery.snapshot().serving_space
-        active = gallery.active_backfill()
+        active = gallery.backfills.active()
         steps = []
         if active is not None and active.target_space != target_model.name:
             steps.append(Path(str(gallery.space(active.target_space).model_ref)))
@@ -86,7 +86,7 @@ def backfill_store(params_path: str, work_dir: str, store: str, generation: int)
                 gallery, spec,
                 ReEmbedImages(ManifestImageSource(params.dataset),
                               model_embed_fn(model_dir, params.store.embed_batch_size, device)),
-                build_policy(params.store.policy, params.seed), params.store.chunk_size, progress=False,
+                build_ordering(params.store.policy), params.store.chunk_size, seed=params.seed, progress=False,
             )
             progress = create_progress_artifact(
                 0.0, key="backfill-progress", description=f"{store}: {serving} → {spec.name}"

@@ -44,7 +44,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=json_default) + "\n")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -83,7 +83,7 @@ def tree_sha256(paths: list[str | os.PathLike[str]]) -> str:
     return digest.hexdigest()
 
 
-def _json_default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from modelupgrade.store import GalleryStore, SpaceSpec
+from modelupgrade.store import BackfillJob, GalleryStore, SpaceSpec, TransformStored
 
 OLD = SpaceSpec("gen0", 16)
 NEW = SpaceSpec("gen1", 12, upgrades_from=("gen0",), backward_compatible=False)
+PROJECT_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 def psi_matrix() -> np.ndarray:
@@ -22,15 +23,23 @@ def psi(vectors: np.ndarray) -> np.ndarray:
 
 
 def reverse(queries: np.ndarray) -> np.ndarray:
-    """A deterministic reverse map new → old, for rank-merge serving."""
+    """A deterministic reverse map new → old, for rank-merge-rqt serving."""
     return queries @ psi_matrix().T
 
 
 def build_gallery(path: Path, n: int, seed: int = 0) -> GalleryStore:
+    """``n`` items with gen0 vectors and an old-confidence score each."""
     rng = np.random.default_rng(seed)
     store = GalleryStore.create(path)
     store.ingest(
         [f"item-{i:05d}" for i in range(n)], rng.normal(size=(n, OLD.dim)).astype(np.float32), OLD,
-        scores=rng.random(n),
+        scores={"old-confidence": rng.random(n)},
     )
     return store
+
+
+def psi_job(store: GalleryStore, policy: str = "old-confidence", chunk: int = 32, target: SpaceSpec = NEW,
+            seed: int = 3) -> BackfillJob:
+    from modelupgrade.ordering import build_ordering
+
+    return BackfillJob(store, target, TransformStored(psi), build_ordering(policy), chunk, seed=seed, progress=False)

@@ -1,4 +1,7 @@
-"""Ordering policies, serving modes, AUCs, Seo et al.'s conditions and the simulate_backfill stage."""
+"""AUCs, Seo et al.'s conditions, the serving arrays of the simulator and the simulate_backfill stage.
+
+The ordering policies and serving modes themselves are tested in tests/test_ordering_serving.py.
+"""
 
 from __future__ import annotations
 
@@ -9,85 +12,16 @@ import pandas as pd
 import pytest
 
 from modelupgrade.backfill import (
-    ORDERINGS,
-    SERVING_MODES,
-    OrderingContext,
     ServingArrays,
     auc_mean,
     auc_trapezoid,
-    build_ordering,
-    build_serving_mode,
     check_conditions,
     evaluate_state,
     simulate_curve,
 )
 from modelupgrade.config import parse_params
 from modelupgrade.errors import UserError
-
-
-def context(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    logits = rng.normal(size=(n, 6)) * 3
-    return OrderingContext(
-        n=n, seed=7, old_logits=logits, sigma2=rng.random(n),
-        old_state_vectors=rng.normal(size=(n, 4)), new_vectors=rng.normal(size=(n, 4)),
-    )
-
-
-def is_permutation(order, n):
-    return np.array_equal(np.sort(order), np.arange(n))
-
-
-def test_random_order_is_a_seeded_permutation():
-    ctx = context()
-    a, b = build_ordering("random").order(ctx), build_ordering("random").order(ctx)
-    assert is_permutation(a, ctx.n) and np.array_equal(a, b)
-    other = build_ordering("random").order(OrderingContext(n=ctx.n, seed=8))
-    assert not np.array_equal(a, other)
-
-
-def test_old_confidence_backfills_least_confident_first():
-    ctx = context()
-    order = build_ordering("old-confidence").order(ctx)
-    confidence = ctx.probabilities().max(axis=1)[order]
-    assert is_permutation(order, ctx.n) and np.all(np.diff(confidence) >= 0)
-
-
-def test_old_entropy_backfills_most_uncertain_prediction_first():
-    ctx = context()
-    p = ctx.probabilities()
-    entropy = -(p * np.log(p)).sum(1)
-    order = build_ordering("old-entropy").order(ctx)
-    assert np.all(np.diff(entropy[order]) <= 1e-12)
-    # Probabilities given directly order the same way as their logits.
-    same = build_ordering("old-entropy").order(OrderingContext(n=ctx.n, old_probabilities=p))
-    np.testing.assert_array_equal(order, same)
-
-
-def test_fastfill_order_is_descending_sigma2():
-    ctx = context()
-    order = build_ordering("fastfill-uncertainty").order(ctx)
-    assert np.all(np.diff(ctx.sigma2[order]) <= 0)
-
-
-def test_oracle_order_is_descending_alignment_error_and_not_deployable():
-    ctx = context()
-    policy = build_ordering("oracle")
-    error = np.linalg.norm(ctx.new_vectors - ctx.old_state_vectors, axis=1)
-    assert np.all(np.diff(error[policy.order(ctx)]) <= 0)
-    assert policy.deployable is False
-    assert all(build_ordering(name).deployable for name in ORDERINGS.names() if name != "oracle")
-
-
-def test_policies_without_their_inputs_are_unavailable_and_refuse():
-    bare = OrderingContext(n=10)
-    for name in ("old-confidence", "old-entropy", "fastfill-uncertainty", "oracle"):
-        policy = build_ordering(name)
-        assert not policy.available(bare)
-        with pytest.raises(UserError):
-            policy.order(bare)
-    with pytest.raises(UserError, match="unknown backfill ordering policy"):
-        build_ordering("nope")
+from modelupgrade.serving import build_serving_mode
 
 
 def serving_arrays(rng, nq=12, n=30, d=5):
@@ -98,23 +32,28 @@ def serving_arrays(rng, nq=12, n=30, d=5):
                          rho_reverse_query=r(nq))
 
 
-def test_serving_modes_pick_the_documented_vectors():
+def systems_of(mode, arrays):
+    return arrays.systems(build_serving_mode(mode).plan(arrays.forms()))
+
+
+def test_each_serving_mode_reads_the_documented_simulator_arrays():
     a = serving_arrays(np.random.default_rng(0))
-    mixed = build_serving_mode("mixed").systems(a)
+    mixed = systems_of("mixed", a)
     assert mixed.query_old_side is a.new_query and mixed.gallery_old_side is a.forward_gallery
-    no_head = build_serving_mode("mixed").systems(ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery,
-                                                                old_gallery=a.old_gallery))
+    assert mixed.query_new_side is a.new_query and mixed.gallery_new_side is a.new_gallery
+    no_head = systems_of("mixed", ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery,
+                                                old_gallery=a.old_gallery))
     assert no_head.gallery_old_side is a.old_gallery
-    merge = build_serving_mode("rank-merge").systems(a)
-    assert merge.query_old_side is a.old_query and merge.gallery_new_side is a.new_gallery
-    rqt = build_serving_mode("rank-merge-rqt").systems(a)
+    merge = systems_of("rank-merge", a)
+    assert merge.query_old_side is a.old_query and merge.gallery_old_side is a.old_gallery
+    assert merge.query_new_side is a.new_query and merge.gallery_new_side is a.new_gallery
+    rqt = systems_of("rank-merge-rqt", a)
     assert rqt.query_old_side is a.reverse_query and rqt.gallery_old_side is a.old_gallery
-    full = build_serving_mode("rank-merge-full").systems(a)
+    full = systems_of("rank-merge-full", a)
     assert (full.query_old_side is a.rho_reverse_query and full.query_new_side is a.rho_query
             and full.gallery_new_side is a.rho_gallery and full.gallery_old_side is a.old_gallery)
-    with pytest.raises(UserError):
-        build_serving_mode("rank-merge-full").systems(ServingArrays(new_query=a.new_query))
-    assert set(SERVING_MODES.names()) == {"mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full"}
+    with pytest.raises(UserError, match="rank-merge-full"):
+        systems_of("rank-merge-full", ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery))
 
 
 def test_rank_merge_end_points_are_old_old_and_new_new():
@@ -144,15 +83,6 @@ def test_conditions_checker():
     assert not dip.monotone and dip.largest_drop == pytest.approx(0.05) and not dip.all_met
     low = check_conditions(np.array([0.3, 0.5, 0.7]), old_old=0.4, new_new=0.75)
     assert not low.starts_at_or_above_old and not low.ends_at_or_above_new and low.monotone
-
-
-def test_config_rejects_unknown_names():
-    base = {"scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []}}
-    assert parse_params(base).backfill.points == 11
-    with pytest.raises(UserError, match="unknown backfill policy"):
-        parse_params({**base, "backfill": {"policies": ["fastest"]}})
-    with pytest.raises(UserError, match="unknown key"):
-        parse_params({**base, "backfill": {"pionts": 5}})
 
 
 def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):

@@ -1,9 +1,11 @@
-"""The Ray Data backfill (``modelupgrade.scale.ray_backfill``) writes what the one-process job does.
+"""The Ray executor of the backfill job (``modelupgrade.scale.ray_backfill``) writes what the
+one-process job does.
 
 A local Ray cluster of 2 CPUs runs the chunks on 2 actors. Two stores are built alike; one is
-backfilled by ``BackfillJob`` in this process, the other on Ray, interrupted after 2 chunks and
-resumed. Both must end with the same item states, the same chunk log (the SHA-256 of every chunk's
-vectors included, so the vectors are bitwise equal) and the same vectors.
+backfilled by ``BackfillJob`` computing in this process, the other by the same job with the Ray
+executor, interrupted after 2 chunks and resumed. Both must end with the same item states, the same
+chunk log (the SHA-256 of every chunk's vectors included, so the vectors are bitwise equal) and the
+same vectors.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from modelupgrade.errors import UserError
 from modelupgrade.heads import build_head, save_head
 from modelupgrade.models import EmbeddingModel, save_model
 from modelupgrade.runtime import seed_everything
+from modelupgrade.ordering import build_ordering
 from modelupgrade.store import (
     BackfillJob,
     GalleryStore,
     ImageFileSource,
     ItemSources,
     TransformStored,
-    build_policy,
 )
 from tests.store_helpers import NEW, OLD, build_gallery
 
@@ -34,9 +36,8 @@ ray = pytest.importorskip("ray")
 from modelupgrade.scale.ray_backfill import (  # noqa: E402 - only with the [scale] extra
     HeadVectors,
     ModelVectors,
+    RayExecutor,
     WorkerPool,
-    pending_chunks,
-    run_ray_backfill,
 )
 
 pytestmark = pytest.mark.scale
@@ -89,17 +90,22 @@ def _image_store(path: Path) -> GalleryStore:
         rng.normal(size=(ITEMS, OLD.dim)),
         OLD,
         ItemSources([f"{i}.png" for i in range(ITEMS)]),
-        scores=rng.random(ITEMS),
+        scores={"old-confidence": rng.random(ITEMS)},
     )
     return store
+
+
+def run_ray_backfill(store, target, recipe, policy, chunk_size, pool, max_chunks=None):  # noqa: ANN001, ANN201
+    executor = RayExecutor(recipe, pool)
+    return BackfillJob(store, target, executor, policy, chunk_size, progress=False).run(max_chunks)
 
 
 def _outcome(store: GalleryStore) -> tuple[list[dict], list[tuple], np.ndarray]:
     chunk_log = sorted(
         (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
-        for c in store.chunk_log()
+        for c in store.backfills.chunk_log()
     )
-    states = store.item_states()
+    states = store.backfills.item_states()
     done = np.array([s["slot"] for s in states if s["state"] == "done"])
     return states, chunk_log, store.read_vectors(NEW.name, done)
 
@@ -116,21 +122,18 @@ def test_re_embedding_images_on_two_ray_workers_equals_the_single_process_job(
     tmp_path: Path, model_dir: Path, image_root: Path
 ) -> None:
     recipe = ModelVectors(str(model_dir), ImageFileSource(image_root), batch_size=4)
-    policy = build_policy("old-confidence")
+    policy = build_ordering("old-confidence")
     with _image_store(tmp_path / "single") as single, _image_store(tmp_path / "ray") as on_ray:
         report = BackfillJob(
             single, NEW, recipe.build("cpu"), policy, CHUNK_SIZE, progress=False
         ).run()
         assert report.status == "complete" and report.items_failed == 1
 
-        first = run_ray_backfill(
-            on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, max_chunks=2, progress=False
-        )
+        first = run_ray_backfill(on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, max_chunks=2)
         assert (first.status, first.chunks_committed) == ("paused", 2)
-        assert len(pending_chunks(on_ray, on_ray.active_backfill())) == -(-ITEMS // CHUNK_SIZE) - 2
-        second = run_ray_backfill(
-            on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, progress=False
-        )
+        pending = on_ray.backfills.next_chunks(on_ray.backfills.active(), limit=None)
+        assert len(pending) == -(-ITEMS // CHUNK_SIZE) - 2
+        second = run_ray_backfill(on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS)
         assert second.status == "complete"
         assert first.items_written + second.items_written == ITEMS - 1
         assert [f["item_id"] for f in second.failed] == [f"img{CORRUPT}"]
@@ -144,15 +147,13 @@ def test_applying_psi_to_stored_vectors_on_ray_equals_the_single_process_job(
     head_dir = tmp_path / "bict"
     save_head(build_head("bict", OLD.dim, NEW.dim, hidden_dim=8, depth=2), head_dir)
     recipe = HeadVectors(str(head_dir))
-    policy = build_policy("random", seed=3)
+    policy = build_ordering("random")
     with (
         build_gallery(tmp_path / "single", 50) as single,
         build_gallery(tmp_path / "ray", 50) as on_ray,
     ):
         BackfillJob(single, NEW, recipe.build("cpu"), policy, CHUNK_SIZE, progress=False).run()
-        report = run_ray_backfill(
-            on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, progress=False
-        )
+        report = run_ray_backfill(on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS)
         assert (report.status, report.items_written, report.chunks_committed) == ("complete", 50, 9)
         _assert_same_outcome(single, on_ray)
 
@@ -166,24 +167,23 @@ def test_a_user_error_in_a_worker_reaches_the_caller_as_itself(tmp_path: Path) -
                 store,
                 NEW,
                 HeadVectors(str(head_dir)),
-                build_policy("ingest-order"),
+                build_ordering("ingest-order"),
                 CHUNK_SIZE,
                 TWO_CPU_WORKERS,
-                progress=False,
             )
         assert store.status().backfill["pending"] == 12, "nothing was committed"
 
 
-def test_pending_chunks_lists_the_plan_in_order_and_skips_committed_ones(tmp_path: Path) -> None:
+def test_the_ray_executor_computes_every_pending_chunk_and_returns_them_in_plan_order(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    head_dir = tmp_path / "bict"
+    save_head(build_head("bict", OLD.dim, NEW.dim, hidden_dim=8, depth=2), head_dir)
     with build_gallery(tmp_path / "store", 20) as store:
-        first_dims = TransformStored(lambda vectors: vectors[:, : NEW.dim])
-        BackfillJob(store, NEW, first_dims, build_policy("ingest-order"), 6, progress=False).run(
-            max_chunks=1
-        )
-        chunks = pending_chunks(store, store.active_backfill())
-        assert [index for index, _ in chunks] == [1, 2, 3]
-        assert [slots.tolist() for _, slots in chunks] == [
-            list(range(6, 12)),
-            list(range(12, 18)),
-            [18, 19],
-        ]
+        BackfillJob(store, NEW, HeadVectors(str(head_dir)).build("cpu"), build_ordering("ingest-order"), 3,
+                    progress=False).run(max_chunks=1)
+        backfill = store.backfills.active()
+        pending = store.backfills.next_chunks(backfill, limit=None)
+        assert [chunk.index for chunk in pending] == [1, 2, 3, 4, 5, 6]
+        computed = list(RayExecutor(HeadVectors(str(head_dir)), TWO_CPU_WORKERS).computed(store, backfill, NEW))
+        assert [chunk.index for chunk, _ in computed] == [1, 2, 3, 4, 5, 6]
+        assert all(result.slots.tolist() == chunk.slots.tolist() for chunk, result in computed)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelupgrade.errors import UserError
-from modelupgrade.search import (
+from modelupgrade.retrieval.index import (
     INDEXES,
     GallerySearcher,
     SearchOptions,
@@ -82,7 +82,7 @@ def test_bad_input_is_a_user_error() -> None:
 
 
 def test_always_gpu_without_gpu_support_is_refused() -> None:
-    from modelupgrade.search import faiss_gpu_available
+    from modelupgrade.retrieval.index import faiss_gpu_available
 
     if faiss_gpu_available():
         pytest.skip("this FAISS build has a GPU")
@@ -93,7 +93,7 @@ def test_always_gpu_without_gpu_support_is_refused() -> None:
 
 @pytest.mark.gpu
 def test_gpu_flat_search_equals_cpu() -> None:
-    from modelupgrade.search import faiss_gpu_available
+    from modelupgrade.retrieval.index import faiss_gpu_available
 
     if not faiss_gpu_available():
         pytest.skip("FAISS has no GPU support here (install faiss-gpu)")

@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from modelupgrade.ordering import build_ordering
+from modelupgrade.serving import build_serving_mode
 from modelupgrade.store import (
     BackfillJob,
     GalleryStore,
+    HeadTransforms,
     Searcher,
     TransformStored,
-    build_policy,
-    build_serving_mode,
     start_or_resume,
 )
 from tests.store_helpers import NEW, build_gallery, psi, reverse
@@ -37,7 +38,8 @@ CHUNK = 64
 WORKER = textwrap.dedent(
     """
     import sys, time
-    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored, build_policy
+    from modelupgrade.ordering import build_ordering
+    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
     from tests.store_helpers import NEW, psi
 
     def slow_psi(vectors):
@@ -45,7 +47,7 @@ WORKER = textwrap.dedent(
         return psi(vectors)
 
     with GalleryStore.open(sys.argv[1]) as store:
-        report = BackfillJob(store, NEW, TransformStored(slow_psi), build_policy("old-confidence"), {chunk},
+        report = BackfillJob(store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
                              progress=False).run()
     print(report.status, report.chunks_committed, flush=True)
     """
@@ -61,15 +63,15 @@ def _spawn(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
 
 
 def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
-    states = [(s["item_id"], s["space"], s["state"], s["committed_chunk"]) for s in store.item_states()]
+    states = [(s["item_id"], s["space"], s["state"], s["committed_chunk"]) for s in store.backfills.item_states()]
     vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
-    chunks = [(c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"]) for c in store.chunk_log()]
+    chunks = [(c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"]) for c in store.backfills.chunk_log()]
     return states, vectors, chunks
 
 
 def _reference(tmp_path: Path) -> tuple[list, np.ndarray, list]:
     with build_gallery(tmp_path / "reference", N_ITEMS) as store:
-        report = BackfillJob(store, NEW, TransformStored(psi), build_policy("old-confidence"), CHUNK,
+        report = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK,
                              progress=False).run()
         assert report.status == "complete"
         return _final_state(store)
@@ -90,8 +92,8 @@ class _Querier(threading.Thread):
         rng = np.random.default_rng(1)
         with GalleryStore.open(self.path) as store:
             searchers = [
-                Searcher(store, build_serving_mode("rank-merge", reverse=reverse)),
-                Searcher(store, build_serving_mode("mixed", forward=psi)),
+                Searcher(store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)),
+                Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
             ]
             while not self.stop.is_set():
                 for searcher in searchers:
@@ -113,7 +115,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     store_path = tmp_path / "crashed"
     with build_gallery(store_path, N_ITEMS) as store:
         # Planned up front so that the querier sees the new serving space from its first query.
-        start_or_resume(store, NEW, "transform", build_policy("old-confidence"), CHUNK)
+        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     querier = _Querier(store_path, k=10)
@@ -123,19 +125,19 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     progress = []
     with GalleryStore.open(store_path) as watcher:
         for _ in range(5):
-            before = len(watcher.chunk_log())
+            before = len(watcher.backfills.chunk_log())
             process = _spawn(store_path, script, delay=0.01)
             # Kill only after this run has committed something, at a random moment after that:
             # inside ψ, between the vector write and the commit, or inside the transaction.
             deadline = time.monotonic() + 30
-            while process.poll() is None and len(watcher.chunk_log()) == before and time.monotonic() < deadline:
+            while process.poll() is None and len(watcher.backfills.chunk_log()) == before and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(float(rng.uniform(0.0, 0.12)))
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
                 kills += 1
             process.wait(timeout=30)
-            progress.append(len(watcher.chunk_log()))
+            progress.append(len(watcher.backfills.chunk_log()))
     process = _spawn(store_path, script, delay=0.0)
     out, err = process.communicate(timeout=60)
     querier.stop.set()
@@ -161,18 +163,18 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
 def test_crash_between_vector_write_and_commit_redoes_the_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected_states, expected_vectors, expected_chunks = _reference(tmp_path)
     with build_gallery(tmp_path / "crashed", N_ITEMS) as store:
-        job = BackfillJob(store, NEW, TransformStored(psi), build_policy("old-confidence"), CHUNK, progress=False)
+        job = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK, progress=False)
         assert job.run(max_chunks=3).status == "paused"
-        real_commit = store.commit_chunks
+        real_commit = store.backfills.commit_chunks
 
         def crash(*args: object, **kwargs: object) -> None:
             raise OSError("simulated power loss after the vectors were written")
 
-        monkeypatch.setattr(store, "commit_chunks", crash)
+        monkeypatch.setattr(store.backfills, "commit_chunks", crash)
         with pytest.raises(OSError):
             job.run()
-        monkeypatch.setattr(store, "commit_chunks", real_commit)
-        assert len(store.chunk_log()) == 3
+        monkeypatch.setattr(store.backfills, "commit_chunks", real_commit)
+        assert len(store.backfills.chunk_log()) == 3
         assert store.status().backfill["done"] == 3 * CHUNK
         assert job.run().status == "complete"
         states, vectors, chunks = _final_state(store)
@@ -190,7 +192,7 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with GalleryStore.open(store_path) as store:
-            if len(store.chunk_log()) >= 2:
+            if len(store.backfills.chunk_log()) >= 2:
                 break
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
@@ -199,10 +201,10 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
     assert out.split()[0] == "stopped"
     with GalleryStore.open(store_path) as store:
         status = store.status().backfill
-        committed = len(store.chunk_log())
+        committed = len(store.backfills.chunk_log())
         assert 2 <= committed < N_ITEMS // CHUNK
         assert status["done"] == committed * CHUNK  # whole chunks only
-        report = BackfillJob(store, NEW, TransformStored(psi), build_policy("old-confidence"), CHUNK,
+        report = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK,
                              progress=False).run()
         assert report.status == "complete"
-        assert report.chunks_committed + committed == len(store.chunk_log())
+        assert report.chunks_committed + committed == len(store.backfills.chunk_log())

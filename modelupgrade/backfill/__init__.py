@@ -1,7 +1,10 @@
-"""Online backfilling simulator: ordering policies × serving modes, the whole curve in one pass."""
+"""Online-backfilling simulator: ordering policies × serving modes, the whole curve in one pass.
+
+The policies and modes themselves are ``modelupgrade.ordering`` and ``modelupgrade.serving``: the
+real store runs the same ones, so a simulated curve is what the store serves at each fraction.
+"""
 
 from modelupgrade.backfill.engine import (
-    DISTANCES,
     CurveResult,
     PerQueryCurve,
     SearchSystems,
@@ -9,15 +12,26 @@ from modelupgrade.backfill.engine import (
     first_new_step,
 )
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, fraction_grid, uniform_grid
+from modelupgrade.backfill.serving_arrays import ServingArrays
 from modelupgrade.backfill.simulate import evaluate_state, naive_curve, resolve_grid, simulate_curve
+from modelupgrade.backfill.summary import (
+    BackfillConditions,
+    auc_mean,
+    auc_trapezoid,
+    check_conditions,
+)
 
 __all__ = [
-    "DISTANCES",
+    "BackfillConditions",
     "BackfillGrid",
     "CurveResult",
     "PerQueryCurve",
     "SearchSystems",
+    "ServingArrays",
+    "auc_mean",
+    "auc_trapezoid",
     "backfill_curve",
+    "check_conditions",
     "evaluate_state",
     "fastfill_grid",
     "first_new_step",
@@ -26,33 +40,4 @@ __all__ = [
     "resolve_grid",
     "simulate_curve",
     "uniform_grid",
-]
-
-from modelupgrade.backfill.ordering import ORDERINGS, OrderingContext, OrderingPolicy, build_ordering  # noqa: E402
-from modelupgrade.backfill.serving import (  # noqa: E402
-    SERVING_MODES,
-    ServingArrays,
-    ServingMode,
-    build_serving_mode,
-)
-from modelupgrade.backfill.summary import (  # noqa: E402
-    BackfillConditions,
-    auc_mean,
-    auc_trapezoid,
-    check_conditions,
-)
-
-__all__ += [
-    "ORDERINGS",
-    "SERVING_MODES",
-    "BackfillConditions",
-    "OrderingContext",
-    "OrderingPolicy",
-    "ServingArrays",
-    "ServingMode",
-    "auc_mean",
-    "auc_trapezoid",
-    "build_ordering",
-    "build_serving_mode",
-    "check_conditions",
 ]

@@ -7,8 +7,9 @@ same new query on both sides, rank merge uses different query vectors and merges
 
 Per query the state of item g changes exactly once, at its first step f(g). So instead of rebuilding
 and re-ranking the gallery at each of K points, each query's 2n candidate entries (a and b of every
-item) are sorted ONCE as exact int64 keys (distance bits, new-before-old on equal distance, gallery
-index), and every point is read from that one order:
+item) are sorted ONCE as the exact keys of ``modelupgrade.retrieval.topk`` (distance bits, new-before-old
+on equal distance, gallery index: the store ranks by the same keys), and every point is read from
+that one order:
 
 - the positive entries split the order into buckets; a negative entry of item g counts at step i iff
   it is active (old entry: i < f(g); new entry: i ≥ f(g)), so three ±1 updates per item on a
@@ -30,23 +31,22 @@ Queries without a positive count as misses for CMC, are left out of mAP and coun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import torch
 
+from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.metrics.similarity import Similarity, prepare, score_block
+from modelupgrade.retrieval.distance import Distance, DistanceBlock, check_distance
+from modelupgrade.retrieval.topk import (
+    DISTANCE_SHIFT,
+    MAX_GALLERY,
+    key_columns,
+    key_is_old_side,
+    ranking_keys,
+)
 
-Distance = Literal["l2", "cosine"]
-DISTANCES: tuple[str, ...] = ("l2", "cosine")
-_SIMILARITY_OF: dict[str, Similarity] = {"l2": "sqeuclidean", "cosine": "cosine"}
 DEFAULT_MEMORY_BYTES = 384 * 1024 * 1024
-
-_COLUMN_BITS = 31
-_COLUMN_MASK = np.uint64((1 << _COLUMN_BITS) - 1)
-_OLD_SIDE_BIT = np.uint64(1 << _COLUMN_BITS)
-_DISTANCE_SHIFT = np.uint64(32)
 
 
 @dataclass(frozen=True)
@@ -104,47 +104,6 @@ class CurveResult:
         return out
 
 
-def _rows(array: np.ndarray, what: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.ndim != 2:
-        raise UserError(f"{what} must be a 2-D array (N, D), got shape {array.shape}")
-    if not np.isfinite(array).all():
-        raise UserError(f"{what} contain NaN or infinite values", hint="re-run the stage that produced them")
-    return np.ascontiguousarray(array, dtype=np.float32)
-
-
-class _DistanceBlock:
-    """Distances of query rows to one fixed gallery, in the form used for ranking and merging.
-
-    A distance is the negated score of ``metrics.similarity.score_block`` (negation is exact), the
-    function the cross-model evaluation ranks with: a curve's end points are then rankings of the
-    very numbers the evaluation ranks, ties included. ``l2``: squared Euclidean (a monotone map of
-    the Euclidean distance, applied to both systems, so rankings and distance merges are unchanged);
-    ``cosine``: −cos on L2-normalised vectors (the order of 1 − cos, without its float32 rounding
-    of distinct small cosines to one value).
-    """
-
-    def __init__(self, queries: np.ndarray, gallery: np.ndarray, distance: Distance) -> None:
-        if queries.shape[1] != gallery.shape[1]:
-            raise UserError(
-                f"query vectors are {queries.shape[1]}-d but gallery vectors are {gallery.shape[1]}-d",
-                hint="both vectors of one system must live in one space (apply the head first)",
-            )
-        self.similarity: Similarity = _SIMILARITY_OF[distance]
-        self.queries = prepare(torch.from_numpy(queries), self.similarity)
-        self.gallery = prepare(torch.from_numpy(gallery), self.similarity)
-
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
-        scores = score_block(self.queries[torch.from_numpy(rows)], self.gallery, self.similarity)
-        return scores.neg_().numpy()
-
-
-def _orderable(values: np.ndarray) -> np.ndarray:
-    """float32 → uint64 in [0, 2³²) whose integer order is the float order (negative values too)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.int32).astype(np.int64)
-    return (np.where(bits < 0, -(bits & 0x7FFFFFFF), bits) + (1 << 31)).astype(np.uint64)
-
-
 def first_new_step(ordering: np.ndarray, cutoffs: np.ndarray, n: int) -> np.ndarray:
     """Per gallery item, the first point at which it holds its new vector (len(cutoffs) = never)."""
     ordering = np.asarray(ordering)
@@ -179,22 +138,21 @@ def backfill_curve(
 
     ``self_index[q]``: the gallery row that is query q's own item (leave-one-out), or −1.
     """
-    if distance not in DISTANCES:
-        raise UserError(f"unknown distance {distance!r}", hint=f"use one of: {', '.join(DISTANCES)}")
+    check_distance(distance)
     if not topk or min(topk) < 1:
         raise UserError(f"top-k values must be ≥ 1, got {list(topk)}")
-    qa = _rows(systems.query_old_side, "old-side query vectors")
-    ga = _rows(systems.gallery_old_side, "old-side gallery vectors")
-    qb = _rows(systems.query_new_side, "new-side query vectors")
-    gb = _rows(systems.gallery_new_side, "new-side gallery vectors")
+    qa = vector_rows(systems.query_old_side, "old-side query vectors")
+    ga = vector_rows(systems.gallery_old_side, "old-side gallery vectors")
+    qb = vector_rows(systems.query_new_side, "new-side query vectors")
+    gb = vector_rows(systems.gallery_new_side, "new-side gallery vectors")
     nq, n = len(qa), len(ga)
     if len(qb) != nq or len(gb) != n:
         raise UserError(
             f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, {len(ga)}/{len(gb)} gallery items",
             hint="old-side and new-side arrays hold the same queries / gallery items in the same order",
         )
-    if n >= int(_COLUMN_MASK):
-        raise UserError(f"a gallery of {n} items is too large for one simulation (limit {int(_COLUMN_MASK) - 1})")
+    if n > MAX_GALLERY:
+        raise UserError(f"a gallery of {n} items is too large for one simulation (limit {MAX_GALLERY})")
     query_labels = np.asarray(query_labels, dtype=np.int64)
     gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
     if query_labels.shape != (nq,) or gallery_labels.shape != (n,):
@@ -210,8 +168,8 @@ def backfill_curve(
     uses_old = bool(first_new.max(initial=0) > 0)
     uses_new = bool(first_new.min(initial=steps) < steps)
 
-    old_block = _DistanceBlock(qa, ga, distance) if uses_old else None
-    new_block = _DistanceBlock(qb, gb, distance) if uses_new else None
+    old_block = DistanceBlock(qa, ga, distance) if uses_old else None
+    new_block = DistanceBlock(qb, gb, distance) if uses_new else None
     first_hit = np.full((nq, steps), -1, dtype=np.int64)
     average_precision = np.full((nq, steps), np.nan, dtype=np.float64)
     ap_at_k = np.full((nq, steps), np.nan if map_at_k is None else 0.0, dtype=np.float64)
@@ -270,27 +228,27 @@ def _curve_block(
     self_index: np.ndarray,
     first_new: np.ndarray,
     steps: int,
-    old_block: _DistanceBlock | None,
-    new_block: _DistanceBlock | None,
+    old_block: DistanceBlock | None,
+    new_block: DistanceBlock | None,
     pos_entries: int,
     map_at_k: int | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     b = len(rows)
     n = len(gallery_labels)
-    columns = np.arange(n, dtype=np.uint64)
+    columns = np.arange(n)
     has_self = self_index >= 0
     parts = []
-    for block, side_bit in ((new_block, np.uint64(0)), (old_block, _OLD_SIDE_BIT)):
+    for block, side in ((new_block, "new"), (old_block, "old")):
         if block is None:
             continue
         dist = block(rows)
         if has_self.any():
             dist[np.flatnonzero(has_self), self_index[has_self]] = np.inf
-        parts.append((_orderable(dist) << _DISTANCE_SHIFT) | side_bit | columns)
+        parts.append(ranking_keys(dist, columns, side))
     keys = np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1), axis=1)
 
-    column = (keys & _COLUMN_MASK).astype(np.int64)
-    old_side = (keys & _OLD_SIDE_BIT) != 0
+    column = key_columns(keys)
+    old_side = key_is_old_side(keys)
     positive = gallery_labels[column] == label
     if has_self.any():
         positive &= column != self_index[:, None]
@@ -325,7 +283,7 @@ def _curve_block(
     # ranked at or before each of its positives. Groups are rare and small, so only the (positive,
     # later entry of its group) pairs are visited: each later entry that is active at a step adds one
     # to the positive's rank there (and one to its positives when it is a positive itself).
-    distance_bits = keys >> _DISTANCE_SHIFT
+    distance_bits = keys >> DISTANCE_SHIFT
     same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
     tie_rows, tie_at = np.nonzero(same_as_previous)
     if len(tie_rows):

@@ -9,12 +9,12 @@ import numpy as np
 from modelupgrade.backfill.engine import (
     DEFAULT_MEMORY_BYTES,
     CurveResult,
-    Distance,
     SearchSystems,
     backfill_curve,
 )
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, fraction_grid
 from modelupgrade.errors import UserError
+from modelupgrade.retrieval.distance import Distance
 
 
 def resolve_grid(steps: int | Sequence[float] | BackfillGrid, n: int) -> BackfillGrid:

@@ -33,13 +33,14 @@ import pandas as pd
 
 from modelupgrade.backfill.engine import SearchSystems, backfill_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
-from modelupgrade.backfill.ordering import ORDERINGS, OrderingContext, build_ordering
-from modelupgrade.backfill.serving import SERVING_MODES, ServingArrays, build_serving_mode
+from modelupgrade.backfill.serving_arrays import ServingArrays
 from modelupgrade.backfill.summary import auc_mean, auc_trapezoid, check_conditions
 from modelupgrade.backfill.variants import ScenarioVariants, scenario_variants
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
+from modelupgrade.ordering import ORDERINGS, OrderingInputs, build_ordering
+from modelupgrade.serving import SERVING_MODES, build_serving_mode
 
 log = logging.getLogger(__name__)
 
@@ -191,24 +192,26 @@ def simulate_backfill(
         )
         serving = replace(serving, **extra)
         new_new = evaluate(serving.new_query, serving.new_gallery)
-        mixed = build_serving_mode("mixed")
-        context = OrderingContext(
-            n=n, seed=params.seed, old_logits=logits, sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
-            old_state_vectors=mixed.systems(serving).gallery_old_side, new_vectors=serving.new_gallery,
+        forms = serving.forms()
+        mixed = build_serving_mode("mixed").plan(forms)
+        inputs = OrderingInputs(
+            n=n, old_logits=logits, sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
+            old_state_vectors=serving.systems(mixed).gallery_old_side, new_vectors=serving.new_gallery,
         )
         for policy_name in cfg.policies:
             policy = build_ordering(policy_name)
-            if not policy.available(context):
+            if not policy.available(inputs):
                 skipped.append({"strategy": variant, "policy": policy_name, "reason": policy.description})
                 continue
-            ordering = policy.order(context)
+            ordering = policy.order_items(inputs, params.seed)
             for mode_name in cfg.serving_modes:
                 mode = build_serving_mode(mode_name)
-                if not mode.available(serving):
+                plan = mode.try_plan(forms)
+                if plan is None:
                     skipped.append({"strategy": variant, "policy": policy_name, "mode": mode_name,
                                     "reason": mode.description})
                     continue
-                systems = mode.systems(serving)
+                systems = serving.systems(plan)
                 log.info("%s / %s / %s: %d points over %d items", variant, policy_name, mode_name, len(grid), n)
                 curve = backfill_curve(systems, query_labels, gallery_labels, ordering, grid.cutoffs, grid.t,
                                        self_index=self_index, distance=cfg.distance, topk=topk,

@@ -23,7 +23,7 @@ from modelupgrade.metrics import (
     rank_features,
     truncated_average_precision,
 )
-from modelupgrade.search import GallerySearcher, SearchOptions, exclude_self
+from modelupgrade.retrieval.index import GallerySearcher, SearchOptions, exclude_self
 
 
 @dataclass

@@ -41,7 +41,8 @@ from modelupgrade.metrics.ranking import (
     rank_queries,
     truncated_average_precision,
 )
-from modelupgrade.metrics.similarity import SIMILARITIES, l2_normalise, pairwise_scores, rank_features
+from modelupgrade.metrics.similarity import pairwise_scores, rank_features
+from modelupgrade.retrieval.distance import SIMILARITIES, l2_normalise
 
 __all__ = [
     "NO_POSITIVE_RULES",

@@ -11,7 +11,8 @@ import torch
 
 from modelupgrade.errors import UserError
 from modelupgrade.metrics.ranking import cmc_from_ranking, map_from_ranking
-from modelupgrade.metrics.similarity import Similarity, rank_features
+from modelupgrade.metrics.similarity import rank_features
+from modelupgrade.retrieval.distance import Similarity
 
 
 def backfill_cutoffs(num_items: int, steps: int) -> np.ndarray:

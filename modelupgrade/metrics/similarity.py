@@ -1,9 +1,8 @@
-"""Query × gallery score blocks (higher = closer) and the blocked ranking of feature matrices."""
+"""The blocked ranking of feature matrices (scores from ``modelupgrade.retrieval.distance``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
 
 import numpy as np
 import torch
@@ -15,46 +14,7 @@ from modelupgrade.metrics.ranking import (
     query_block_size,
     rank_block,
 )
-
-Similarity = Literal["cosine", "inner", "euclidean", "sqeuclidean"]
-SIMILARITIES: tuple[str, ...] = ("cosine", "inner", "euclidean", "sqeuclidean")
-
-
-def as_feature_tensor(features: np.ndarray | torch.Tensor, what: str,
-                      dtype: torch.dtype | None = None) -> torch.Tensor:
-    if isinstance(features, torch.Tensor):
-        tensor = features
-    else:
-        array = np.ascontiguousarray(features)
-        # torch.from_numpy cannot share read-only memory (np.load with mmap, pandas buffers).
-        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
-    if tensor.ndim != 2:
-        raise UserError(f"{what} must be a 2-D array (N, D), got shape {tuple(tensor.shape)}")
-    if not bool(torch.isfinite(tensor).all()):
-        raise UserError(f"{what} contain NaN or infinite values", hint="re-run the embedding stage")
-    if dtype is None:
-        dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-    return tensor.to(dtype)
-
-
-def l2_normalise(features: torch.Tensor) -> torch.Tensor:
-    return features / features.norm(dim=1, keepdim=True).clamp(min=1e-12)
-
-
-def prepare(features: torch.Tensor, similarity: Similarity) -> torch.Tensor:
-    if similarity not in SIMILARITIES:
-        raise UserError(f"unknown similarity {similarity!r}", hint=f"use one of: {', '.join(SIMILARITIES)}")
-    return l2_normalise(features) if similarity == "cosine" else features
-
-
-def score_block(queries: torch.Tensor, gallery: torch.Tensor, similarity: Similarity) -> torch.Tensor:
-    """Scores of prepared query rows against prepared gallery rows (see ``prepare``)."""
-    if similarity in ("cosine", "inner"):
-        return queries @ gallery.T
-    squared = (
-        (queries * queries).sum(1, keepdim=True) - 2.0 * (queries @ gallery.T) + (gallery * gallery).sum(1)[None, :]
-    ).clamp_(min=0.0)
-    return -squared.sqrt_() if similarity == "euclidean" else -squared
+from modelupgrade.retrieval.distance import Similarity, as_feature_tensor, prepare, score_block
 
 
 def pairwise_scores(query: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor,

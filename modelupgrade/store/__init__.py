@@ -1,66 +1,71 @@
 """The real gallery store: embedded (SQLite + on-disk float32 arrays), backfilled chunk by chunk with
-crash-safe commits, and searchable with a serving mode at any moment of the backfill.
+crash-safe commits, and searchable in any serving mode at any moment of the backfill.
+
+Modules by concern: ``schema`` (layout and rows), ``database`` (SQLite, transactions), ``vectors``
+(a space's float32 file), ``spaces``, ``gallery`` (items, scores, vectors, snapshots), ``ledger``
+(the backfill state machine), ``status``, ``job`` (the backfill job and its executors), ``search``,
+``service`` (HTTP), ``ingest``, ``images``, ``models`` (models and heads as callables, scores).
+The ordering policies and serving modes are ``modelupgrade.ordering`` and ``modelupgrade.serving``.
 """
 
-from modelupgrade.store.backfill import (
+from modelupgrade.store.gallery import GalleryStore
+from modelupgrade.store.images import ImageFileSource, ImageSource, LoadedImages, ManifestImageSource
+from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
+from modelupgrade.store.job import (
     BackfillJob,
     BackfillReport,
+    ChunkExecutor,
     ChunkVectors,
+    LocalExecutor,
     ReEmbedImages,
+    TableVectors,
     TransformStored,
     VectorSource,
     start_or_resume,
     vectors_digest,
 )
-from modelupgrade.store.gallery import (
+from modelupgrade.store.schema import (
     SCHEMA_VERSION,
     Backfill,
     Chunk,
     ChunkCommit,
-    GalleryStore,
     ItemRow,
     ItemSources,
     Snapshot,
-    StoreStatus,
-    check_vectors,
 )
-from modelupgrade.store.images import ImageFileSource, ImageSource, LoadedImages, ManifestImageSource
-from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
-from modelupgrade.store.policies import STORE_POLICIES, OrderingPolicy, build_policy
-from modelupgrade.store.search import Searcher, search
-from modelupgrade.store.serving import SERVING_MODES, GalleryPart, SearchHits, ServingMode, build_serving_mode
+from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher, SearchHits, search
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.status import StoreStatus
+from modelupgrade.store.vectors import check_vectors
 
 __all__ = [
     "SCHEMA_VERSION",
-    "SERVING_MODES",
-    "STORE_POLICIES",
     "Backfill",
     "BackfillJob",
     "BackfillReport",
     "Chunk",
     "ChunkCommit",
+    "ChunkExecutor",
     "ChunkVectors",
-    "GalleryPart",
     "GalleryStore",
+    "HeadTransforms",
     "ImageFileSource",
     "ImageSource",
     "ItemRow",
     "ItemSources",
     "LoadedImages",
+    "LocalExecutor",
     "ManifestImageSource",
-    "OrderingPolicy",
+    "QueryVectors",
     "ReEmbedImages",
     "SearchHits",
     "Searcher",
-    "ServingMode",
     "Snapshot",
     "SpaceSpec",
     "StoreStatus",
+    "TableVectors",
     "TransformStored",
     "VectorSource",
-    "build_policy",
-    "build_serving_mode",
     "check_vectors",
     "ingest_embedding_table",
     "ingest_images",

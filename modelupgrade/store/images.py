@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from modelupgrade.store.gallery import ItemRow
+from modelupgrade.store.schema import ItemRow
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from modelupgrade.errors import UserError
-from modelupgrade.store.backfill import EmbedFn
-from modelupgrade.store.gallery import GalleryStore, ItemRow, ItemSources
+from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
+from modelupgrade.store.job import EmbedFn
+from modelupgrade.store.schema import ItemRow, ItemSources
 from modelupgrade.store.spaces import SpaceSpec
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ def ingest_embedding_table(
     frame: object,
     vectors: np.ndarray,
     space: SpaceSpec,
-    scores: np.ndarray | None = None,
+    scores: Mapping[str, np.ndarray] | None = None,
 ) -> int:
     """Ingest a split/manifest frame whose row i is embedded by ``vectors[i]`` (the embeddings convention)."""
     import pandas as pd
@@ -50,7 +51,7 @@ def ingest_images(
     images: ImageSource,
     embed_fn: EmbedFn,
     space: SpaceSpec,
-    scores: np.ndarray | None = None,
+    scores: Mapping[str, np.ndarray] | None = None,
     batch_size: int = 512,
 ) -> list[dict[str, str]]:
     """Embed the items' images and ingest them; returns the items that could not be read (skipped, logged)."""
@@ -77,6 +78,6 @@ def ingest_images(
         paths=[rows[p].source_path for p in chosen], indices=[rows[p].source_index for p in chosen],
         labels=None if sources.labels is None else [sources.labels[p] for p in chosen],
     )
-    store.ingest([rows[p].item_id for p in chosen], np.concatenate(vectors), space, kept_sources,
-                 None if scores is None else np.asarray(scores)[chosen])
+    kept_scores = {kind: np.asarray(values)[chosen] for kind, values in (scores or {}).items()}
+    store.ingest([rows[p].item_id for p in chosen], np.concatenate(vectors), space, kept_sources, kept_scores)
     return skipped

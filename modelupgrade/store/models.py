@@ -1,5 +1,6 @@
-"""Connecting trained models and heads to the store: spaces from model cards, embed and ψ callables,
-ordering scores from the old classifier. Torch is imported here only, never by the store core.
+"""Connecting trained models and heads to the store: spaces from model cards, embed and head
+callables, ordering scores from the old classifier or a FastFill head. Torch is imported here only,
+never by the store core.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from modelupgrade.errors import UserError
-from modelupgrade.store.backfill import EmbedFn, TransformFn
+from modelupgrade.ordering.scores import OrderingInputs, score_kind_of
+from modelupgrade.store.job import EmbedFn, TransformFn
+from modelupgrade.store.search import HeadTransforms
 from modelupgrade.store.spaces import SpaceSpec
 
 # Strategies whose new model is trained to be compared directly with its parent's gallery vectors.
@@ -77,20 +80,25 @@ def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "
     return embed_images
 
 
-def head_transform_fn(head_dir: str | Path, device: str = "cpu") -> tuple[TransformFn, dict[str, Any]]:
-    """The head saved in ``head_dir`` as a vectors → vectors callable, with its card."""
+def head_transform_fn(
+    head_dir: str | Path, device: str = "cpu", output: str = "transform"
+) -> tuple[TransformFn, dict[str, Any]]:
+    """The head saved in ``head_dir`` as a vectors → vectors callable (one of its outputs), with its card."""
     from modelupgrade.heads import load_head
 
     head, card = load_head(head_dir, device)
-    return folded_transform(head, device), card
+    return folded_transform(head, device, output), card
 
 
-def folded_transform(head: Any, device: str = "cpu", batch_size: int = 8192) -> TransformFn:
-    """``head``'s transform with BatchNorm folded once, not once per chunk."""
+def folded_transform(head: Any, device: str = "cpu", output: str = "transform", batch_size: int = 8192) -> TransformFn:
+    """``head``'s ``output`` with BatchNorm folded once, not once per chunk."""
     import torch
 
     from modelupgrade.heads import inference_copy
 
+    if output not in head.output_names:
+        raise UserError(f"head {head.registry_name!r} has no output {output!r}",
+                        hint=f"its outputs are: {', '.join(head.output_names)}")
     frozen = inference_copy(head, device)
 
     def transform(vectors: np.ndarray) -> np.ndarray:
@@ -100,32 +108,64 @@ def folded_transform(head: Any, device: str = "cpu", batch_size: int = 8192) -> 
         with torch.inference_mode():
             for start in range(0, len(vectors), batch_size):
                 x = torch.from_numpy(vectors[start : start + batch_size]).to(device)
-                out.append(frozen(x).float().cpu().numpy())
+                out.append(frozen.outputs(x)[output].float().cpu().numpy())
         return np.concatenate(out) if out else np.empty((0, head.out_dim), dtype=np.float32)
 
     return transform
 
 
-def old_classifier_scores(model_dir: str | Path, vectors: np.ndarray, kind: str = "confidence") -> np.ndarray:
-    """Per-item ordering score from the old model's classifier on its stored vectors.
+def load_head_transforms(
+    forward_head: str | Path | None = None, reverse_head: str | Path | None = None, device: str = "cpu"
+) -> HeadTransforms:
+    """The heads a store serves with: a forward head (ψ on stored vectors) and a reverse head
+    (ψ_rev on queries; an rm_full head gives ρ and ψ_rev∘ρ instead, for the full method)."""
+    from modelupgrade.heads import load_head
 
-    ``confidence``: the max softmax probability of the scaled cosine logits (RM: lowest first);
-    ``entropy``: the entropy of that softmax (RACT: highest first).
-    """
-    import torch
+    forward = reverse = rho = rho_reverse = None
+    if forward_head is not None:
+        head, _ = load_head(forward_head, device)
+        if head.direction != "forward":
+            raise UserError(f"{forward_head} is a {head.direction} head ({head.registry_name}), not a forward one",
+                            hint="--forward-head takes ψ: fct, fastfill, bict or dmu")
+        forward = folded_transform(head, device)
+    if reverse_head is not None:
+        head, _ = load_head(reverse_head, device)
+        if head.direction != "reverse":
+            raise UserError(f"{reverse_head} is a {head.direction} head ({head.registry_name}), not a reverse one",
+                            hint="--reverse-head takes ψ_rev: rqt, mcl or rm_full")
+        if "new_embedding" in head.output_names:
+            rho, rho_reverse = folded_transform(head, device, "new_embedding"), folded_transform(head, device)
+        else:
+            reverse = folded_transform(head, device)
+    return HeadTransforms(forward, reverse, rho, rho_reverse)
 
-    from modelupgrade.models import load_model
 
-    if kind not in ("confidence", "entropy"):
-        raise UserError(f"unknown classifier score {kind!r}", hint="choose 'confidence' or 'entropy'")
-    model = load_model(model_dir, "cpu")
-    scores = []
-    with torch.inference_mode():
-        for start in range(0, len(vectors), 8192):
-            features = torch.from_numpy(np.ascontiguousarray(vectors[start : start + 8192], dtype=np.float32))
-            probabilities = torch.softmax(model.classifier.scale * model.classifier.cosine(features), dim=1)
-            if kind == "confidence":
-                scores.append(probabilities.max(dim=1).values)
-            else:
-                scores.append(-(probabilities * probabilities.clamp_min(1e-12).log()).sum(dim=1))
-    return torch.cat(scores).double().numpy() if scores else np.empty(0)
+CLASSIFIER_SCORES = ("old-confidence", "old-entropy")
+
+
+def ordering_scores(
+    model_dir: str | Path | None,
+    vectors: np.ndarray,
+    kinds: Sequence[str] = CLASSIFIER_SCORES,
+    fastfill_head: str | Path | None = None,
+) -> dict[str, np.ndarray]:
+    """The ordering scores of stored ``vectors`` by kind (``modelupgrade.ordering.SCORE_KINDS``):
+    the old model's classifier logits feed old-confidence and old-entropy, a FastFill head's σ²
+    feeds fastfill-sigma2."""
+    from modelupgrade.models import classifier_logits, load_model
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    needs = {field for kind in kinds for option in score_kind_of(kind).needs for field in option}
+    logits = sigma2 = None
+    if needs & {"old_logits", "old_probabilities"}:
+        if model_dir is None:
+            raise UserError(f"the scores {list(kinds)} need the old model's classifier", hint="pass the old model")
+        logits = classifier_logits(load_model(model_dir, "cpu"), vectors)
+    if "sigma2" in needs:
+        if fastfill_head is None:
+            raise UserError("the fastfill-sigma2 score needs a FastFill head", hint="pass the FastFill head directory")
+        from modelupgrade.heads import apply_with_uncertainty, load_head
+
+        sigma2 = apply_with_uncertainty(load_head(fastfill_head)[0], vectors)[1].reshape(-1)
+    inputs = OrderingInputs(len(vectors), old_logits=logits, sigma2=sigma2)
+    return {kind: inputs.score(kind) for kind in kinds}

@@ -4,33 +4,100 @@ A search takes one snapshot of the item table (one read transaction: which space
 then reads each part's vectors from its space file. The backfill makes rows durable before it points
 items at them and never rewrites a committed row, so the vectors read always belong to the snapshot.
 Snapshots and part vectors are reused until the store's commit counter moves.
+
+What meets what is the serving mode's plan (``modelupgrade.serving``): the items of the serving
+space are the new part, every other item the old part; the store makes each query and gallery form
+the plan names from the query vectors it is given, the stored vectors and the heads. Distances, the
+tie rule and top-k are ``modelupgrade.retrieval``'s: a search returns the list the backfill simulator
+ranks for the same gallery state.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.store.gallery import GalleryStore, Snapshot
-from modelupgrade.store.serving import GalleryPart, SearchHits, ServingMode
-from modelupgrade.store.serving.base import Distance, check_queries
+from modelupgrade.retrieval.distance import Distance, DistanceBlock, check_distance, reported_distance
+from modelupgrade.retrieval.topk import RankedPart, merged_topk
+from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
+from modelupgrade.store.gallery import GalleryStore
+from modelupgrade.store.schema import Snapshot
+from modelupgrade.store.spaces import SpaceSpec
+
+TransformFn = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class HeadTransforms:
+    """The heads a store serves with, as vectors → vectors callables (``store.models`` loads them)."""
+
+    forward: TransformFn | None = None        # ψ: stored old vectors → the new space
+    reverse: TransformFn | None = None        # ψ_rev: φ_new(q) → the old space (RQT, MCL)
+    rho: TransformFn | None = None            # ρ: φ_new(q) → the full method's space (rm_full)
+    rho_reverse: TransformFn | None = None    # ψ_rev∘ρ: φ_new(q) → the old space (rm_full)
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    """Query vectors as a deployment embeds them: ``new`` with the new model (always), and ``old``
+    with the old model too when serving by distance rank merge."""
+
+    new: np.ndarray
+    old: np.ndarray | None = None
+
+
+@dataclass
+class SearchHits:
+    """Top-k per query; row q lists ids, distances and the space each hit was matched in."""
+
+    item_ids: np.ndarray
+    distances: np.ndarray
+    spaces: np.ndarray
+
+    def records(self) -> list[list[dict[str, Any]]]:
+        return [
+            [
+                {"item_id": str(item), "distance": float(dist), "space": str(space)}
+                for item, dist, space in zip(ids, dists, spaces, strict=True)
+            ]
+            for ids, dists, spaces in zip(self.item_ids, self.distances, self.spaces, strict=True)
+        ]
+
+
+@dataclass
+class _Part:
+    space: SpaceSpec
+    slots: np.ndarray
+    item_ids: np.ndarray
+    vectors: np.ndarray
 
 
 @dataclass
 class _Cached:
     snapshot: Snapshot
-    parts: list[GalleryPart]
+    parts: list[_Part]
+    # Snapshot position of each slot (hits are ranked by slot, reported by item id and space).
+    position: np.ndarray
 
 
 class Searcher:
-    def __init__(self, store: GalleryStore, mode: ServingMode, distance: Distance = "cosine") -> None:
-        if distance not in ("cosine", "l2"):
-            raise UserError(f"unknown distance {distance!r}", hint="choose 'cosine' or 'l2'")
-        self.store, self.mode, self.distance = store, mode, distance
+    def __init__(
+        self,
+        store: GalleryStore,
+        mode: ServingMode,
+        distance: Distance = "cosine",
+        heads: HeadTransforms | None = None,
+    ) -> None:
+        self.store, self.mode, self.distance = store, mode, check_distance(distance)
+        self.heads = heads or HeadTransforms()
         self._cached: _Cached | None = None
+        self._forward_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     def _current(self) -> _Cached:
@@ -42,27 +109,130 @@ class Searcher:
             parts = []
             for space_name, positions in sorted(snapshot.partitions().items()):
                 slots = snapshot.slots[positions]
-                vectors = self.store.read_vectors(space_name, slots)
-                parts.append(GalleryPart(spaces[space_name], slots, snapshot.item_ids[positions],
-                                         read=lambda v=vectors: v))
-            self._cached = _Cached(snapshot, parts)
+                parts.append(_Part(spaces[space_name], slots, snapshot.item_ids[positions],
+                                   self.store.read_vectors(space_name, slots)))
+            position = np.zeros(int(snapshot.slots.max(initial=-1)) + 1, dtype=np.int64)
+            position[snapshot.slots] = np.arange(len(snapshot.slots))
+            self._cached = _Cached(snapshot, parts, position)
             return self._cached
-
-    def search(self, queries: np.ndarray, k: int) -> SearchHits:
-        if k < 1:
-            raise UserError(f"k must be ≥ 1, got {k}")
-        current = self._current()
-        if current.snapshot.serving_space is None:
-            raise UserError(f"the store at {self.store.path} is empty", hint="ingest a gallery first")
-        serving = self.store.space(current.snapshot.serving_space)
-        return self.mode.rank(check_queries(queries, serving), serving, current.parts, k, self.distance)
 
     def snapshot(self) -> Snapshot:
         return self._current().snapshot
 
+    def forms(self, queries: QueryVectors, serving: SpaceSpec) -> Forms:
+        heads = self.heads
+        query_forms = {"new"} | ({"old"} if queries.old is not None else set())
+        query_forms |= {"reverse"} if heads.reverse else set()
+        query_forms |= {"rho", "rho_reverse"} if heads.rho and heads.rho_reverse else set()
+        return Forms.of(query_forms, {"stored", serving.form} | ({"forward"} if heads.forward else set()))
+
+    def plan(self, queries: QueryVectors, serving: SpaceSpec) -> ServingPlan:
+        return self.mode.plan(self.forms(queries, serving))
+
+    def search(self, queries: QueryVectors | np.ndarray, k: int) -> SearchHits:
+        if k < 1:
+            raise UserError(f"k must be ≥ 1, got {k}")
+        if not isinstance(queries, QueryVectors):
+            queries = QueryVectors(np.asarray(queries))
+        current = self._current()
+        if current.snapshot.serving_space is None:
+            raise UserError(f"the store at {self.store.path} is empty", hint="ingest a gallery first")
+        serving = self.store.space(current.snapshot.serving_space)
+        queries = _checked_queries(queries, serving)
+        plan = self.plan(queries, serving)
+        made: dict[str, np.ndarray] = {}
+        ranked = []
+        for part in current.parts:
+            is_new = part.space.name == serving.name
+            pairing = plan.new_part if is_new else plan.old_part
+            if not is_new:
+                self._check_comparable(pairing, serving, part.space)
+            query = self._query(pairing.query, queries, made, len(queries.new))
+            gallery = part.vectors if pairing.gallery != "forward" else self._forward(part, serving)
+            distances = DistanceBlock(query, gallery, self.distance)()
+            ranked.append(RankedPart(distances, part.slots, "new" if is_new else "old"))
+        top = merged_topk(ranked, k, len(queries.new))
+        positions = current.position[top.columns]
+        return SearchHits(current.snapshot.item_ids[positions], reported_distance(top.distances, self.distance),
+                          current.snapshot.spaces[positions])
+
+    def _query(self, form: str, queries: QueryVectors, made: dict[str, np.ndarray], rows: int) -> np.ndarray:
+        if form not in made:
+            heads = self.heads
+            producers: dict[str, Callable[[], np.ndarray]] = {
+                "new": lambda: queries.new,
+                "old": lambda: queries.old,  # type: ignore[return-value]
+                "reverse": lambda: heads.reverse(queries.new),  # type: ignore[misc]
+                "rho": lambda: heads.rho(queries.new),  # type: ignore[misc]
+                "rho_reverse": lambda: heads.rho_reverse(queries.new),  # type: ignore[misc]
+            }
+            made[form] = vector_rows(producers[form](), f"{form} query vectors", rows=rows)
+        return made[form]
+
+    def _forward(self, part: _Part, serving: SpaceSpec) -> np.ndarray:
+        """ψ(stored vectors) of the part. A committed row of a space never changes, so ψ of each
+        slot is computed once and reused by every later snapshot."""
+        with self._lock:
+            table, mapped = self._forward_cache.get(
+                part.space.name, (np.empty((0, serving.dim), np.float32), np.empty(0, dtype=bool))
+            )
+            size = max(len(table), int(part.slots.max(initial=-1)) + 1)
+            if size > len(table):
+                table = np.concatenate([table, np.zeros((size - len(table), serving.dim), np.float32)])
+                mapped = np.concatenate([mapped, np.zeros(size - len(mapped), dtype=bool)])
+            todo = ~mapped[part.slots]
+            if todo.any():
+                result = vector_rows(self.heads.forward(part.vectors[todo]), "ψ(stored vectors)",  # type: ignore[misc]
+                                     rows=int(todo.sum()))
+                if result.shape[1] != serving.dim:
+                    raise UserError(
+                        f"the forward head maps {part.space.name!r} vectors to {result.shape[1]}-d, but the "
+                        f"serving space {serving.name!r} is {serving.dim}-d",
+                        hint="the head does not connect the two embedding spaces of this store",
+                    )
+                table[part.slots[todo]] = result
+                mapped[part.slots[todo]] = True
+            self._forward_cache[part.space.name] = (table, mapped)
+            return table[part.slots]
+
+    @staticmethod
+    def _check_comparable(pairing: Pairing, serving: SpaceSpec, old: SpaceSpec) -> None:
+        if pairing == Pairing("new", "stored") and not (
+            serving.backward_compatible and serving.can_replace(old.name)
+        ):
+            raise UserError(
+                f"space {serving.name!r} is not backward compatible with space {old.name!r}, so new "
+                "queries cannot be compared with its stored vectors",
+                hint="serve with a forward head (mixed), a reverse head (rank-merge-rqt) or the old "
+                "model's query vectors (rank-merge)",
+            )
+
+
+def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
+    new = np.asarray(queries.new)
+    if new.ndim == 1:
+        new = new[None]
+    if new.ndim != 2 or new.shape[1] != serving.dim:
+        raise UserError(
+            f"query vectors have shape {np.asarray(queries.new).shape}, but the store serves space "
+            f"{serving.name!r} with {serving.dim}-d vectors",
+            hint=f"embed the queries with the model of {serving.name!r}",
+        )
+    new = vector_rows(new, "query vectors")
+    old = None
+    if queries.old is not None:
+        old = np.asarray(queries.old)
+        old = vector_rows(old[None] if old.ndim == 1 else old, "old-model query vectors", rows=len(new))
+    return QueryVectors(new, old)
+
 
 def search(
-    store: GalleryStore, queries: np.ndarray, k: int, mode: ServingMode, distance: Distance = "cosine"
+    store: GalleryStore,
+    queries: QueryVectors | np.ndarray,
+    k: int,
+    mode: ServingMode,
+    distance: Distance = "cosine",
+    heads: HeadTransforms | None = None,
 ) -> SearchHits:
     """One-shot top-k search (a ``Searcher`` reuses snapshots across calls)."""
-    return Searcher(store, mode, distance).search(queries, k)
+    return Searcher(store, mode, distance, heads).search(queries, k)

@@ -16,14 +16,17 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from modelupgrade.errors import UserError
+from modelupgrade.retrieval.distance import Distance
+from modelupgrade.serving.base import ServingMode
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.search import Searcher
-from modelupgrade.store.serving import ServingMode
-from modelupgrade.store.serving.base import Distance
+from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher
 
 
 class SearchRequest(BaseModel):
     vectors: list[list[float]] = Field(min_length=1, description="query vectors in the serving space")
+    old_vectors: list[list[float]] | None = Field(
+        default=None, description="the same queries embedded by the old model (serving mode rank-merge)"
+    )
     k: int | None = Field(default=None, ge=1, le=10_000)
 
 
@@ -40,9 +43,15 @@ class SearchResponse(BaseModel):
     results: list[list[Hit]]
 
 
-def create_app(store_path: str | Path, mode: ServingMode, distance: Distance = "cosine", top_k: int = 10) -> FastAPI:
+def create_app(
+    store_path: str | Path,
+    mode: ServingMode,
+    distance: Distance = "cosine",
+    top_k: int = 10,
+    heads: HeadTransforms | None = None,
+) -> FastAPI:
     store = GalleryStore.open(store_path)
-    searcher = Searcher(store, mode, distance)
+    searcher = Searcher(store, mode, distance, heads)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -69,10 +78,10 @@ def create_app(store_path: str | Path, mode: ServingMode, distance: Distance = "
     def search(request: SearchRequest) -> SearchResponse:
         k = request.k or top_k
         try:
-            lengths = {len(vector) for vector in request.vectors}
-            if len(lengths) != 1:
-                raise UserError(f"all query vectors must have the same length, got lengths {sorted(lengths)}")
-            hits = searcher.search(np.asarray(request.vectors, dtype=np.float32), k)
+            queries = QueryVectors(_matrix(request.vectors, "query vectors"),
+                                   None if request.old_vectors is None else _matrix(request.old_vectors,
+                                                                                    "old query vectors"))
+            hits = searcher.search(queries, k)
         except UserError as err:
             raise _bad_request(err) from None
         return SearchResponse(
@@ -81,3 +90,10 @@ def create_app(store_path: str | Path, mode: ServingMode, distance: Distance = "
         )
 
     return app
+
+
+def _matrix(rows: list[list[float]], what: str) -> np.ndarray:
+    lengths = {len(vector) for vector in rows}
+    if len(lengths) != 1:
+        raise UserError(f"all {what} must have the same length, got lengths {sorted(lengths)}")
+    return np.asarray(rows, dtype=np.float32)

@@ -5,12 +5,16 @@ spaces a model of this space was trained to replace (its parent generation, and 
 chain every ancestor it stays comparable with); a backfill into this space may only start from one
 of them. ``backward_compatible`` says whether its queries may be compared directly with vectors of
 those spaces (BCT-style training); an independently trained model needs a transformation instead.
+``form`` says which embedding of the new model the space holds (``modelupgrade.serving``'s gallery
+forms): the model's own (``new``), or ρ of it (``rho``: Seo et al.'s full method, written through an
+rm_full head), which only the ``rank-merge-full`` serving mode searches.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from modelupgrade.errors import UserError
 
@@ -24,6 +28,7 @@ class SpaceSpec:
     upgrades_from: tuple[str, ...] = field(default_factory=tuple)
     backward_compatible: bool = False
     model_ref: str = ""
+    form: Literal["new", "rho"] = "new"
 
     def __post_init__(self) -> None:
         if not _SPACE_NAME.match(self.name):
@@ -33,6 +38,8 @@ class SpaceSpec:
             )
         if self.dim < 1:
             raise UserError(f"embedding space {self.name!r} must have a positive dimension, got {self.dim}")
+        if self.form not in ("new", "rho"):
+            raise UserError(f"embedding space {self.name!r} has form {self.form!r}; it must be 'new' or 'rho'")
         object.__setattr__(self, "upgrades_from", tuple(self.upgrades_from))
 
     def can_replace(self, space: str) -> bool:

@@ -1,0 +1,161 @@
+"""Command lines derived from the library's command functions: one definition of every option.
+
+A command is a plain function of ``modelupgrade.commands``: its signature gives each option's name,
+type and default, its docstring (first paragraph, then an ``Args:`` section) the help. The same
+function is a DVC stage (``stages/<name>.py``), a subcommand of ``modelupgrade`` and what a Prefect
+task calls, so an option cannot mean one thing in one front end and another elsewhere.
+
+Mapping: ``a_name`` → ``--a-name``; ``bool`` → ``--flag/--no-flag``; ``list[T]``/``Sequence[T]``
+→ one or more values after the option; ``Literal[...]`` → choices; ``X | None`` → optional. A
+parameter typed ``Params`` is read from ``--params`` (default ``params.yaml``) through
+``modelupgrade.plugins.load_params``. Every command also takes ``--json``: its result printed as
+JSON instead of text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from modelupgrade.config import DEFAULT_PARAMS_PATH, Params
+from modelupgrade.errors import USER_ERRORS
+from modelupgrade.io import json_default
+
+_SEQUENCES = (list, tuple, Sequence, typing.Sequence)
+
+
+def command_doc(function: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """(description, {parameter: help}) from a Google-style docstring."""
+    doc = inspect.getdoc(function) or ""
+    description, _, rest = doc.partition("\nArgs:\n")
+    helps: dict[str, str] = {}
+    current = None
+    for line in rest.splitlines():
+        if line and not line.startswith(" "):
+            break  # the next section (Returns:, ...)
+        match = re.match(r"^ {4}(\w+): ?(.*)$", line)
+        if match:
+            current = match.group(1)
+            helps[current] = match.group(2).strip()
+        elif current and line.strip():
+            helps[current] += " " + line.strip()
+    return description.strip(), helps
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        arguments = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(arguments) == 1:
+            return arguments[0], True
+    return annotation, False
+
+
+def _scalar(annotation: Any, where: str) -> tuple[Callable[[str], Any], list[Any] | None]:
+    """(converter, choices) of a single value."""
+    if typing.get_origin(annotation) is typing.Literal:
+        choices = list(typing.get_args(annotation))
+        return type(choices[0]), choices
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        # str | Path and the like: a path given on the command line.
+        return Path, None
+    if annotation in (str, int, float, Path):
+        return annotation, None
+    raise TypeError(f"{where}: no command-line form for the type {annotation!r}")
+
+
+def command_parser(function: Callable[..., Any], prog: str | None = None) -> argparse.ArgumentParser:
+    description, helps = command_doc(function)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    hints = typing.get_type_hints(function)
+    for name, parameter in inspect.signature(function).parameters.items():
+        where = f"{function.__module__}.{function.__qualname__}({name})"
+        annotation = hints.get(name, str)
+        flag = "--" + name.replace("_", "-")
+        required = parameter.default is inspect.Parameter.empty
+        default = None if required else parameter.default
+        text = helps.get(name, "")
+        if annotation is Params:
+            parser.add_argument("--params", dest=name, type=Path, default=DEFAULT_PARAMS_PATH,
+                                help=text or "the params file: the validated configuration (default: %(default)s)")
+            continue
+        base, optional = _unwrap_optional(annotation)
+        shown = "" if required or default in (None, (), []) else " (default: %(default)s)"
+        if base is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default,
+                                required=required, help=text + shown)
+        elif typing.get_origin(base) in _SEQUENCES:
+            item = typing.get_args(base)[0]
+            convert, choices = _scalar(item, where)
+            parser.add_argument(flag, dest=name, type=convert, choices=choices, nargs="+" if required else "*",
+                                default=default, required=required, help=text + shown)
+        else:
+            convert, choices = _scalar(base, where)
+            parser.add_argument(flag, dest=name, type=convert, choices=choices, default=default,
+                                required=required, help=text + shown)
+    parser.add_argument("--json", dest="_json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+def run_command(function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None) -> Any:
+    """Parse ``argv`` for ``function``, call it, print its result; a user error exits with code 2."""
+    from modelupgrade.runtime import setup_logging
+
+    arguments = vars(command_parser(function, prog).parse_args(argv))
+    as_json = arguments.pop("_json")
+    setup_logging()
+    try:
+        for name, annotation in typing.get_type_hints(function).items():
+            if annotation is Params and name in arguments:
+                from modelupgrade.plugins import load_params
+
+                arguments[name] = load_params(arguments[name])
+        result = function(**arguments)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    show(result, as_json)
+    exit_code = getattr(result, "exit_code", 0)
+    if exit_code:
+        raise SystemExit(exit_code)
+    return result
+
+
+def show(result: Any, as_json: bool) -> None:
+    if result is None:
+        return
+    if as_json:
+        data = result.as_dict() if hasattr(result, "as_dict") else result
+        print(json.dumps(data, indent=2, default=json_default))
+    elif hasattr(result, "describe"):
+        print(result.describe())
+    elif isinstance(result, str):
+        print(result)
+    else:
+        print(json.dumps(result, indent=2, default=json_default))
+
+
+def stage_main(function: Callable[..., Any]) -> Callable[[Sequence[str] | None], Any]:
+    """The ``main`` of a stage module: its command line is ``function``'s."""
+
+    def main(argv: Sequence[str] | None = None) -> Any:
+        module = sys.modules.get("__main__")
+        prog = f"python -m {module.__spec__.name}" if module and getattr(module, "__spec__", None) else None
+        return run_command(function, argv, prog)
+
+    return main
+
+
+__all__ = ["command_doc", "command_parser", "run_command", "show", "stage_main"]

@@ -1,0 +1,273 @@
+"""Nearest-neighbour search over a gallery with FAISS, in bounded memory.
+
+Vectors are L2-normalised float32 and scored by inner product (= cosine). The default index is the
+exact ``IndexFlatIP``; ``ivf`` and ``hnsw`` trade exactness for speed on large galleries. One class
+per index kind, registered in ``INDEXES``. A GPU copy of the index is used when the installed FAISS
+has GPU support and a GPU is visible (``use_gpu="auto"``).
+
+Queries are searched in blocks of ``query_block`` rows, and a gallery larger than ``gallery_block``
+rows is split into shards whose top-k lists are merged, so neither the score tile nor the index
+exceeds a fixed size. ``torch_knn`` is the brute-force reference the exact index is tested against.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+
+from modelupgrade.arrays import vector_rows
+from modelupgrade.errors import UserError
+from modelupgrade.registry_util import Registry
+
+log = logging.getLogger(__name__)
+
+GpuUse = Literal["auto", "never", "always"]
+INDEXES: Registry = Registry("search index")
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss-cpu is a core dependency
+        raise UserError("FAISS is not installed", hint="pip install faiss-cpu (or faiss-gpu)") from None
+    return faiss
+
+
+def faiss_gpu_available() -> bool:
+    """True when the installed FAISS build has GPU support and sees at least one GPU."""
+    faiss = _faiss()
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def normalised_float32(vectors: np.ndarray, what: str = "vectors") -> np.ndarray:
+    """A C-contiguous float32 copy with unit-L2 rows (zero rows stay zero)."""
+    array = np.array(vector_rows(vectors, what), copy=True)
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    np.divide(array, np.maximum(norms, 1e-12), out=array)
+    return array
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to build and query an index; the fields mirror ``evaluation.search`` in params.yaml."""
+
+    index: str = "flat"
+    use_gpu: GpuUse = "auto"
+    query_block: int = 4096
+    gallery_block: int = 1_000_000
+    ivf_nlist: int = 1024
+    ivf_nprobe: int = 32
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 200
+    hnsw_ef_search: int = 128
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_params(cls, params: Any) -> SearchOptions:
+        return cls(**{k: getattr(params, k) for k in cls.__dataclass_fields__ if k != "extra" and hasattr(params, k)})
+
+
+class SearchIndex(ABC):
+    """An index over one shard of unit-norm float32 gallery vectors; ids are row numbers."""
+
+    registry_name: ClassVar[str]
+    exact: ClassVar[bool]
+
+    def __init__(self, dim: int, options: SearchOptions) -> None:
+        self.dim = dim
+        self.options = options
+        self.index = self.build(dim)
+        self.on_gpu = False
+
+    @abstractmethod
+    def build(self, dim: int) -> Any:
+        """The empty FAISS index."""
+
+    def add(self, vectors: np.ndarray) -> None:
+        if not self.index.is_trained:
+            self.index.train(vectors)
+        self.index.add(vectors)
+        self.configure_search()
+
+    def configure_search(self) -> None:
+        """Search-time parameters (nprobe, efSearch)."""
+
+    def to_gpu(self) -> None:
+        faiss = _faiss()
+        self._gpu_resources = faiss.StandardGpuResources()
+        self.index = faiss.index_cpu_to_gpu(self._gpu_resources, 0, self.index)
+        self.on_gpu = True
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = self.index.search(queries, k)
+        return scores, ids
+
+
+@INDEXES.register("flat")
+class FlatIndex(SearchIndex):
+    """Exact inner-product search (brute force, BLAS-tiled by FAISS)."""
+
+    exact = True
+
+    def build(self, dim: int) -> Any:
+        return _faiss().IndexFlatIP(dim)
+
+
+@INDEXES.register("ivf")
+class IVFIndex(SearchIndex):
+    """Inverted lists over k-means cells; ``ivf_nprobe`` cells are scanned per query."""
+
+    exact = False
+
+    def build(self, dim: int) -> Any:
+        faiss = _faiss()
+        self._quantizer = faiss.IndexFlatIP(dim)
+        return faiss.IndexIVFFlat(self._quantizer, dim, self.options.ivf_nlist, faiss.METRIC_INNER_PRODUCT)
+
+    def add(self, vectors: np.ndarray) -> None:
+        if len(vectors) < self.options.ivf_nlist:
+            raise UserError(
+                f"an IVF index with {self.options.ivf_nlist} cells needs at least that many gallery "
+                f"vectors to train, got {len(vectors)}",
+                hint="lower evaluation.search.ivf_nlist or use the exact 'flat' index",
+            )
+        super().add(vectors)
+
+    def configure_search(self) -> None:
+        self.index.nprobe = min(self.options.ivf_nprobe, self.options.ivf_nlist)
+
+
+@INDEXES.register("hnsw")
+class HNSWIndex(SearchIndex):
+    """Hierarchical navigable small-world graph (CPU only in FAISS)."""
+
+    exact = False
+
+    def build(self, dim: int) -> Any:
+        faiss = _faiss()
+        index = faiss.IndexHNSWFlat(dim, self.options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = self.options.hnsw_ef_construction
+        return index
+
+    def configure_search(self) -> None:
+        self.index.hnsw.efSearch = self.options.hnsw_ef_search
+
+    def to_gpu(self) -> None:
+        log.info("FAISS has no GPU HNSW; the hnsw index stays on the CPU")
+
+
+def merge_topk(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-shard top-k lists (ids already global) into one top-k, best first."""
+    all_scores = np.concatenate(scores, axis=1)
+    all_ids = np.concatenate(ids, axis=1)
+    # Missing results (id −1, score −inf/−FLT_MAX) sort last.
+    all_scores = np.where(all_ids < 0, -np.inf, all_scores)
+    order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(all_scores, order, 1), np.take_along_axis(all_ids, order, 1)
+
+
+class GallerySearcher:
+    """Builds one index per gallery shard and answers blocked top-k queries."""
+
+    def __init__(self, gallery: np.ndarray, options: SearchOptions | None = None) -> None:
+        self.options = options or SearchOptions()
+        if self.options.query_block < 1 or self.options.gallery_block < 1:
+            raise UserError("query_block and gallery_block must be ≥ 1")
+        index_class = INDEXES.get(self.options.index)
+        vectors = normalised_float32(gallery, "gallery vectors")
+        self.size, self.dim = vectors.shape
+        if self.size == 0:
+            raise UserError("the gallery is empty", hint="check the gallery split file")
+        self.use_gpu = self._resolve_gpu()
+        self.shards: list[tuple[int, SearchIndex]] = []
+        for start in range(0, self.size, self.options.gallery_block):
+            shard = index_class(self.dim, self.options)
+            shard.add(vectors[start : start + self.options.gallery_block])
+            if self.use_gpu:
+                shard.to_gpu()
+            self.shards.append((start, shard))
+        self.exact = index_class.exact
+
+    def _resolve_gpu(self) -> bool:
+        use = self.options.use_gpu
+        if use == "never":
+            return False
+        available = faiss_gpu_available()
+        if use == "always" and not available:
+            raise UserError(
+                "evaluation.search.use_gpu is 'always' but FAISS has no GPU support or sees no GPU",
+                hint="install faiss-gpu on a machine with a CUDA GPU, or set use_gpu: auto",
+            )
+        return available
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": self.options.index, "exact": self.exact, "gpu": self.use_gpu,
+            "shards": len(self.shards), "gallery": self.size, "dim": self.dim,
+        }
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids) of the ``k`` best gallery rows per query, best first; ids −1 pad short lists."""
+        if k < 1:
+            raise UserError(f"k must be ≥ 1, got {k}")
+        queries = normalised_float32(queries, "query vectors")
+        if queries.shape[1] != self.dim:
+            raise UserError(
+                f"query vectors are {queries.shape[1]}-d but the gallery is {self.dim}-d",
+                hint="search a gallery of the same embedding space (apply the transformation head first)",
+            )
+        k_shard = min(k, self.options.gallery_block)
+        out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        out_ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for start in range(0, len(queries), self.options.query_block):
+            block = queries[start : start + self.options.query_block]
+            shard_scores, shard_ids = [], []
+            for offset, shard in self.shards:
+                s, i = shard.search(block, k_shard)
+                shard_scores.append(s)
+                shard_ids.append(np.where(i >= 0, i + offset, -1))
+            s, i = merge_topk(shard_scores, shard_ids, k) if len(self.shards) > 1 else (shard_scores[0], shard_ids[0])
+            width = s.shape[1]
+            out_scores[start : start + len(block), :width] = s
+            out_ids[start : start + len(block), :width] = i
+        return out_scores, out_ids
+
+
+def search_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
+                options: SearchOptions | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine top-k of ``queries`` in ``gallery`` (one-off index)."""
+    return GallerySearcher(gallery, options).search(queries, k)
+
+
+def exclude_self(ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Drop each query's own gallery row from a (k+1)-wide result list; keep ``k`` columns."""
+    keep = ids != np.asarray(query_ids)[:, None]
+    # Rows where self was not retrieved drop their last column instead.
+    missing = keep.all(axis=1)
+    keep[missing, -1] = False
+    width = ids.shape[1] - 1
+    ids = ids[keep].reshape(len(ids), width)[:, :k]
+    scores = scores[keep].reshape(len(scores), width)[:, :k]
+    return ids, scores
+
+
+def torch_knn(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor, k: int,
+              query_block: int = 1024, device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force cosine top-k with a dense matmul and ``torch.topk`` (reference and baseline)."""
+    device = torch.device(device)
+    q = torch.as_tensor(normalised_float32(np.asarray(queries), "query vectors"))
+    g = torch.as_tensor(normalised_float32(np.asarray(gallery), "gallery vectors")).to(device)
+    k = min(k, len(g))
+    out_scores, out_ids = [], []
+    for start in range(0, len(q), query_block):
+        scores = q[start : start + query_block].to(device) @ g.T
+        values, indices = torch.topk(scores, k, dim=1)
+        out_scores.append(values.cpu())
+        out_ids.append(indices.cpu())
+    return torch.cat(out_scores).numpy(), torch.cat(out_ids).numpy().astype(np.int64)

@@ -1,0 +1,372 @@
+"""The backfill job: moves every gallery item into the new embedding space, chunk by chunk.
+
+A backfill is *planned* once (the policy's order, cut into fixed chunks, written in one transaction)
+and then *executed* chunk by chunk. For each chunk the job computes the new vectors, writes them into
+the items' slots of the target space and makes them durable, and only then commits one SQLite
+transaction that flips the items' space and state and appends the chunk to the chunk log. So:
+
+* an item is never marked done without its vector on disk;
+* a crash before the commit leaves the chunk pending: the resumed job recomputes the same chunk
+  (same items, same slots) and overwrites the unreferenced rows; nothing is lost;
+* a committed chunk is never processed again (it has no pending item, and the chunk log's key
+  forbids a second entry), so each item's final vector is written by exactly one committed chunk.
+
+Commits run on a writer thread while the next chunks are computed. Chunks that finish while a commit
+is in flight are committed together (one vector sync, one transaction: a group commit); commits
+still happen one at a time in chunk order, so the guarantees above are unchanged.
+
+Where chunks are computed is the job's *executor*: in this process, one chunk after another
+(``LocalExecutor``), or on a pool of Ray workers (``modelupgrade.scale.ray_backfill``). Either way
+this job alone plans, writes and commits, in plan order.
+
+SIGTERM asks the job to stop after the chunk in progress commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from modelupgrade.errors import UserError
+from modelupgrade.ordering.base import OrderingPolicy
+from modelupgrade.store.gallery import GalleryStore
+from modelupgrade.store.images import ImageSource
+from modelupgrade.store.schema import Backfill, Chunk, ChunkCommit
+from modelupgrade.store.spaces import SpaceSpec
+
+log = logging.getLogger(__name__)
+
+EmbedFn = Callable[[np.ndarray], np.ndarray]
+TransformFn = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class ChunkVectors:
+    slots: np.ndarray
+    vectors: np.ndarray
+    failures: dict[int, str] = field(default_factory=dict)
+
+
+class VectorSource(Protocol):
+    """Computes the target-space vectors of a chunk's items."""
+
+    method: str
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors: ...
+
+
+class ReEmbedImages:
+    """Decode each item's image and run the new model on it."""
+
+    method = "embed"
+
+    def __init__(self, images: ImageSource, embed_fn: EmbedFn) -> None:
+        self.images, self.embed_fn = images, embed_fn
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
+        loaded = self.images.load(chunk.items)
+        if len(loaded.slots) == 0:
+            return ChunkVectors(loaded.slots, np.empty((0, target.dim), dtype=np.float32), loaded.failures)
+        vectors = np.asarray(self.embed_fn(loaded.images))
+        if vectors.ndim != 2 or len(vectors) != len(loaded.slots):
+            raise UserError(
+                f"the embedding function returned shape {vectors.shape} for {len(loaded.slots)} images",
+                hint="it must return one (D,) vector per image",
+            )
+        return _drop_non_finite(ChunkVectors(loaded.slots, vectors, loaded.failures), target, "the new model")
+
+
+class TransformStored:
+    """Apply ψ to the items' stored vectors: the path for galleries whose images are gone (BiCT)."""
+
+    method = "transform"
+
+    def __init__(self, transform_fn: TransformFn) -> None:
+        self.transform_fn = transform_fn
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
+        spaces = {item.space for item in chunk.items}
+        if len(spaces) != 1:
+            raise RuntimeError(f"chunk {chunk.index} mixes items of spaces {sorted(spaces)}")
+        slots = chunk.slots
+        vectors = np.asarray(self.transform_fn(store.read_vectors(spaces.pop(), slots)))
+        if vectors.ndim != 2 or len(vectors) != len(slots):
+            raise UserError(
+                f"the transformation returned shape {vectors.shape} for {len(slots)} vectors",
+                hint="ψ must map each stored vector to one target-space vector",
+            )
+        return _drop_non_finite(ChunkVectors(slots, vectors), target, "the transformation")
+
+
+class TableVectors:
+    """Take each item's new vector from a table computed elsewhere (e.g. an offline batch job)."""
+
+    method = "table"
+
+    def __init__(self, item_ids: Sequence[str], vectors: np.ndarray) -> None:
+        if len(item_ids) != len(vectors):
+            raise UserError(f"{len(vectors)} vectors for {len(item_ids)} item ids")
+        self.rows = {str(item_id): row for row, item_id in enumerate(item_ids)}
+        if len(self.rows) != len(item_ids):
+            raise UserError("the item ids of the vector table are not unique")
+        self.vectors = np.asarray(vectors)
+
+    def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
+        found = [item for item in chunk.items if item.item_id in self.rows]
+        failures = {item.slot: f"the vector table has no row for item {item.item_id}"
+                    for item in chunk.items if item.item_id not in self.rows}
+        vectors = self.vectors[[self.rows[item.item_id] for item in found]].reshape(len(found), -1)
+        slots = np.array([item.slot for item in found], dtype=np.int64)
+        return _drop_non_finite(ChunkVectors(slots, vectors, failures), target, "the vector table")
+
+
+def _drop_non_finite(result: ChunkVectors, target: SpaceSpec, producer: str) -> ChunkVectors:
+    if result.vectors.shape[1] != target.dim:
+        raise UserError(
+            f"{producer} produces {result.vectors.shape[1]}-d vectors, but space {target.name!r} holds "
+            f"{target.dim}-d vectors",
+            hint="the model (or head) does not belong to this embedding space; check which one was given",
+        )
+    finite = np.isfinite(result.vectors).all(axis=1)
+    failures = dict(result.failures)
+    for slot in result.slots[~finite]:
+        failures[int(slot)] = f"{producer} produced NaN or infinite values"
+    return ChunkVectors(result.slots[finite], np.ascontiguousarray(result.vectors[finite], np.float32), failures)
+
+
+def vectors_digest(slots: np.ndarray, vectors: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(slots, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class BackfillReport:
+    backfill_id: int
+    target_space: str
+    status: str  # complete | stopped | paused
+    chunks_committed: int
+    items_written: int
+    items_failed: int
+    seconds: float
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def items_per_second(self) -> float:
+        return (self.items_written + self.items_failed) / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backfill_id": self.backfill_id,
+            "target_space": self.target_space,
+            "status": self.status,
+            "chunks_committed": self.chunks_committed,
+            "items_written": self.items_written,
+            "items_failed": self.items_failed,
+            "seconds": self.seconds,
+            "items_per_second": self.items_per_second,
+            "failed": self.failed,
+        }
+
+    def describe(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+
+def start_or_resume(
+    store: GalleryStore, target: SpaceSpec, method: str, policy: OrderingPolicy, chunk_size: int, seed: int = 0
+) -> Backfill:
+    """The running backfill into ``target`` (resumed as planned), or a newly planned one.
+
+    The order is the shared policy's (``modelupgrade.ordering``) over the items to move, sorted by
+    slot, reading the score the store holds for the policy's score kind: the order the simulator
+    draws for a gallery in the same order, with the same seed.
+    """
+    active = store.backfills.active()
+    if active is not None:
+        if active.target_space != target.name:
+            raise UserError(
+                f"a backfill into space {active.target_space!r} is still running in {store.path}",
+                hint=f"resume it with the model of {active.target_space!r} before starting another",
+            )
+        if active.method != method:
+            raise UserError(
+                f"backfill {active.id} was started with method {active.method!r}; resume it the same way",
+                hint="embed: re-embed images with the new model; transform: apply ψ to stored vectors; "
+                "table: take vectors from a table",
+            )
+        existing = store.space(target.name)
+        if existing.dim != target.dim:
+            raise UserError(f"space {target.name!r} holds {existing.dim}-d vectors, the model gives {target.dim}-d")
+        log.info("resuming backfill %d into %s (planned with %s, chunks of %d)",
+                 active.id, active.target_space, active.policy, active.chunk_size)
+        return active
+    snapshot = store.snapshot()
+    to_move = snapshot.slots[snapshot.spaces != target.name]
+    scores = None if policy.score is None else store.scores(policy.score, to_move)
+    order = to_move[policy.order(len(to_move), scores, seed)]
+    spec = store.add_space(target)
+    return store.backfills.plan(spec, method, policy.registry_name, seed, order, chunk_size)
+
+
+@runtime_checkable
+class ChunkExecutor(Protocol):
+    """Computes the pending chunks of a backfill and hands them back in plan order."""
+
+    method: str
+
+    def computed(
+        self, store: GalleryStore, backfill: Backfill, target: SpaceSpec
+    ) -> Iterator[tuple[Chunk, ChunkVectors]]: ...
+
+
+class LocalExecutor:
+    """One chunk after another in this process, reading the plan a few chunks ahead."""
+
+    def __init__(self, source: VectorSource, read_ahead: int = 32) -> None:
+        self.source, self.read_ahead = source, read_ahead
+        self.method = source.method
+
+    def computed(
+        self, store: GalleryStore, backfill: Backfill, target: SpaceSpec
+    ) -> Iterator[tuple[Chunk, ChunkVectors]]:
+        upcoming = deque(store.backfills.next_chunks(backfill, limit=self.read_ahead))
+        while upcoming:
+            chunk = upcoming.popleft()
+            result = self.source.compute(store, chunk, target)
+            if not upcoming:
+                # Chunks computed but not yet committed are still pending: read past this one.
+                upcoming.extend(store.backfills.next_chunks(backfill, after=chunk.index, limit=self.read_ahead))
+            yield chunk, result
+
+
+class BackfillJob:
+    """Runs (or resumes) the store's backfill into ``target`` with ``source``'s vectors.
+
+    ``source`` is a ``VectorSource`` (computed here, chunk by chunk) or a ``ChunkExecutor``.
+    """
+
+    def __init__(
+        self,
+        store: GalleryStore,
+        target: SpaceSpec,
+        source: VectorSource | ChunkExecutor,
+        policy: OrderingPolicy,
+        chunk_size: int,
+        seed: int = 0,
+        progress: bool = True,
+        max_group: int = 32,
+    ) -> None:
+        if max_group < 1:
+            raise UserError(f"max_group must be at least 1, got {max_group}")
+        self.store, self.target = store, target
+        self.executor = source if isinstance(source, ChunkExecutor) else LocalExecutor(source, max_group)
+        self.policy, self.chunk_size, self.seed, self.progress = policy, chunk_size, seed, progress
+        self.max_group = max_group
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop after the chunk in progress commits (what SIGTERM does)."""
+        self._stop.set()
+
+    def run(self, max_chunks: int | None = None) -> BackfillReport:
+        backfill = start_or_resume(
+            self.store, self.target, self.executor.method, self.policy, self.chunk_size, self.seed
+        )
+        restore = self._install_sigterm()
+        started = time.perf_counter()
+        tally = {"chunks": 0, "written": 0, "failed": 0}
+        before = self.store.status().backfill or {}
+        bar = tqdm(
+            total=backfill.total, initial=before.get("done", 0) + before.get("failed", 0), unit="item",
+            desc=f"backfill → {self.target.name}", disable=not self.progress, dynamic_ncols=True,
+        )
+
+        def commit(group: list[tuple[Chunk, ChunkVectors]]) -> None:
+            for _, result in group:
+                self.store.write_vectors(self.target.name, result.slots, result.vectors, durable=False)
+            self.store.sync_vectors(self.target.name)  # the rows are on disk before anything points at them
+            self.store.backfills.commit_chunks(self.target.name, [
+                ChunkCommit(chunk, result.slots, result.failures, vectors_digest(result.slots, result.vectors))
+                for chunk, result in group
+            ])
+            for chunk, result in group:
+                names = {item.slot: item.item_id for item in chunk.items}
+                for slot, reason in result.failures.items():
+                    log.warning("item %s skipped: %s", names[slot], reason)
+                tally["chunks"] += 1
+                tally["written"] += len(result.slots)
+                tally["failed"] += len(result.failures)
+                bar.update(len(chunk.items))
+                bar.set_postfix(chunk=chunk.index, failed=tally["failed"], refresh=False)
+
+        # A writer thread commits while the executor computes. Chunks computed while a commit is in
+        # flight wait and go together in the next one (group commit: one vector sync, one
+        # transaction), so a ψ cheaper than a sync does not wait for a sync per chunk. Groups are
+        # runs of consecutive chunks committed in order, at most `max_group` chunks are ever
+        # computed but uncommitted, and a crash loses only those.
+        committing: Future[None] | None = None
+        waiting: list[tuple[Chunk, ChunkVectors]] = []
+        computed = 0
+        try:
+            if max_chunks is None or max_chunks > 0:
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-commit") as writer:
+                    for chunk, result in self.executor.computed(self.store, backfill, self.target):
+                        computed += 1
+                        waiting.append((chunk, result))
+                        if committing is None or committing.done() or len(waiting) >= self.max_group:
+                            if committing is not None:
+                                committing.result()  # the previous group's error, if any, stops the job here
+                            committing, waiting = writer.submit(commit, waiting), []
+                        if self._stop.is_set() or (max_chunks is not None and computed >= max_chunks):
+                            break
+                    if committing is not None:
+                        committing.result()
+                    if waiting:
+                        writer.submit(commit, waiting).result()
+            if self.store.backfills.finish(backfill):
+                status = "complete"
+            elif self._stop.is_set():
+                status = "stopped"
+                log.warning("stop requested: backfill %d stopped at a chunk boundary; run it again to resume",
+                            backfill.id)
+            else:
+                status = "paused"
+        finally:
+            bar.close()
+            restore()
+        report = BackfillReport(
+            backfill_id=backfill.id, target_space=self.target.name, status=status,
+            chunks_committed=tally["chunks"], items_written=tally["written"], items_failed=tally["failed"],
+            seconds=time.perf_counter() - started, failed=self.store.backfills.failed_items(),
+        )
+        if report.failed and status == "complete":
+            log.warning(
+                "backfill %d finished with %d failed item(s), still served from %s: %s",
+                backfill.id, len(report.failed), backfill.source_space,
+                ", ".join(f"{f['item_id']} ({f['reason']})" for f in report.failed),
+            )
+        return report
+
+    def _install_sigterm(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum: int, frame: object) -> None:
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        return lambda: signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,181 @@
+"""The gallery store's on-disk layout and the rows it is made of.
+
+A store is a directory::
+
+    store.sqlite            items, their ordering scores, spaces, backfills, chunk_log, meta
+    vectors/<space>.f32     float32 rows, shape (capacity, dim); item ``slot`` s lives in row s
+
+Every item has one fixed row slot, the same in every space file, and one ``space`` column naming the
+space that holds its authoritative vector. Ordering scores are kept per kind (``item_scores``), and
+the store records what each kind means (``score_kinds``), so a backfill policy only ever reads the
+score it orders by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from modelupgrade.errors import UserError
+
+SCHEMA_VERSION = 2
+DATABASE_FILE = "store.sqlite"
+VECTORS_DIR = "vectors"
+
+# Item backfill states: 'idle' (not part of a running backfill), 'pending' (queued in a planned
+# chunk), 'done' (its vector in the target space is committed), 'failed' (skipped with a reason,
+# still served from its previous space).
+ITEM_STATES = ("idle", "pending", "done", "failed")
+
+DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE spaces (
+    name TEXT PRIMARY KEY,
+    dim INTEGER NOT NULL CHECK (dim > 0),
+    upgrades_from TEXT NOT NULL,
+    backward_compatible INTEGER NOT NULL,
+    model_ref TEXT NOT NULL,
+    form TEXT NOT NULL CHECK (form IN ('new', 'rho')),
+    created_at REAL NOT NULL
+);
+CREATE TABLE items (
+    slot INTEGER PRIMARY KEY,
+    item_id TEXT NOT NULL UNIQUE,
+    source_path TEXT NOT NULL,
+    source_index INTEGER NOT NULL,
+    label INTEGER,
+    space TEXT NOT NULL REFERENCES spaces(name),
+    state TEXT NOT NULL DEFAULT 'idle' CHECK (state IN ('idle', 'pending', 'done', 'failed')),
+    backfill_id INTEGER,
+    planned_chunk INTEGER,
+    backfill_rank INTEGER,
+    committed_chunk INTEGER,
+    failure TEXT
+);
+CREATE INDEX items_queue ON items (state, planned_chunk, backfill_rank);
+CREATE TABLE score_kinds (
+    kind TEXT PRIMARY KEY,
+    meaning TEXT NOT NULL,
+    recorded_at REAL NOT NULL
+);
+CREATE TABLE item_scores (
+    kind TEXT NOT NULL REFERENCES score_kinds(kind),
+    slot INTEGER NOT NULL REFERENCES items(slot),
+    value REAL NOT NULL,
+    PRIMARY KEY (kind, slot)
+);
+CREATE TABLE backfills (
+    id INTEGER PRIMARY KEY,
+    source_space TEXT NOT NULL REFERENCES spaces(name),
+    target_space TEXT NOT NULL REFERENCES spaces(name),
+    method TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    chunk_size INTEGER NOT NULL,
+    total INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
+    started_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE chunk_log (
+    backfill_id INTEGER NOT NULL REFERENCES backfills(id),
+    chunk INTEGER NOT NULL,
+    items INTEGER NOT NULL,
+    written INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    vectors_sha256 TEXT NOT NULL,
+    committed_at REAL NOT NULL,
+    PRIMARY KEY (backfill_id, chunk)
+);
+"""
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One gallery item as the backfill sees it."""
+
+    slot: int
+    item_id: str
+    source_path: str
+    source_index: int
+    label: int | None
+    space: str
+
+
+ITEM_COLUMNS = "slot, item_id, source_path, source_index, label, space"
+
+
+@dataclass(frozen=True)
+class Backfill:
+    id: int
+    source_space: str
+    target_space: str
+    method: str
+    policy: str
+    seed: int
+    chunk_size: int
+    total: int
+    status: str
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    backfill_id: int
+    index: int
+    items: tuple[ItemRow, ...]
+
+    @property
+    def slots(self) -> np.ndarray:
+        return np.fromiter((item.slot for item in self.items), dtype=np.int64, count=len(self.items))
+
+
+@dataclass(frozen=True)
+class ChunkCommit:
+    """A computed chunk ready to commit: the slots written (rows already durable) and the failures."""
+
+    chunk: Chunk
+    written: np.ndarray
+    failures: dict[int, str]
+    vectors_sha256: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent view of which space serves each item, taken in one read transaction."""
+
+    slots: np.ndarray
+    item_ids: np.ndarray
+    spaces: np.ndarray
+    serving_space: str | None
+    active_backfill: Backfill | None
+    commit_counter: int
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def partitions(self) -> dict[str, np.ndarray]:
+        """Positions (into ``slots``) of the items held by each space."""
+        return {str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)}
+
+
+@dataclass
+class ItemSources:
+    """Where each ingested item came from (manifest convention: path + row index, -1 for a file)."""
+
+    paths: Sequence[str]
+    indices: Sequence[int] | None = None
+    labels: Sequence[int] | None = None
+
+    def rows(self, count: int) -> Iterator[tuple[str, int, int | None]]:
+        if len(self.paths) != count:
+            raise UserError(f"{len(self.paths)} source paths for {count} items")
+        indices = self.indices if self.indices is not None else [-1] * count
+        labels: Sequence[int | None] = self.labels if self.labels is not None else [None] * count
+        if len(indices) != count or len(labels) != count:
+            raise UserError(f"source indices/labels do not match the {count} items")
+        for path, index, label in zip(self.paths, indices, labels, strict=True):
+            yield str(path), int(index), None if label is None else int(label)
