@@ -27,7 +27,7 @@ from modelupgrade.registry import (
     format_lineage,
     promote,
 )
-from modelupgrade.registry import tracking as tracking_module
+from modelupgrade.registry import tracker as tracker_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def test_stage_runs_nest_under_one_parent_per_execution(
 ) -> None:
     monkeypatch.setenv(PARENT_RUN_ENV, "")  # restored (unset) after the test
     tracker = fresh_tracker(template_db, tmp_path)
-    monkeypatch.setattr(tracking_module, "execution_key", lambda: "dvc:4242:1")
+    monkeypatch.setattr(tracker_module, "execution_key", lambda: "dvc:4242:1")
     report = tmp_path / "report.md"
     report.write_text("# report\n")
     with tracker.stage_run("train", params={"training": {"lr": 0.1}}) as first:
@@ -106,7 +106,7 @@ def test_stage_runs_nest_under_one_parent_per_execution(
     assert runs[second.run_id].info.status == "FINISHED"
 
     # A new `dvc repro` is a new dvc process: it gets a new parent.
-    monkeypatch.setattr(tracking_module, "execution_key", lambda: "dvc:4243:7")
+    monkeypatch.setattr(tracker_module, "execution_key", lambda: "dvc:4243:7")
     with tracker.stage_run("train") as third:
         pass
     assert tracker.client.get_run(third.run_id).data.tags["mlflow.parentRunId"] != parent_id

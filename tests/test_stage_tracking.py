@@ -18,8 +18,8 @@ from tests.test_evaluation import _write_scenario
 
 from modelupgrade.config import Params, parse_params
 from modelupgrade.errors import UserError
-from modelupgrade.registry import PARENT_RUN_ENV, Tracker
-from modelupgrade.registry.tracking import StageRecord, spool_record
+from modelupgrade.registry import PARENT_RUN_ENV, StageLog, StageRecord, Tracker
+from modelupgrade.registry.spool import spool_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,3 +185,35 @@ def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(store: Tr
     summary = json.loads((tmp_path / "metrics/sc/summary.json").read_text())
     assert evaluated.data.metrics["old_self.mAP"] == pytest.approx(summary["old_self"])
     assert "evaluation/summary.json" in artifact_paths(store, evaluated.info.run_id, "evaluation")
+
+
+def test_a_live_run_and_a_stage_record_log_the_same_run(store: Tracker, tmp_path: Path) -> None:
+    """``StageLog`` is one interface: the same calls give the same run, live or from a record."""
+    report = tmp_path / "report.md"
+    report.write_text("# report\n")
+
+    def log(stage: StageLog) -> None:
+        stage.log_params({"training": {"lr": 0.1, "schedule": None}, "name": "x"})
+        stage.log_metrics({"mAP@10": 0.5, "nan": float("nan"), "inf": float("inf"), "note": "text",
+                           "flag": True})
+        stage.set_tags({"scenario": "sc"})
+        stage.log_artifacts([report], "reports")
+        stage.log_dict({"lineage": ["v1", "v2"]}, "registry/lineage.json")
+
+    with store.stage_run("live") as live:
+        log(live)
+    record = StageRecord("spooled", "spooled", "process:1:1")
+    log(record)
+    record.end("FINISHED")
+    spool_record(record, store.config)
+    Tracker(store.config)  # opening a tracker writes the spooled record
+    (spooled,) = runs_by_stage(store)["spooled"]
+    runs = {"live": store.client.get_run(live.run_id), "spooled": spooled}
+    for name, run in runs.items():
+        assert run.data.params == {"training.lr": "0.1", "name": "x"}, name
+        assert run.data.metrics == {"mAP_10": 0.5}, name
+        assert run.data.tags["scenario"] == "sc", name
+        assert artifact_paths(store, run.info.run_id, "reports") == {"reports/report.md"}, name
+        local = tmp_path / name
+        lineage = store.client.download_artifacts(run.info.run_id, "registry/lineage.json", str(local))
+        assert json.loads(Path(lineage).read_text()) == {"lineage": ["v1", "v2"]}, name

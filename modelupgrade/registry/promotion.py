@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from modelupgrade.config import GateParams
 from modelupgrade.errors import UserError
 from modelupgrade.registry.gates import GateInputs, GateReport, evaluate_gates
-from modelupgrade.registry.tracking import current_user
+from modelupgrade.registry.provenance import current_user
 from modelupgrade.registry.versions import (
     CANDIDATE,
     CHAMPION,

@@ -17,7 +17,7 @@ from typing import Any
 from modelupgrade.config import GateParams
 from modelupgrade.registry.evidence import GateEvidence
 from modelupgrade.registry.promotion import gate_version
-from modelupgrade.registry.tracking import StageRun
+from modelupgrade.registry.tracker import StageRun
 from modelupgrade.registry.versions import CANDIDATE, CHAMPION, GenerationRecord, ModelRegistry
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from typing import Any
 
 from modelupgrade.errors import UserError
 from modelupgrade.registry.gates import GateReport
-from modelupgrade.registry.tracking import StageRun, Tracker, fluent_tracking_uri, git_commit
+from modelupgrade.registry.provenance import git_commit
+from modelupgrade.registry.tracker import StageRun, Tracker, fluent_tracking_uri
 
 log = logging.getLogger(__name__)
 

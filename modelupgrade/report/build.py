@@ -1,0 +1,249 @@
+"""The study report: what ``dvc repro`` measured, as markdown and HTML a person reads.
+
+Per scenario the papers' table, the cross-model heatmap and the backfill curves; the sequential
+compatibility matrices; the verdicts on the papers' claims; run metadata. Written with
+``atomic_path``: a report directory is either the old one or the complete new one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from modelupgrade.io import atomic_path
+from modelupgrade.report.claims import Claim, check_claims
+from modelupgrade.report.document import (
+    MISSING,
+    Block,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    render_html,
+    render_markdown,
+)
+from modelupgrade.report.results import (
+    BACKWARD,
+    CURVE_METRIC,
+    HEAD_COMPARISONS,
+    REVERSE_HEAD,
+    SELF,
+    ScenarioResults,
+    StudyResults,
+)
+
+
+def _fmt(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.4f}"
+
+
+def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]:
+    ev = sc.evaluation
+    protocol = ev.get("protocol")
+    old_self, oracle_self = _fmt(ev.get("old_self")), _fmt(ev.get("oracle_self"))
+    if isinstance(protocol, dict):
+        described = protocol.get("description", protocol.get("name", "query-gallery"))
+        intro = Paragraph(
+            f"{sc.metric} over the {described} protocol. M(old, old) = {old_self}; the "
+            "independently trained new model (the oracle of Δ↓) reaches M(new, new) = "
+            f"{oracle_self}."
+        )
+    else:
+        intro = Paragraph(f"M(old, old) = {old_self}; independent M(new, new) = {oracle_self}.")
+    blocks: list[Block] = [Heading(f"Scenario {sc.name}", 2), intro]
+    rows = []
+    for strategy in ev["strategies"]:
+        heads = [r for r in sc.rows(strategy) if r["comparison"] in HEAD_COMPARISONS]
+        best_head = max(heads, key=lambda r: r["value"]) if heads else None
+        self_row, backward = sc.row(strategy, SELF), sc.row(strategy, BACKWARD)
+        head_name = None
+        if best_head is not None:
+            reverse = best_head["comparison"] == REVERSE_HEAD
+            head_name = best_head["query_set"] if reverse else best_head["gallery_set"]
+        rows.append(
+            [
+                strategy,
+                self_row["value"] if self_row else None,
+                backward["value"] if backward else None,
+                best_head["value"] if best_head else None,
+                head_name,
+                max([r["delta_up_pct"] for r in [backward, best_head] if r], default=None),
+                self_row["delta_down_pct"] if self_row else None,
+                backward.get("negative_flip_rate") if backward else None,
+            ]
+        )
+    columns = [
+        "strategy",
+        "M(new, new)",
+        "M(new, old)",
+        "M via best head",
+        "head",
+        "Δ↑ % (best)",
+        "Δ↓ %",
+        "flip rate (new, old)",
+    ]
+    blocks.append(Table(columns, rows))
+    if sc.heatmap is not None:
+        blocks.append(Image(images[sc.heatmap], f"{sc.name}: every (query set, gallery set) pair"))
+    if sc.backfill:
+        blocks += backfill_blocks(sc, images)
+    return blocks
+
+
+def backfill_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]:
+    backfill, primary, metric = sc.backfill or {}, sc.primary_auc, CURVE_METRIC
+    curve_rows = []
+    for c in sorted(backfill["curves"], key=lambda c: -c[primary][metric]):
+        conditions = c["conditions"][metric]
+        curve_rows.append(
+            [
+                c["strategy"],
+                c["policy"],
+                c["mode"],
+                c["deployable"],
+                c["auc_trapezoid"][metric],
+                c["auc_mean"][metric],
+                conditions["starts_at_or_above_old"],
+                conditions["ends_at_or_above_new"],
+                conditions["monotone"],
+            ]
+        )
+    blocks: list[Block] = [
+        Heading(f"Online backfilling ({sc.name})", 3),
+        Paragraph(
+            f"{len(curve_rows)} curves over {backfill['gallery_size']} gallery items, "
+            f"{len(backfill['grid']['t'])} points; sorted by {primary.replace('_', ' ')} of "
+            f"{metric}. Conditions are Seo et al.'s: the curve starts at or above M(old, old), "
+            "ends at or above M(new, new), and never drops. The oracle order needs every new "
+            "embedding and is an upper bound, not a deployable policy."
+        ),
+        Table(
+            [
+                "system",
+                "policy",
+                "serving mode",
+                "deployable",
+                f"AUC {metric} (trapezoid)",
+                f"AUC {metric} (mean)",
+                "start ≥ old",
+                "end ≥ new",
+                "monotone",
+            ],
+            curve_rows,
+        ),
+    ]
+    if sc.curves_plot is not None:
+        blocks.append(Image(images[sc.curves_plot], f"{sc.name}: backfill curves"))
+    return blocks
+
+
+def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Block]:
+    if not study.sequential:
+        return []
+    blocks: list[Block] = [
+        Heading("Sequential upgrades", 2),
+        Paragraph(
+            "gen0 → gen1 → gen2 on growing data. M[i, j] = metric(queries of generation i, "
+            "gallery of generation j), j ≤ i. AC counts the off-diagonal pairs that beat the "
+            "gallery generation's own self-test (strict < and ≤); AM is the mean of the lower "
+            "triangle; BC and FC as in the papers."
+        ),
+    ]
+    for strategy, summary in study.sequential.items():
+        metric = summary["headline_metric"]
+        compat = summary["compatibility"][metric]
+        generations = compat["generations"]
+        rows = [
+            [q, *[compat["matrix"][i][j] if j <= i else None for j in range(len(generations))]]
+            for i, q in enumerate(generations)
+        ]
+        blocks.append(Heading(f"{strategy} ({metric})", 3))
+        blocks.append(Table(["query \\ gallery", *generations], rows))
+        scalars = {k: v for k, v in compat.items() if k not in ("matrix", "generations", "metric")}
+        blocks.append(Table(list(scalars), [list(scalars.values())]))
+        if strategy in study.sequential_plots:
+            plot = images[study.sequential_plots[strategy]]
+            blocks.append(Image(plot, f"sequential {strategy}: compatibility matrix"))
+    return blocks
+
+
+def claim_blocks(claims: Sequence[Claim]) -> list[Block]:
+    return [
+        Heading("Do the papers' claims hold here?", 2),
+        Paragraph(
+            "Each claim is checked on every scenario where this study has the numbers; it holds "
+            "only where it holds on all of them. A small CPU study can contradict a paper: the "
+            "verdicts say what this run measured, nothing more."
+        ),
+        Table(
+            ["claim", "verdict", "evidence"], [[c.statement, c.verdict, c.evidence] for c in claims]
+        ),
+    ]
+
+
+def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -> list[Block]:
+    blocks: list[Block] = [
+        Heading("Run metadata", 2),
+        Table(["item", "value"], [[k, v] for k, v in metadata.items()]),
+    ]
+    if stage_seconds:
+        rows = [[name, seconds] for name, seconds in sorted(stage_seconds.items())]
+        blocks += [
+            Paragraph(
+                f"Wall time per stage (seconds, {sum(stage_seconds.values()):.0f} s in all), from "
+                "the stage runs in the MLflow store; a stage that DVC skipped shows its last run."
+            ),
+            Table(["stage", "seconds"], rows),
+        ]
+    else:
+        blocks.append(Paragraph("No stage wall times were found in the MLflow store."))
+    return blocks
+
+
+def write_report(
+    study: StudyResults,
+    metadata: dict[str, Any],
+    stage_seconds: dict[str, float],
+    out_dir: str | Path,
+    title: str = "modelupgrade study",
+) -> list[Path]:
+    """Write ``report.md``, ``report.html``, ``claims.json`` and the plots they show into
+    ``out_dir`` (atomically)."""
+    out_dir = Path(out_dir)
+    plots = [p for sc in study.scenarios for p in (sc.heatmap, sc.curves_plot) if p is not None]
+    plots += list(study.sequential_plots.values())
+    # Plots of different scenarios share file names: the copies are named after their folder.
+    images = {
+        p: f"plots/{p.parent.name}__{p.name}"
+        if p.parent.name in study.sequential_plots
+        else f"plots/{p.parent.name}_{p.name}"
+        for p in plots
+    }
+    claims = check_claims(study)
+    blocks: list[Block] = [
+        Paragraph(
+            "The upgrade study of params.yaml: per scenario the papers' table (M(old, old), the "
+            "independent M(new, new), and per strategy M(new, new), M(new, old), M through its "
+            "heads, Δ↑ and Δ↓ as the DMU paper defines them), the online-backfilling curves, the "
+            "sequential-upgrade matrices, and whether the papers' claims hold on this data."
+        ),
+        *claim_blocks(claims),
+    ]
+    for sc in study.scenarios:
+        blocks += scenario_blocks(sc, images)
+    blocks += sequential_blocks(study, images)
+    blocks += metadata_blocks(metadata, stage_seconds)
+    verdicts = [
+        {"statement": c.statement, "holds": c.holds, "evidence": c.evidence} for c in claims
+    ]
+    with atomic_path(out_dir) as tmp:
+        (tmp / "plots").mkdir(parents=True)
+        for source, name in images.items():
+            shutil.copyfile(source, tmp / name)
+        (tmp / "report.md").write_text(render_markdown(title, blocks), encoding="utf-8")
+        (tmp / "report.html").write_text(render_html(title, blocks), encoding="utf-8")
+        (tmp / "claims.json").write_text(json.dumps(verdicts, indent=2) + "\n", encoding="utf-8")
+    return [out_dir / "report.md", out_dir / "report.html", out_dir / "claims.json"]

@@ -1,0 +1,230 @@
+"""Do the papers' claims hold here? Seven claims, each checked wherever the study has the numbers.
+
+A claim holds only where it holds on every scenario that measured it; a study without the numbers
+for a claim leaves it untested. The strategies a claim is about are found by their kind in params
+(``StudyResults.strategy_kinds``), the head systems of the backfill study by the scenario's heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from modelupgrade.report.results import (
+    BACKWARD,
+    CURVE_METRIC,
+    FORWARD_HEAD,
+    SELF,
+    ScenarioResults,
+    StudyResults,
+)
+
+# The strategy kinds (``strategies.<name>.kind``) the claims are about.
+BCT_KIND = "bct"
+DMU_KIND = "dmu"
+# Ordering policies and serving modes of the backfill study (``backfill.policies``,
+# ``backfill.serving_modes``) the claims compare.
+RANDOM_ORDER = "random"
+UNCERTAINTY_ORDER = "fastfill-uncertainty"
+MIXED = "mixed"
+RANK_MERGE = "rank-merge"
+REVERSE_RANK_MERGE = "rank-merge-rqt"
+# Where the reverse-transform claim compares the rank merges: half the gallery backfilled.
+HALF_WAY = 0.5
+
+Evidence = list[tuple[bool, str]]
+
+
+@dataclass(frozen=True)
+class Claim:
+    statement: str
+    holds: bool | None  # None: this study has no evidence either way
+    evidence: str
+
+    @property
+    def verdict(self) -> str:
+        return {True: "holds", False: "does not hold", None: "not tested"}[self.holds]
+
+
+def check_claims(study: StudyResults) -> list[Claim]:
+    """Each of the papers' claims, checked wherever this study has the numbers for it."""
+    return [claim(study) for claim in CLAIMS]
+
+
+def _claim(statement: str, checks: Evidence, missing: str) -> Claim:
+    holds = all(ok for ok, _ in checks) if checks else None
+    return Claim(statement, holds, "; ".join(text for _, text in checks) or missing)
+
+
+def _label(strategy: str) -> str:
+    return strategy.upper()
+
+
+def bct_is_backward_compatible(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        old_self = sc.evaluation.get("old_self")
+        for bct in study.strategies_of_kind(BCT_KIND):
+            cross = sc.value(bct, BACKWARD)
+            if cross is not None and old_self is not None:
+                evidence = (
+                    f"{sc.name}: M({_label(bct)}, old) = {cross:.4f} vs M(old, old) = "
+                    f"{old_self:.4f}"
+                )
+                checks.append((cross > old_self, evidence))
+    return _claim(
+        "BCT is backward compatible: M(φ_new^BCT, φ_old) > M(φ_old, φ_old).",
+        checks,
+        "BCT was not evaluated",
+    )
+
+
+def bct_loses_new_to_new_accuracy(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        oracle_self = sc.evaluation.get("oracle_self")
+        for bct in study.strategies_of_kind(BCT_KIND):
+            bct_self = sc.value(bct, SELF)
+            if bct_self is not None and oracle_self is not None:
+                label = _label(bct)
+                evidence = (
+                    f"{sc.name}: M({label}, {label}) = {bct_self:.4f} vs independent "
+                    f"{oracle_self:.4f}"
+                )
+                checks.append((bct_self < oracle_self, evidence))
+    return _claim(
+        "BCT loses new-to-new accuracy against the independently trained new model.",
+        checks,
+        "BCT or the independent model was not evaluated",
+    )
+
+
+def dmu_narrows_bct_loss(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        for bct_name in study.strategies_of_kind(BCT_KIND):
+            for dmu_name in study.strategies_of_kind(DMU_KIND):
+                bct, dmu = sc.row(bct_name, SELF), sc.row(dmu_name, SELF)
+                if bct is None or dmu is None:
+                    continue
+                ours, theirs = dmu["delta_down_pct"], bct["delta_down_pct"]
+                evidence = (
+                    f"{sc.name}: Δ↓ {_label(dmu_name)} {ours:.2f}% vs "
+                    f"{_label(bct_name)} {theirs:.2f}%"
+                )
+                checks.append((ours < theirs, evidence))
+    return _claim(
+        "DMU narrows BCT's new-to-new loss (smaller Δ↓).", checks, "BCT or DMU was not evaluated"
+    )
+
+
+def forward_adapters_raise_new_to_old(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        old_self = sc.evaluation.get("old_self")
+        for strategy in sc.evaluation["strategies"]:
+            backward = sc.value(strategy, BACKWARD)
+            if backward is None or old_self is None:
+                continue
+            for row in sc.rows(strategy):
+                if row["comparison"] != FORWARD_HEAD:
+                    continue
+                # An incompatible (independent) new model is measured against old/old, as FCT does.
+                if sc.evaluation.get("oracle") == row["query_set"]:
+                    reference, label = old_self, "M(old, old)"
+                else:
+                    reference, label = backward, f"M({strategy}, old)"
+                evidence = (
+                    f"{sc.name}: M({row['query_set']}, {row['gallery_set']}) = "
+                    f"{row['value']:.4f} vs {label} = {reference:.4f}"
+                )
+                checks.append((row["value"] > reference, evidence))
+    return _claim(
+        "Forward adapters ψ raise new-to-old retrieval: M(new, ψ(old)) above M(new, old) for "
+        "compatible new models, and above M(old, old) for an independent one (FCT).",
+        checks,
+        "no forward head was evaluated",
+    )
+
+
+def reverse_transforms_beat_naive_merge(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        systems = {c["strategy"] for c in sc.backfill_curves() if c["mode"] == REVERSE_RANK_MERGE}
+        for system in sorted(systems):
+            base = _paired_strategy(sc, system)
+            with_head = sc.curve_value(system, RANDOM_ORDER, REVERSE_RANK_MERGE, HALF_WAY)
+            naive = sc.curve_value(base, RANDOM_ORDER, RANK_MERGE, HALF_WAY)
+            if with_head is not None and naive is not None:
+                evidence = (
+                    f"{sc.name}: {system} rank merge at t = {HALF_WAY}: {CURVE_METRIC} "
+                    f"{with_head:.4f} vs naive two-model merge {naive:.4f}"
+                )
+                checks.append((with_head > naive, evidence))
+    return _claim(
+        "Reverse query transforms (RQT/MCL) make rank merge beat the naive two-model merge at "
+        "t = 0.5.",
+        checks,
+        "no reverse transform was simulated",
+    )
+
+
+def rank_merge_is_monotone(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        for curve in sc.backfill_curves():
+            if curve["mode"] != RANK_MERGE or not curve["deployable"]:
+                continue
+            conditions = curve["conditions"][CURVE_METRIC]
+            shape = (
+                "monotone"
+                if conditions["monotone"]
+                else f"largest drop {conditions['largest_drop']:.4f}"
+            )
+            evidence = f"{sc.name} {curve['strategy']}/{curve['policy']}: {shape}"
+            checks.append((bool(conditions["monotone"]), evidence))
+    return _claim(
+        "Distance rank merge gives a monotone backfill curve (Seo et al.'s third condition, mAP).",
+        checks,
+        "no rank-merge curve was simulated",
+    )
+
+
+def uncertainty_order_beats_random(study: StudyResults) -> Claim:
+    checks: Evidence = []
+    for sc in study.scenarios:
+        auc = sc.primary_auc
+        for curve in sc.backfill_curves():
+            if (curve["policy"], curve["mode"]) != (UNCERTAINTY_ORDER, MIXED):
+                continue
+            random_order = sc.curve(curve["strategy"], RANDOM_ORDER, MIXED)
+            if random_order is None:
+                continue
+            ours, theirs = curve[auc][CURVE_METRIC], random_order[auc][CURVE_METRIC]
+            evidence = (
+                f"{sc.name} {curve['strategy']}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
+                f"vs random {theirs:.4f}"
+            )
+            checks.append((ours > theirs, evidence))
+    return _claim(
+        "FastFill's σ² order backfills better than a random order for the same adapter (AUC of "
+        "mAP).",
+        checks,
+        "no FastFill adapter was simulated",
+    )
+
+
+def _paired_strategy(sc: ScenarioResults, system: str) -> str:
+    """The strategy whose plain rank merge a head's system is compared with (itself if none)."""
+    return sc.head_systems.get(system, system)
+
+
+CLAIMS: tuple[Callable[[StudyResults], Claim], ...] = (
+    bct_is_backward_compatible,
+    bct_loses_new_to_new_accuracy,
+    dmu_narrows_bct_loss,
+    forward_adapters_raise_new_to_old,
+    reverse_transforms_beat_naive_merge,
+    rank_merge_is_monotone,
+    uncertainty_order_beats_random,
+)

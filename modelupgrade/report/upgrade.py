@@ -1,0 +1,322 @@
+"""What automated upgrades tell people: one cycle's report, a chain's lineage, a gallery backfill.
+
+Each report is a markdown document (written with ``modelupgrade.report.document``) saved with a
+JSON record beside it, plus, for the first two, the rows of a metrics table. The Prefect flows
+publish them as artifacts; the functions here only need the chain's registered model and the paths
+of its files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelupgrade.io import read_json, write_json, write_text
+from modelupgrade.layout import CROSS_MODEL, SUMMARY
+from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
+from modelupgrade.registry.versions import TAG_GATES_AGAINST
+from modelupgrade.report.document import (
+    Block,
+    BulletList,
+    CodeBlock,
+    Heading,
+    Paragraph,
+    Table,
+    format_cell,
+    render_markdown,
+)
+
+# The summary numbers of a compatibility matrix, as the reports name them.
+COMPATIBILITY_NUMBERS = (
+    ("AC(<)", "ac_lt"),
+    ("AC(≤)", "ac_le"),
+    ("AM", "am"),
+    ("BC", "bc"),
+    ("FC", "fc"),
+)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One upgrade chain as its reports see it: its registered model, its strategy, its files."""
+
+    registry: ModelRegistry
+    strategy: str
+    metric: str  # the headline metric of its compatibility matrix
+    metrics_dir: Path  # the chain's evaluation (cross-model table and summary)
+    heatmap: Path
+    reports_dir: Path
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """A markdown report written to ``path``, with the JSON ``record`` written beside it."""
+
+    markdown: str
+    path: Path
+    record: Any
+    rows: list[dict[str, Any]] = field(default_factory=list)  # its metrics table, if any
+
+
+def json_number(value: Any) -> float | None:
+    """A number for JSON, which has no NaN: an unmeasured number is null."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else round(value, 6)
+
+
+def chain_compatibility(chain: Chain) -> dict[str, Any]:
+    """The chain's compatibility matrix and its summary numbers in the headline metric."""
+    summary = read_json(chain.metrics_dir / f"{SUMMARY}.json")
+    return {"metric": chain.metric, **summary["compatibility"][chain.metric]}
+
+
+def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per query generation, one column per gallery generation (None above the diagonal)."""
+    generations = compat["generations"]
+    return [
+        {
+            "query": q,
+            **{
+                g: (json_number(compat["matrix"][i][j]) if j <= i else None)
+                for j, g in enumerate(generations)
+            },
+        }
+        for i, q in enumerate(generations)
+    ]
+
+
+def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
+    """The generation's queries against every gallery of the chain, one row per gallery."""
+    import pandas as pd
+
+    table = pd.read_parquet(chain.metrics_dir / f"{CROSS_MODEL}.parquet")
+    mine = table[table.query_set == f"gen{generation}"]
+    rows = []
+    for gallery in sorted(set(mine.gallery_set), key=lambda g: int(g[3:])):
+        values = mine[mine.gallery_set == gallery].set_index("metric").value
+        rows.append(
+            {
+                "query": f"gen{generation}",
+                "gallery": gallery,
+                **{metric: json_number(v) for metric, v in values.items()},
+            }
+        )
+    return rows
+
+
+def write_upgrade_report(
+    chain: Chain,
+    generation: int,
+    model_key: str,
+    registration: dict[str, Any],
+    snapshot: Path,
+    registration_file: Path,
+) -> WrittenReport:
+    """The report of the cycle that registered ``model_key`` (generation ``generation``, trained on
+    ``snapshot``): its gates against the champion, its queries against every gallery, the
+    compatibility matrix and the lineage. ``registration`` is what the register stage returned."""
+    import pandas as pd
+
+    outcome = next(o for o in registration["generations"] if o["model_key"] == model_key)
+    registry = chain.registry
+    version = registry.version(outcome["version"])
+    gates = [
+        {
+            "gate": name[len("gate.") :],
+            "verdict": value.split(":", 1)[0],
+            "detail": value.split(":", 1)[-1].strip(),
+        }
+        for name, value in sorted(version.tags.items())
+        if name.startswith("gate.") and name.count(".") == 1
+    ]
+    against = version.tags.get(TAG_GATES_AGAINST, "none")
+    labels = pd.read_parquet(snapshot, columns=["label"]).label
+    rows = generation_rows(chain, generation)
+    parent = f"v{version.parent_version}" if version.parent_version else "none"
+    candidate = registration["candidate"]
+    registered = f"`{registration['registered_model']}` v{version.version} (parent {parent})"
+    facts = [
+        ("registered model", registered),
+        ("strategy", chain.strategy if generation else "initial"),
+        ("training data", f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"),
+        ("champion", f"v{registration['champion']}"),
+        ("candidate", f"v{candidate}" if candidate else "none"),
+        ("MLflow", f"`{registration['tracking_uri']}`"),
+    ]
+    blocks: list[Block] = [
+        _facts(facts),
+        Heading(f"Gates against the champion (v{against})"),
+        _rows_table(gates)
+        if gates
+        else Paragraph("The first generation of a chain has nothing to be compatible with."),
+        Heading(f"gen{generation} queries against every gallery of the chain"),
+        _rows_table(rows),
+        Heading("Compatibility matrix"),
+        *_matrix_blocks(chain_compatibility(chain)),
+        Heading("Lineage"),
+        CodeBlock(format_lineage(registry.name, registry.versions())),
+        Heading("Files"),
+        BulletList(
+            [
+                f"metrics: `{chain.metrics_dir}`",
+                f"heatmap: `{chain.heatmap}`",
+                f"registration: `{registration_file}`",
+            ]
+        ),
+    ]
+    markdown = render_markdown(f"Upgrade cycle gen{generation}: {_verdict(outcome)}", blocks)
+    path = chain.reports_dir / f"upgrade-gen{generation}.md"
+    record = {
+        "status": "registered",
+        "generation": generation,
+        "model_key": model_key,
+        "registered_model": registration["registered_model"],
+        "version": outcome["version"],
+        "gates": outcome["gates"],
+        "failed_gates": outcome["failed_gates"],
+        "aliases": outcome["aliases"],
+        "champion": registration["champion"],
+        "candidate": candidate,
+        "tracking_uri": registration["tracking_uri"],
+        "report": str(path),
+        "metrics": rows,
+    }
+    return _write(markdown, path, record, rows)
+
+
+def skipped_upgrade_report(generation: int, splits_dir: Path, planned_generations: int) -> str:
+    """The report of a cycle that found no data snapshot for ``generation`` in ``splits_dir``."""
+    return render_markdown(
+        f"Upgrade cycle gen{generation}: no new data",
+        [
+            Paragraph(
+                f"There is no data snapshot for gen{generation} in `{splits_dir}` "
+                f"(sequential.fractions plans {planned_generations} generations), so nothing was "
+                "trained or registered. Give the next snapshot with `python -m flows.upgrade "
+                "--snapshot <parquet>` or the deployment's `snapshot` parameter."
+            )
+        ],
+    )
+
+
+def write_lineage_report(chain: Chain) -> WrittenReport:
+    """The chain's lineage tree and its compatibility matrix over every generation."""
+    registry = chain.registry
+    versions = registry.versions()
+    compat = chain_compatibility(chain)
+    generations = len(compat["generations"])
+    markdown = render_markdown(
+        f"Lineage of `{registry.name}`: {generations} generations ({chain.strategy})",
+        [
+            CodeBlock(format_lineage(registry.name, versions)),
+            Heading("Compatibility matrix"),
+            *_matrix_blocks(compat),
+            Paragraph(f"Heatmap: `{chain.heatmap}`"),
+        ],
+    )
+    path = chain.reports_dir / "lineage.md"
+    matrix = matrix_rows(compat)
+    numbers = {
+        k: (json_number(v) if isinstance(v, float) else v)
+        for k, v in compat.items()
+        if k != "matrix"
+    }
+    record = {
+        "registered_model": registry.name,
+        "tracking_uri": registry.tracker.config.tracking_uri,
+        "lineage": lineage_rows(versions),
+        "compatibility": numbers | {"matrix": matrix},
+        "report": str(path),
+        "heatmap": str(chain.heatmap),
+        "metrics_dir": str(chain.metrics_dir),
+    }
+    return _write(markdown, path, record, matrix)
+
+
+def backfill_report(summary: dict[str, Any]) -> str:
+    """What a backfill run of the gallery store did (``summary``: the backfill flow's outcome)."""
+    status = summary.get("store_status") or {}
+    blocks: list[Block] = []
+    backfill = summary.get("backfill")
+    if backfill:
+        blocks.append(
+            _facts(
+                [
+                    ("from → to", f"{summary['source_space']} → {backfill['target_space']}"),
+                    ("status", backfill["status"]),
+                    ("items written", str(backfill["items_written"])),
+                    ("items failed", str(backfill["items_failed"])),
+                    ("seconds", f"{backfill['seconds']:.1f}"),
+                    ("items/s", f"{backfill['items_per_second']:.1f}"),
+                ]
+            )
+        )
+    blocks.append(
+        Paragraph(
+            f"Serving space: `{status.get('serving_space')}`; items per space: "
+            f"{status.get('items_by_space')}; champion: v{summary['champion_version']} "
+            f"({summary['champion_key']})."
+        )
+    )
+    if status.get("failed"):
+        failed = [{"item": f["item_id"], "reason": f["reason"]} for f in status["failed"]]
+        blocks += [
+            Paragraph("Failed items (still served from the old space):"),
+            _rows_table(failed),
+        ]
+    return render_markdown(f"Gallery store `{summary['store']}`: {summary['outcome']}", blocks)
+
+
+def write_backfill_report(summary: dict[str, Any], reports_dir: Path) -> WrittenReport:
+    return _write(backfill_report(summary), reports_dir / "backfill.md", summary)
+
+
+def _write(
+    markdown: str, path: Path, record: Any, rows: list[dict[str, Any]] | None = None
+) -> WrittenReport:
+    write_text(path, markdown)
+    write_json(path.with_suffix(".json"), record)
+    return WrittenReport(markdown, path, record, rows or [])
+
+
+def _verdict(outcome: dict[str, Any]) -> str:
+    key = outcome["model_key"]
+    if outcome["gates"] == "first-generation":
+        return f"{key} is the first generation and the champion"
+    if "candidate" in outcome["aliases"]:
+        return f"{key} passed the gates and is the candidate"
+    if outcome["gates"] == "pass":
+        return f"{key} passed the gates (another version is the candidate)"
+    return f"{key} is registered but failed the gates: {', '.join(outcome['failed_gates'])}"
+
+
+def _facts(facts: Sequence[tuple[str, str]]) -> Table:
+    """A two-column table of labelled facts (markdown tables need a header row: a blank one)."""
+    return Table(["", ""], facts)
+
+
+def _rows_table(rows: Sequence[dict[str, Any]]) -> Block:
+    if not rows:
+        return Paragraph("_(none)_")
+    return Table(list(rows[0]), [list(row.values()) for row in rows])
+
+
+def _matrix_blocks(compat: dict[str, Any]) -> list[Block]:
+    # Above the diagonal nothing was measured on purpose: blank, not "missing".
+    rows = [{k: ("" if v is None else v) for k, v in row.items()} for row in matrix_rows(compat)]
+    numbers = ", ".join(
+        f"{name} {format_cell(json_number(compat.get(key)))}" for name, key in COMPATIBILITY_NUMBERS
+    )
+    return [
+        Paragraph(
+            f"M(query generation, gallery generation) in {compat['metric']}; lower triangle: a "
+            "newer model searching an older gallery."
+        ),
+        _rows_table(rows),
+        Paragraph(numbers),
+    ]

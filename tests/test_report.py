@@ -1,0 +1,577 @@
+"""The reports: the one markdown/HTML renderer, the papers' claims on a synthetic study, the study
+report's files, and the upgrade, lineage and backfill reports the flows publish."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+
+from modelupgrade.config import Params, parse_params
+from modelupgrade.registry import VersionInfo
+from modelupgrade.report import (
+    BulletList,
+    CodeBlock,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    check_claims,
+    collect_results,
+    render_html,
+    render_markdown,
+    write_report,
+)
+from modelupgrade.report.upgrade import (
+    Chain,
+    backfill_report,
+    skipped_upgrade_report,
+    write_lineage_report,
+    write_upgrade_report,
+)
+
+# -- the renderer ----------------------------------------------------------------------------------
+
+
+def test_markdown_renders_every_block_kind() -> None:
+    blocks = [
+        Heading("Part", 2),
+        Paragraph("Some `code` text."),
+        Table(
+            ["name", "value", "ok", "missing"],
+            [["a", 0.123456, True, None], ["b", 2, False, math.nan]],
+        ),
+        Image("plots/x.png", "a plot"),
+        CodeBlock("root\n└── v1"),
+        BulletList(["one: `1`", "two"]),
+    ]
+    assert render_markdown("Title", blocks) == (
+        "# Title\n\n"
+        "## Part\n\n"
+        "Some `code` text.\n\n"
+        "| name | value | ok | missing |\n|---|---|---|---|\n"
+        "| a | 0.1235 | yes | – |\n| b | 2 | no | – |\n\n"
+        "![a plot](plots/x.png)\n\n"
+        "```text\nroot\n└── v1\n```\n\n"
+        "- one: `1`\n- two\n"
+    )
+
+
+def test_markdown_cells_cannot_break_the_table() -> None:
+    text = render_markdown("T", [Table(["a|b", "reason"], [["x | y", "line one\nline two"]])])
+    assert text.splitlines()[2:5] == [
+        "| a\\|b | reason |",
+        "|---|---|",
+        "| x \\| y | line one line two |",
+    ]
+
+
+def test_html_escapes_text_and_shows_the_same_values() -> None:
+    blocks = [
+        Paragraph("a < b & c"),
+        Table(["x"], [[None], [0.5], ["<b>"]]),
+        CodeBlock("<tree>"),
+        BulletList(["<i>"]),
+        Image('p".png', "cap <1>"),
+    ]
+    page = render_html("T & U", blocks)
+    assert "<title>T &amp; U</title>" in page and "<h1>T &amp; U</h1>" in page
+    assert "<p>a &lt; b &amp; c</p>" in page
+    assert "<td>–</td></tr><tr><td>0.5000</td></tr><tr><td>&lt;b&gt;</td>" in page
+    assert "<pre><code>&lt;tree&gt;</code></pre>" in page and "<ul><li>&lt;i&gt;</li></ul>" in page
+    assert '<img src="p&quot;.png" alt="cap &lt;1&gt;">' in page
+
+
+# -- a synthetic study -----------------------------------------------------------------------------
+
+
+def study_params(bct_name: str = "bct", bct_kind: str = "bct") -> Params:
+    return parse_params(
+        {
+            "scenarios": {
+                "sc": {
+                    "kind": "extended-data",
+                    "strategies": ["independent", bct_name, "dmu"],
+                    "heads": {
+                        "fct": "independent",
+                        "rqt": "independent",
+                        "fastfill": "independent",
+                    },
+                },
+                "other": {"kind": "open-data", "strategies": ["independent", bct_name]},
+            },
+            "architectures": {"default": {}},
+            "strategies": {
+                "independent": {"kind": "independent"},
+                bct_name: {"kind": bct_kind},
+                "dmu": {"kind": "dmu"},
+            },
+            "heads": {
+                "fct": {"kind": "fct"},
+                "rqt": {"kind": "rqt"},
+                "fastfill": {"kind": "fastfill"},
+            },
+            "sequential": {"strategies": [bct_name]},
+        }
+    )
+
+
+def row(
+    comparison: str,
+    query: str,
+    gallery: str,
+    value: float,
+    up: float,
+    down: float,
+    flips: float | None = None,
+) -> dict[str, Any]:
+    found = {
+        "comparison": comparison,
+        "query_set": query,
+        "gallery_set": gallery,
+        "value": value,
+        "delta_up_pct": up,
+        "delta_down_pct": down,
+    }
+    if flips is not None:
+        found["negative_flip_rate"] = flips
+    return found
+
+
+def curve(
+    strategy: str,
+    policy: str,
+    mode: str,
+    auc: float,
+    monotone: bool = True,
+    deployable: bool = True,
+) -> dict[str, Any]:
+    return {
+        "strategy": strategy,
+        "policy": policy,
+        "mode": mode,
+        "deployable": deployable,
+        "auc_trapezoid": {"mAP": auc},
+        "auc_mean": {"mAP": auc + 0.01},
+        "conditions": {
+            "mAP": {
+                "starts_at_or_above_old": True,
+                "ends_at_or_above_new": True,
+                "monotone": monotone,
+                "largest_drop": 0.0 if monotone else 0.0321,
+            }
+        },
+    }
+
+
+def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -> None:
+    """The files the evaluate and simulate_backfill stages write, for scenarios ``sc`` (every claim
+    has its numbers, and each holds) and ``other`` (evaluation only)."""
+    sc = root / "metrics" / "sc"
+    sc.mkdir(parents=True)
+    evaluation = {
+        "headline_metric": "mAP",
+        "protocol": {"name": "sampled", "description": "sampled query-gallery"},
+        "old_self": 0.40,
+        "oracle_self": 0.70,
+        "oracle": "gen1-independent",
+        "device": "cpu",
+        "strategies": {
+            "independent": [
+                row("self", "gen1-independent", "gen1-independent", 0.70, 75.0, 0.0),
+                row("backward", "gen1-independent", "gen0", 0.02, -95.0, 0.0, 0.9),
+                row("forward-head", "gen1-independent", "fct-independent(gen0)", 0.45, 12.5, 0.0),
+            ],
+            bct_name: [
+                row("self", f"gen1-{bct_name}", f"gen1-{bct_name}", 0.66, 65.0, 5.71),
+                row("backward", f"gen1-{bct_name}", "gen0", bct_backward, 12.5, 5.71, 0.04),
+            ],
+            "dmu": [
+                row("self", "gen1-dmu", "gen1-dmu", 0.69, 72.5, 1.43),
+                row("backward", "gen1-dmu", "gen0", 0.50, 25.0, 1.43, 0.03),
+                row("forward-head", "gen1-dmu", "dmu(gen0)", 0.55, 37.5, 1.43),
+            ],
+        },
+    }
+    (sc / "summary.json").write_text(json.dumps(evaluation))
+    curves = [
+        curve(bct_name, "random", "mixed", 0.50),
+        curve("independent", "random", "rank-merge", 0.48),
+        curve("rqt-independent", "random", "rank-merge-rqt", 0.58),
+        curve("fastfill-independent", "random", "mixed", 0.52),
+        curve("fastfill-independent", "fastfill-uncertainty", "mixed", 0.60),
+        curve("independent", "oracle", "rank-merge", 0.62, monotone=False, deployable=False),
+    ]
+    backfill = {
+        "curves": curves,
+        "primary_auc": "auc_trapezoid",
+        "gallery_size": 100,
+        "grid": {"t": [0.0, 0.5, 1.0]},
+    }
+    (sc / "backfill_summary.json").write_text(json.dumps(backfill))
+    pd.DataFrame(
+        [
+            {"strategy": s, "policy": "random", "mode": m, "t": t, "mAP": v}
+            for s, m, values in (
+                ("independent", "rank-merge", (0.40, 0.45, 0.70)),
+                ("rqt-independent", "rank-merge-rqt", (0.40, 0.55, 0.70)),
+            )
+            for t, v in zip((0.0, 0.5, 1.0), values, strict=True)
+        ]
+    ).to_parquet(sc / "backfill_curves.parquet")
+    other = root / "metrics" / "other"
+    other.mkdir(parents=True)
+    (other / "summary.json").write_text(
+        json.dumps(
+            {
+                "headline_metric": "mAP",
+                "protocol": "legacy",
+                "old_self": 0.30,
+                "oracle_self": 0.60,
+                "oracle": "gen1-independent",
+                "strategies": {
+                    bct_name: [
+                        row("self", f"gen1-{bct_name}", f"gen1-{bct_name}", 0.55, 80.0, 8.3),
+                        row("backward", f"gen1-{bct_name}", "gen0", 0.35, 16.7, 8.3, 0.05),
+                    ]
+                },
+            }
+        )
+    )
+    sequential = root / "metrics" / "sequential" / bct_name
+    sequential.mkdir(parents=True)
+    (sequential / "summary.json").write_text(
+        json.dumps(
+            {
+                "headline_metric": "mAP",
+                "compatibility": {
+                    "mAP": {
+                        "generations": ["gen0", "gen1", "gen2"],
+                        "matrix": [[0.4, 0.0, 0.0], [0.42, 0.5, 0.0], [0.45, 0.52, 0.6]],
+                        "ac_lt": 1.0,
+                        "ac_le": 1.0,
+                        "am": 0.4817,
+                        "bc": 0.075,
+                        "fc": 0.04,
+                    }
+                },
+            }
+        )
+    )
+    for plot in (
+        "sc/cross_model_heatmap.png",
+        "sc/backfill_curves.png",
+        f"sequential/{bct_name}/cross_model_heatmap.png",
+    ):
+        (root / "plots" / plot).parent.mkdir(parents=True, exist_ok=True)
+        (root / "plots" / plot).write_bytes(b"\x89PNG fake")
+
+
+def claims_of(root: Path, params: Params) -> list[Any]:
+    return check_claims(collect_results(params, root / "metrics", root / "plots"))
+
+
+def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
+    write_study(tmp_path)
+    claims = claims_of(tmp_path, study_params())
+    assert [c.verdict for c in claims] == ["holds"] * 7
+    evidence = [c.evidence for c in claims]
+    assert evidence[0] == (
+        "sc: M(BCT, old) = 0.4500 vs M(old, old) = 0.4000; "
+        "other: M(BCT, old) = 0.3500 vs M(old, old) = 0.3000"
+    )
+    assert evidence[1] == (
+        "sc: M(BCT, BCT) = 0.6600 vs independent 0.7000; "
+        "other: M(BCT, BCT) = 0.5500 vs independent 0.6000"
+    )
+    assert evidence[2] == "sc: Δ↓ DMU 1.43% vs BCT 5.71%"
+    assert evidence[3] == (
+        "sc: M(gen1-independent, fct-independent(gen0)) = 0.4500 vs M(old, old) = 0.4000; "
+        "sc: M(gen1-dmu, dmu(gen0)) = 0.5500 vs M(dmu, old) = 0.5000"
+    )
+    assert (
+        evidence[4]
+        == "sc: rqt-independent rank merge at t = 0.5: mAP 0.5500 vs naive two-model merge 0.4500"
+    )
+    assert evidence[5] == "sc independent/random: monotone"  # the oracle order is not deployable
+    assert evidence[6] == "sc fastfill-independent: AUC mAP σ² order 0.6000 vs random 0.5200"
+
+
+def test_a_claim_the_numbers_contradict_does_not_hold(tmp_path: Path) -> None:
+    write_study(tmp_path, bct_backward=0.39)
+    compatible = claims_of(tmp_path, study_params())[0]
+    assert compatible.holds is False and compatible.verdict == "does not hold"
+    assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in compatible.evidence
+
+
+def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Path) -> None:
+    write_study(tmp_path, bct_name="compat")
+    claims = claims_of(tmp_path, study_params("compat"))
+    assert claims[0].holds and claims[0].evidence.startswith("sc: M(COMPAT, old) = 0.4500")
+    assert claims[2].evidence == "sc: Δ↓ DMU 1.43% vs COMPAT 5.71%"
+
+    write_study(tmp_path / "again")
+    # No strategy of kind bct: the BCT claims have nothing to check.
+    claims = claims_of(tmp_path / "again", study_params(bct_kind="independent"))
+    assert (claims[0].holds, claims[0].evidence) == (None, "BCT was not evaluated")
+    assert claims[0].verdict == "not tested" and claims[2].holds is None
+
+
+def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) -> None:
+    write_study(tmp_path)
+    study = collect_results(study_params(), tmp_path / "metrics", tmp_path / "plots")
+    written = write_report(study, {"git commit": "abc"}, {"evaluate@sc": 4.25}, tmp_path / "out")
+    assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert markdown.startswith("# modelupgrade study\n")
+    assert "## Do the papers' claims hold here?" in markdown
+    assert "## Scenario sc" in markdown and "## Scenario other" in markdown
+    assert "| bct | 0.6600 | 0.4500 | – | – | 12.5000 | 5.7100 | 0.0400 |" in markdown
+    assert (
+        "| independent | 0.7000 | 0.0200 | 0.4500 | fct-independent(gen0) | 12.5000 | 0.0000 "
+        "| 0.9000 |"
+    ) in markdown
+    assert (
+        "| gen2 | 0.4500 | 0.5200 | 0.6000 |" in markdown
+        and "| gen1 | 0.4200 | 0.5000 | – |" in markdown
+    )
+    assert "| evaluate@sc | 4.2500 |" in markdown
+    assert sorted(p.name for p in (tmp_path / "out" / "plots").iterdir()) == [
+        "bct__cross_model_heatmap.png",
+        "sc_backfill_curves.png",
+        "sc_cross_model_heatmap.png",
+    ]
+    assert "![sc: backfill curves](plots/sc_backfill_curves.png)" in markdown
+    claims = json.loads((tmp_path / "out" / "claims.json").read_text())
+    assert len(claims) == 7 and all(c["holds"] is True for c in claims)
+    assert (
+        "<td>DMU narrows BCT&#x27;s new-to-new loss (smaller Δ↓).</td>"
+        in (tmp_path / "out" / "report.html").read_text()
+    )
+
+
+# -- the flows' reports ----------------------------------------------------------------------------
+
+
+class FakeRegistry:
+    """The part of ``ModelRegistry`` the reports read, without an MLflow store."""
+
+    name = "tiny-flows-sequential"
+    tracker = SimpleNamespace(config=SimpleNamespace(tracking_uri="sqlite:///tmp/mlflow.db"))
+
+    def __init__(self) -> None:
+        gate_tags = {
+            "gates.passed": "true",
+            "gates.against_version": "1",
+            "gate.compatibility": "pass: 0.42 > 0.40",
+            "gate.compatibility.value": "0.42",
+            "gate.negative_flips": "pass: 0.03 <= 0.1",
+        }
+        self._versions = [
+            VersionInfo(
+                1,
+                {
+                    "model_key": "gen0",
+                    "generation": "gen0",
+                    "strategy": "initial",
+                    "parent_version": "none",
+                    "gates.passed": "first-generation",
+                },
+                ["champion"],
+                None,
+            ),
+            VersionInfo(
+                2,
+                {
+                    "model_key": "bct/gen1",
+                    "generation": "gen1",
+                    "strategy": "bct",
+                    "parent_version": "1",
+                    "compatible_with": "1",
+                    **gate_tags,
+                },
+                ["candidate"],
+                None,
+            ),
+        ]
+
+    def versions(self) -> list[VersionInfo]:
+        return self._versions
+
+    def version(self, version: int) -> VersionInfo:
+        return self._versions[version - 1]
+
+
+def write_chain(root: Path) -> Chain:
+    metrics = root / "metrics"
+    metrics.mkdir(parents=True)
+    pd.DataFrame(
+        [
+            ("gen1", "gen0", "mAP", 0.42),
+            ("gen1", "gen0", "top1", 0.6),
+            ("gen1", "gen1", "mAP", 0.5),
+            ("gen1", "gen1", "top1", math.nan),
+            ("gen0", "gen0", "mAP", 0.4),
+        ],
+        columns=["query_set", "gallery_set", "metric", "value"],
+    ).to_parquet(metrics / "cross_model.parquet")
+    (metrics / "summary.json").write_text(
+        json.dumps(
+            {
+                "compatibility": {
+                    "mAP": {
+                        "generations": ["gen0", "gen1"],
+                        "matrix": [[0.4, 0.0], [0.42, 0.5]],
+                        "ac_lt": 1.0,
+                        "ac_le": 1.0,
+                        "am": 0.44,
+                        "bc": 0.02,
+                        "fc": None,
+                    }
+                }
+            }
+        )
+    )
+    registry: Any = FakeRegistry()
+    return Chain(registry, "bct", "mAP", metrics, root / "heatmap.png", root / "reports")
+
+
+LINEAGE = (
+    "tiny-flows-sequential\n"
+    "└── v1 gen0  parent=-  strategy=initial  gates=first-generation  compatible_with=none  "
+    "[champion]\n"
+    "    └── v2 bct/gen1  parent=v1  strategy=bct  gates=pass  compatible_with=1  [candidate]"
+)
+MATRIX = (
+    "M(query generation, gallery generation) in mAP; lower triangle: a newer model searching an "
+    "older gallery.\n\n"
+    "| query | gen0 | gen1 |\n|---|---|---|\n| gen0 | 0.4000 |  |\n| gen1 | 0.4200 | 0.5000 |\n\n"
+    "AC(<) 1.0000, AC(≤) 1.0000, AM 0.4400, BC 0.0200, FC –"
+)
+
+
+def test_upgrade_report_tells_the_cycle_with_gates_metrics_matrix_and_lineage(
+    tmp_path: Path,
+) -> None:
+    chain = write_chain(tmp_path)
+    snapshot = tmp_path / "gen1.parquet"
+    pd.DataFrame({"label": [0, 1, 1, 2]}).to_parquet(snapshot)
+    registration = {
+        "registered_model": "tiny-flows-sequential",
+        "tracking_uri": "sqlite:///tmp/mlflow.db",
+        "champion": 1,
+        "candidate": 2,
+        "generations": [
+            {
+                "model_key": "bct/gen1",
+                "version": 2,
+                "gates": "pass",
+                "failed_gates": [],
+                "aliases": ["candidate"],
+            }
+        ],
+    }
+    report = write_upgrade_report(
+        chain, 1, "bct/gen1", registration, snapshot, tmp_path / "gen1.json"
+    )
+    assert report.markdown == (
+        "# Upgrade cycle gen1: bct/gen1 passed the gates and is the candidate\n\n"
+        "|  |  |\n|---|---|\n"
+        "| registered model | `tiny-flows-sequential` v2 (parent v1) |\n"
+        "| strategy | bct |\n"
+        f"| training data | `{snapshot}`: 4 images, 3 classes |\n"
+        "| champion | v1 |\n| candidate | v2 |\n| MLflow | `sqlite:///tmp/mlflow.db` |\n\n"
+        "## Gates against the champion (v1)\n\n"
+        "| gate | verdict | detail |\n|---|---|---|\n"
+        "| compatibility | pass | 0.42 > 0.40 |\n| negative_flips | pass | 0.03 <= 0.1 |\n\n"
+        "## gen1 queries against every gallery of the chain\n\n"
+        "| query | gallery | mAP | top1 |\n|---|---|---|---|\n"
+        "| gen1 | gen0 | 0.4200 | 0.6000 |\n| gen1 | gen1 | 0.5000 | – |\n\n"
+        f"## Compatibility matrix\n\n{MATRIX}\n\n"
+        f"## Lineage\n\n```text\n{LINEAGE}\n```\n\n"
+        "## Files\n\n"
+        f"- metrics: `{tmp_path / 'metrics'}`\n- heatmap: `{tmp_path / 'heatmap.png'}`\n"
+        f"- registration: `{tmp_path / 'gen1.json'}`\n"
+    )
+    assert report.path == tmp_path / "reports" / "upgrade-gen1.md"
+    assert report.path.read_text() == report.markdown
+    assert report.rows == [
+        {"query": "gen1", "gallery": "gen0", "mAP": 0.42, "top1": 0.6},
+        {"query": "gen1", "gallery": "gen1", "mAP": 0.5, "top1": None},
+    ]
+    record = json.loads(report.path.with_suffix(".json").read_text())
+    assert record == report.record and record["metrics"] == report.rows
+    assert (record["status"], record["version"], record["report"]) == (
+        "registered",
+        2,
+        str(report.path),
+    )
+
+
+def test_lineage_report_holds_the_tree_and_the_matrix(tmp_path: Path) -> None:
+    report = write_lineage_report(write_chain(tmp_path))
+    assert report.markdown == (
+        "# Lineage of `tiny-flows-sequential`: 2 generations (bct)\n\n"
+        f"```text\n{LINEAGE}\n```\n\n## Compatibility matrix\n\n{MATRIX}\n\n"
+        f"Heatmap: `{tmp_path / 'heatmap.png'}`\n"
+    )
+    assert report.rows == [
+        {"query": "gen0", "gen0": 0.4, "gen1": None},
+        {"query": "gen1", "gen0": 0.42, "gen1": 0.5},
+    ]
+    compat = report.record["compatibility"]
+    assert compat["metric"] == "mAP" and compat["matrix"] == report.rows and compat["fc"] is None
+    assert [r["model"] for r in report.record["lineage"]] == ["gen0", "bct/gen1"]
+    assert json.loads(report.path.with_suffix(".json").read_text()) == report.record
+
+
+def test_backfill_and_skipped_cycle_reports() -> None:
+    summary = {
+        "store": "runs/flows/store",
+        "outcome": "backfilled gen0 → gen1",
+        "source_space": "gen0",
+        "champion_version": 2,
+        "champion_key": "bct/gen1",
+        "backfill": {
+            "target_space": "gen1",
+            "status": "complete",
+            "items_written": 10,
+            "items_failed": 1,
+            "seconds": 2.04,
+            "items_per_second": 4.9,
+        },
+        "store_status": {
+            "serving_space": "gen1",
+            "items_by_space": {"gen1": 10},
+            "failed": [{"item_id": "a7", "reason": "image | unreadable"}],
+        },
+    }
+    assert backfill_report(summary) == (
+        "# Gallery store `runs/flows/store`: backfilled gen0 → gen1\n\n"
+        "|  |  |\n|---|---|\n| from → to | gen0 → gen1 |\n| status | complete |\n"
+        "| items written | 10 |\n| items failed | 1 |\n| seconds | 2.0 |\n| items/s | 4.9 |\n\n"
+        "Serving space: `gen1`; items per space: {'gen1': 10}; champion: v2 (bct/gen1).\n\n"
+        "Failed items (still served from the old space):\n\n"
+        "| item | reason |\n|---|---|\n| a7 | image \\| unreadable |\n"
+    )
+    created = {
+        "store": "s",
+        "outcome": "created, serving gen0",
+        "champion_version": 1,
+        "champion_key": "gen0",
+        "store_status": {"serving_space": "gen0", "items_by_space": {}},
+    }
+    assert backfill_report(created) == (
+        "# Gallery store `s`: created, serving gen0\n\n"
+        "Serving space: `gen0`; items per space: {}; champion: v1 (gen0).\n"
+    )
+    assert skipped_upgrade_report(3, Path("work/splits"), 3) == (
+        "# Upgrade cycle gen3: no new data\n\n"
+        "There is no data snapshot for gen3 in `work/splits` (sequential.fractions plans 3 "
+        "generations), so nothing was trained or registered. Give the next snapshot with "
+        "`python -m flows.upgrade --snapshot <parquet>` or the deployment's `snapshot` parameter.\n"
+    )
