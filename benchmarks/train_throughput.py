@@ -25,9 +25,9 @@ import os
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from modelupgrade.config import load_params
 from modelupgrade.config.training import ArchitectureParams, TrainingParams
 from modelupgrade.models import EmbeddingModel
+from modelupgrade.plugins import load_params
 from modelupgrade.runtime import describe_device, select_device
 from modelupgrade.strategies import build_strategy
 from modelupgrade.training import Trainer

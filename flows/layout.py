@@ -27,8 +27,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from modelupgrade.config import Params, SequentialParams, load_params
+from modelupgrade.config import Params, SequentialParams
 from modelupgrade.errors import UserError
+from modelupgrade.plugins import load_params
 
 SEQUENTIAL = "sequential"
 FIRST_GENERATION_KEY = "gen0"

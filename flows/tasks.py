@@ -18,14 +18,14 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.layout import SEQUENTIAL, FlowSettings, generation_of, load_settings, model_key
 from modelupgrade.config import Params
-from modelupgrade.errors import UserError
+from modelupgrade.errors import USER_ERRORS, UserError
 from modelupgrade.io import file_sha256, write_json
 
 
 def _retry_unless_user_error(task: Any, task_run: Any, state: Any) -> bool:
     try:
         state.result()
-    except UserError:
+    except USER_ERRORS:
         return False
     except Exception:  # noqa: BLE001 - every other failure may be transient
         return True

@@ -1,7 +1,9 @@
 """User-facing errors: one exception type that carries what went wrong and how to fix it.
 
-Stages and the CLI catch ``UserError`` at the top and print it without a traceback, so that a
-person who gave bad input reads a sentence, not a stack.
+Stages and the CLI catch ``USER_ERRORS`` at the top and print them without a traceback, so that a
+person who gave bad input reads a sentence, not a stack. Besides ``UserError`` that is the config's
+``ParamsError`` (a bad params file): the config is a leaf of the library and cannot raise a
+``UserError``, so the front ends catch both alike.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import logging
 import sys
 from collections.abc import Callable
 from typing import TypeVar
+
+from modelupgrade.config.errors import ParamsError
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +44,18 @@ class DataValidationError(UserError):
     """A data expectation failed; nothing downstream may run on this data."""
 
 
+# Bad input the user controls: reported as one error line and exit code 2, never retried.
+USER_ERRORS: tuple[type[UserError | ParamsError], ...] = (UserError, ParamsError)
+
+
 def exit_on_user_error(func: F) -> F:
-    """Decorate a ``main()`` so that a ``UserError`` prints cleanly and exits non-zero."""
+    """Decorate a ``main()`` so that a user error prints cleanly and exits non-zero."""
 
     @functools.wraps(func)
     def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return func(*args, **kwargs)
-        except UserError as err:
+        except USER_ERRORS as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(err.exit_code) from None
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import exit_on_user_error
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 from modelupgrade.training.generation import embed_splits
 # A name of this module that run() passes on: tests replace the image decoder here.

@@ -26,10 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import exit_on_user_error
 from modelupgrade.evaluation.scenario import SEQUENTIAL, evaluate_scenario, report_files, summary_metrics
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 
 

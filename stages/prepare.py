@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from modelupgrade.config import load_params
 from modelupgrade.data import build_manifest
 from modelupgrade.errors import exit_on_user_error
 from modelupgrade.io import save_parquet
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.prepare")

@@ -21,9 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.io import file_sha256, read_json, write_json
+from modelupgrade.plugins import load_params
 from modelupgrade.registry import (
     GateEvidence,
     GenerationRecord,

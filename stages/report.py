@@ -15,10 +15,11 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from modelupgrade.config import Params, load_params, params_hash
+from modelupgrade.config import Params, params_hash
 from modelupgrade.errors import exit_on_user_error
-from modelupgrade.registry import Tracker, dvc_data_hash, git_commit
-from modelupgrade.report import collect_results, stage_wall_times, write_report
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import Tracker, dvc_data_hash, git_commit, stage_wall_times
+from modelupgrade.report import collect_results, write_report
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.report")

@@ -38,9 +38,10 @@ from modelupgrade.backfill.study import (
     simulate_backfill,
     summary_metrics,
 )
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import exit_on_user_error
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 
 # parse_pairs stays importable from the stage, where tests and scripts have looked for it.

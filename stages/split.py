@@ -19,7 +19,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from modelupgrade.config import load_params
 from modelupgrade.data import (
     Splits,
     make_scenario_splits,
@@ -29,7 +28,8 @@ from modelupgrade.data import (
 )
 from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import UserError, exit_on_user_error
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.split")

@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.models import CARD_FILE
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 from modelupgrade.training import train_model
 # A name of this module that run() passes on: tests replace the image decoder here.

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelupgrade.config import Params, load_params
+from modelupgrade.config import Params
 from modelupgrade.errors import UserError, exit_on_user_error
 from modelupgrade.heads import (
     HEADS,
@@ -45,7 +45,8 @@ from modelupgrade.heads import (
 )
 from modelupgrade.io import file_sha256
 from modelupgrade.layers import MarginClassifier
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import describe_device, seed_everything, select_device, setup_logging
 
 log = logging.getLogger("stages.train_heads")

@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from modelupgrade.config import load_params
 from modelupgrade.data import read_manifest, read_splits
 from modelupgrade.data.validation import ValidationReport, Validator, validate_manifest, validate_splits
 from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import DataValidationError, UserError, exit_on_user_error
 from modelupgrade.io import write_json
-from modelupgrade.registry.tracking import track_stage
+from modelupgrade.plugins import load_params
+from modelupgrade.registry import track_stage
 from modelupgrade.runtime import setup_logging
 
 log = logging.getLogger("stages.validate")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modelupgrade.config.overrides import experiment_commands, merge, read_overlay, set_arguments
-from modelupgrade.errors import UserError
+from modelupgrade.config import ParamsError
+from modelupgrade.overrides import experiment_commands, merge, read_overlay, set_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,5 +40,15 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
 def test_an_overlay_with_an_unknown_key_is_refused(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("training:\n  epoch: 3\n")
-    with pytest.raises(UserError, match="training.epoch: unknown key"):
+    with pytest.raises(ParamsError, match="training.epoch: unknown key"):
         read_overlay(bad, ROOT / "params.yaml")
+
+
+def test_an_overlay_naming_an_unknown_plugin_is_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("store:\n  policy: oracle\nstrategies:\n  bct:\n    options:\n      weigth: 2\n")
+    with pytest.raises(ParamsError) as err:
+        read_overlay(bad, ROOT / "params.yaml")
+    assert "(2 problem(s))" in str(err.value)
+    assert "store.policy: backfill ordering policy 'oracle' is not deployable" in str(err.value)
+    assert "strategies.bct.options.weigth: unknown key" in str(err.value)

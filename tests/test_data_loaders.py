@@ -12,6 +12,7 @@ import pytest
 from modelupgrade.data import MANIFEST_COLUMNS, build_manifest, load_images
 from modelupgrade.data.idx_format import clear_cache
 from modelupgrade.data.manifest import KNOWN_CLASS_NAMES
+from modelupgrade.config.errors import ParamsError
 from modelupgrade.errors import UserError
 from tests.data_fixtures import (
     idx_bytes,
@@ -239,5 +240,5 @@ def test_gldv2_with_revisited_ground_truth_and_query_crop(tmp_path):
 
 
 def test_unknown_loader_is_rejected_by_the_schema(tmp_path):
-    with pytest.raises(UserError, match="dataset.loader"):
+    with pytest.raises(ParamsError, match="dataset.loader"):
         make_params(tmp_path, loader="tfrecord")

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from modelupgrade.config import ParamsError
 from modelupgrade.config.data import EvaluationSplitParams, ScenarioParams, SequentialParams
 from modelupgrade.data import SPLITTERS, make_scenario_splits, make_sequential_snapshots, write_splits
 from modelupgrade.data.manifest import image_keys
@@ -163,7 +164,7 @@ def test_evaluation_protocols():
 
 def test_unknown_scenario_is_a_user_error():
     params = make_params("/nonexistent")
-    with pytest.raises(UserError, match="unknown scenario 'closed-data'"):
+    with pytest.raises(ParamsError, match="unknown scenario 'closed-data'"):
         params.scenario("closed-data")
     with pytest.raises(UserError, match="unknown scenario kind 'closed-data'"):
         SPLITTERS.get("closed-data")

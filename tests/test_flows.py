@@ -280,7 +280,8 @@ def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
 
 def test_flow_params_are_checked(tmp_path: Path) -> None:
     from flows.layout import load_settings
-    from modelupgrade.config import FlowParams, load_params
+    from modelupgrade.config import FlowParams, ParamsError
+    from modelupgrade.plugins import load_params
 
     assert FlowParams().upgrade_cron == "0 3 * * 1"
     for bad in ({"upgrade_cron": "0 0 3 * * 1"}, {"training_deployment": "gpu"}, {"retries": -1}, {"shedule": "x"}):
@@ -296,5 +297,5 @@ def test_flow_params_are_checked(tmp_path: Path) -> None:
         load_settings(tmp_path / "params.yaml")
     params["flows"]["upgrade_cron"] = "every monday"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    with pytest.raises(UserError, match="flows.upgrade_cron: .*5 fields"):
+    with pytest.raises(ParamsError, match="flows.upgrade_cron: .*5 fields"):
         load_params(tmp_path / "params.yaml")

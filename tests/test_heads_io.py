@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from modelupgrade.config import parse_params
+from modelupgrade.config import ParamsError, parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.heads import (
     DMUForwardAdapter,
@@ -28,6 +28,7 @@ from modelupgrade.heads import (
     save_head,
 )
 from modelupgrade.layers import MLP
+from modelupgrade.plugins import check_params
 from tests.test_heads import DIM, quick_training, synthetic_pairs
 
 
@@ -223,9 +224,13 @@ def test_resolve_training_uses_paper_defaults_unless_overridden():
     bict = resolve_training(params.heads["bict"])
     assert (bict.hidden_dim, bict.depth, bict.lr, bict.batch_size, bict.optimizer) == (4096, 4, 1.0, 512, "sgd")
     assert resolve_training(params.heads["dmu"]).hidden_dim == 512
-    with pytest.raises(UserError, match="options of head kind 'rqt'"):
-        parse_params({"scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []},
-                      "heads": {"r": {"kind": "rqt", "options": {"temperatur": 2}}}})
+    bad_options = parse_params({
+        "scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []},
+        "heads": {"r": {"kind": "rqt", "options": {"temperatur": 2}}},
+    })
+    unknown_option = r"heads\.r\.options\.temperatur: .*options of head kind 'rqt'"
+    with pytest.raises(ParamsError, match=unknown_option):
+        check_params(bad_options)
 
 
 def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monkeypatch):

@@ -6,11 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modelupgrade.config import parse_params
+from modelupgrade.config import ParamsError, parse_params
 from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MLP
 from modelupgrade.models import EmbeddingModel
+from modelupgrade.plugins import check_params
 from modelupgrade.strategies import (
     STRATEGIES,
     StepInputs,
@@ -64,11 +65,15 @@ def test_registry_lists_every_strategy_of_the_papers():
 
 def test_params_schema_validates_strategy_options():
     base = {"scenarios": {}, "architectures": {"default": {}}, "sequential": {"strategies": []}}
-    parse_params({**base, "strategies": {"u": {"kind": "unibct", "options": {"warmup_epochs": 1}}}})
-    with pytest.raises(UserError, match="unibct"):
-        parse_params({**base, "strategies": {"u": {"kind": "unibct", "options": {"graph_lambda": 1.5}}}})
-    with pytest.raises(UserError, match="unknown strategy"):
-        parse_params({**base, "strategies": {"u": {"kind": "bogus"}}})
+
+    def check(strategy: dict) -> None:
+        check_params(parse_params({**base, "strategies": {"u": strategy}}))
+
+    check({"kind": "unibct", "options": {"warmup_epochs": 1}})
+    with pytest.raises(ParamsError, match=r"strategies\.u\.options\.graph_lambda: .*'unibct'"):
+        check({"kind": "unibct", "options": {"graph_lambda": 1.5}})
+    with pytest.raises(ParamsError, match="strategies.u.kind: unknown strategy 'bogus'"):
+        check({"kind": "bogus"})
 
 
 def test_strategies_comparing_embeddings_refuse_a_dimension_change(world):

@@ -9,7 +9,7 @@ import importlib
 
 import typer
 
-from modelupgrade.errors import UserError
+from modelupgrade.errors import USER_ERRORS
 from modelupgrade.runtime import setup_logging
 
 app = typer.Typer(
@@ -37,6 +37,6 @@ def main() -> None:
     setup_logging()
     try:
         app()
-    except UserError as err:
+    except USER_ERRORS as err:
         typer.echo(f"error: {err}", err=True)
         raise SystemExit(err.exit_code) from None

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _open(params_path: Path):  # noqa: ANN202 - returns (Params, Tracker); mlflow imported lazily
-    from modelupgrade.config import load_params
+    from modelupgrade.plugins import load_params
     from modelupgrade.registry import Tracker
 
     params = load_params(params_path)

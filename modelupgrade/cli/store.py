@@ -24,7 +24,7 @@ def _params(params_path: Path) -> tuple[StoreParams, object | None]:
     """The ``store`` section (and the whole params, for the dataset) or the defaults without a file."""
     if not params_path.is_file():
         return StoreParams(), None
-    from modelupgrade.config import load_params
+    from modelupgrade.plugins import load_params
 
     params = load_params(params_path)
     return params.store, params

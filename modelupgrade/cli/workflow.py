@@ -72,7 +72,7 @@ def train_command(
     params_path: ParamsOption = Path("params.yaml"),
 ) -> None:
     """Train one generation of the embedding model and save it with its model card."""
-    from modelupgrade.config import load_params
+    from modelupgrade.plugins import load_params
     from modelupgrade.training.generation import MODELS_DIR, model_name, train_generation, training_metrics
 
     params = load_params(params_path)
@@ -116,7 +116,7 @@ def embed_command(
     params_path: ParamsOption = Path("params.yaml"),
 ) -> None:
     """Embed split files with a trained model: float32 (N, D) rows in the split files' order."""
-    from modelupgrade.config import load_params
+    from modelupgrade.plugins import load_params
     from modelupgrade.training.generation import EMBEDDINGS_DIR, EVALUATION_SPLITS, SPLITS_DIR, embed_splits
 
     params = load_params(params_path)
@@ -161,8 +161,8 @@ def evaluate_command(
     params_path: ParamsOption = Path("params.yaml"),
 ) -> None:
     """Cross-model retrieval evaluation: M(query model, gallery model), Δ↑, Δ↓, negative flips, heatmap."""
-    from modelupgrade.config import load_params
     from modelupgrade.evaluation.scenario import evaluate_scenario, metrics_dir, summary_metrics
+    from modelupgrade.plugins import load_params
 
     params = load_params(params_path)
     summary = evaluate_scenario(params, scenario, embeddings_root, splits_root, heads_root, metrics_root,
@@ -216,7 +216,7 @@ def simulate_backfill_command(
 ) -> None:
     """Simulate online backfilling: retrieval quality while the gallery moves to the new model."""
     from modelupgrade.backfill.study import backfill_inputs, output_dirs, simulate_backfill, summary_metrics
-    from modelupgrade.config import load_params
+    from modelupgrade.plugins import load_params
 
     params = load_params(params_path)
     root = embeddings_root if embeddings_root is not None or old is not None else Path("embeddings")

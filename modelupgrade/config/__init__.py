@@ -1,7 +1,11 @@
 """The typed schema of params.yaml, the single source of configuration.
 
 Every section is a strict pydantic model: a wrong type or an unknown key is an error that names
-the key and says what is expected. ``load_params`` is the only way the code reads params.yaml.
+the key and says what is expected. This package is a leaf of the library: it imports nothing else
+of ``modelupgrade`` (loading params.yaml loads neither torch nor a plugin), so it checks structure
+only, and plugin names (strategy and head kinds, ordering policies, serving modes) are plain strings
+here. ``modelupgrade.plugins.load_params`` is the only way the code reads params.yaml: it reads the
+file with ``read_params`` and checks every plugin reference against the registries.
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from modelupgrade.config.data import (
     ScenarioParams,
     SequentialParams,
 )
+from modelupgrade.config.errors import ParamsError, invalid_params, validation_problems
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.config.flows import FlowParams
-from modelupgrade.config.heads import HeadParams
+from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.config.registry import GateParams, RegistryParams
 from modelupgrade.config.store import StoreParams
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
-from modelupgrade.errors import UserError
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
 
@@ -41,15 +45,18 @@ __all__ = [
     "FlowParams",
     "GateParams",
     "HeadParams",
+    "HeadTraining",
     "Params",
+    "ParamsError",
     "RegistryParams",
     "ScenarioParams",
     "SequentialParams",
     "StoreParams",
     "StrategyParams",
     "TrainingParams",
-    "load_params",
     "params_hash",
+    "parse_params",
+    "read_params",
 ]
 
 
@@ -105,44 +112,36 @@ class Params(Section):
         try:
             return self.scenarios[name]
         except KeyError:
-            raise UserError(
-                f"unknown scenario {name!r}", hint=f"params.yaml defines: {', '.join(self.scenarios)}"
+            raise ParamsError(
+                f"unknown scenario {name!r}",
+                hint=f"params.yaml defines: {', '.join(self.scenarios)}",
             ) from None
 
 
-def _format_validation_error(path: Path, err: ValidationError) -> str:
-    lines = [f"{path} is not valid ({err.error_count()} problem(s)):"]
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "<top level>"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"  - {where}: unknown key (remove it or check its spelling)")
-        else:
-            got = e.get("input")
-            shown = "" if isinstance(got, dict) else f" (got {got!r})"
-            lines.append(f"  - {where}: {e['msg']}{shown}")
-    return "\n".join(lines)
-
-
 def parse_params(raw: dict[str, Any], source: Path = DEFAULT_PARAMS_PATH) -> Params:
+    """The structure of ``raw`` checked (plugin names unchecked: see ``modelupgrade.plugins``)."""
     try:
         return Params.model_validate(raw)
     except ValidationError as err:
-        raise UserError(
-            _format_validation_error(source, err),
+        raise invalid_params(
+            source,
+            validation_problems(err),
             hint="see the schema in modelupgrade/config/ and the defaults in params.yaml",
         ) from None
 
 
-def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+    """The params file at ``path``, its structure checked (front ends call
+    ``modelupgrade.plugins.load_params``, which also checks the plugin names)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"params file {path} does not exist", hint="run from the project root")
+        raise ParamsError(f"params file {path} does not exist", hint="run from the project root")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML: {err}") from None
+        raise ParamsError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(raw, dict):
-        raise UserError(f"{path} must hold a mapping at the top level, got {type(raw).__name__}")
+        raise ParamsError(f"{path} must hold a mapping at the top level, got {type(raw).__name__}")
     return parse_params(raw, path)
 
 
@@ -150,4 +149,3 @@ def params_hash(params: Params) -> str:
     """A stable hash of the effective configuration (for lineage tags and reports)."""
     canonical = json.dumps(params.model_dump(mode="json"), sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from modelupgrade.config.base import Section
 
-ScenarioKind = Literal["extended-data", "open-data", "extended-class", "open-class", "identical-data"]
+ScenarioKind = Literal[
+    "extended-data", "open-data", "extended-class", "open-class", "identical-data"
+]
 
 
 class Gldv2Params(Section):
@@ -86,6 +89,6 @@ class SequentialParams(Section):
             raise ValueError("needs at least two snapshots (gen0 and gen1)")
         if any(not 0.0 < f <= 1.0 for f in fractions):
             raise ValueError("every fraction must lie in (0, 1]")
-        if any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)):
+        if any(b <= a for a, b in pairwise(fractions)):
             raise ValueError("fractions must grow strictly (each snapshot contains the one before)")
         return fractions

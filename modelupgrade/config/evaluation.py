@@ -56,5 +56,7 @@ class EvaluationParams(Section):
         if not self.topk or any(k < 1 for k in self.topk):
             raise ValueError("topk must list at least one k ≥ 1")
         if not self.full_map and self.headline_metric == "mAP":
-            raise ValueError("headline_metric is 'mAP' but full_map is false; enable full_map or pick top1/mAP@k")
+            raise ValueError(
+                "headline_metric is 'mAP' but full_map is false; enable full_map or pick top1/mAP@k"
+            )
         return self

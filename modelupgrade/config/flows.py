@@ -24,7 +24,8 @@ class FlowParams(Section):
     # Heads (entries of ``heads``) trained in each cycle between the previous generation and the new
     # one, on the new snapshot, and registered beside the new model.
     heads: list[str] = Field(default_factory=list)
-    # Retries of a task after a transient failure (a UserError is bad input: never retried).
+    # Retries of a task after a transient failure; bad input (a UserError, a ParamsError) is never
+    # retried.
     retries: int = Field(default=2, ge=0)
     retry_delay_seconds: float = Field(default=5.0, ge=0)
     # Directory of the flows' data snapshots, models, embeddings, metrics, reports and gallery store

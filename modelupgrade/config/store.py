@@ -14,10 +14,10 @@ class StoreParams(Section):
     # Items per atomic commit: larger chunks amortise the fsync + transaction, smaller ones lose
     # less work to a crash and let SIGTERM stop sooner.
     chunk_size: int = Field(default=512, ge=1)
-    # One of modelupgrade.store.STORE_POLICIES: random, ingest-order, old-confidence, old-entropy,
-    # fastfill-uncertainty.
+    # A deployable policy of modelupgrade.ordering.ORDERINGS (random, ingest-order, old-confidence,
+    # old-entropy, fastfill-uncertainty); checked by modelupgrade.plugins.
     policy: str = "old-confidence"
-    # One of modelupgrade.store.SERVING_MODES: mixed, rank-merge.
+    # A mode of modelupgrade.serving.SERVING_MODES; checked by modelupgrade.plugins.
     serving_mode: str = "mixed"
     distance: Literal["cosine", "l2"] = "cosine"
     top_k: int = Field(default=10, ge=1)

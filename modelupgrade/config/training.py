@@ -58,9 +58,13 @@ class TrainingParams(Section):
         for name in ("crop_scale", "crop_ratio"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
-                raise ValueError(f"training.{name} must be (low, high) with 0 < low <= high, got {(low, high)}")
+                raise ValueError(
+                    f"training.{name} must be (low, high) with 0 < low <= high, got {(low, high)}"
+                )
         if self.crop_scale[1] > 1:
-            raise ValueError(f"training.crop_scale is a fraction of the image area, at most 1; got {self.crop_scale}")
+            raise ValueError(
+                f"training.crop_scale is a fraction of the image area, at most 1; got {self.crop_scale}"
+            )
         return self
 
 
@@ -68,29 +72,9 @@ class StrategyParams(Section):
     """One compatibility strategy: its registered ``kind`` and that kind's hyper-parameters.
 
     ``options`` left out take the defaults of the paper that defines the kind (the ``Options`` class
-    of each strategy in ``modelupgrade.strategies``); they are validated strictly against it.
+    of each strategy in ``modelupgrade.strategies``); ``modelupgrade.plugins`` checks the kind and
+    validates the options strictly against that class (the config imports none of the library).
     """
 
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _kind_and_options_are_known(self) -> StrategyParams:
-        # Imported here: the strategies package imports the models, which import this module.
-        from pydantic import ValidationError
-
-        from modelupgrade.errors import UserError
-        from modelupgrade.strategies import STRATEGIES
-
-        try:
-            strategy_class = STRATEGIES.get(self.kind)
-        except UserError as err:
-            raise ValueError(str(err)) from None
-        try:
-            strategy_class.Options.model_validate(self.options)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in err.errors()
-            )
-            raise ValueError(f"options of strategy kind {self.kind!r} are not valid: {problems}") from None
-        return self

@@ -4,27 +4,33 @@ One base class (``Head``), one file per method, one registry (``HEADS``). Import
 registers every head kind.
 """
 
+from modelupgrade.config.heads import HeadTraining
 from modelupgrade.heads.base import (
     HEADS,
     EmbeddingPairs,
     Head,
     HeadBatch,
-    TrainingDefaults,
     build_head,
     head_dims,
 )
 from modelupgrade.heads.bict import BiCTUpgradeModule
 from modelupgrade.heads.chain import HeadChain, load_chain, momentum_input
 from modelupgrade.heads.dmu import DMUForwardAdapter
-from modelupgrade.heads.fastfill import FastFillAdapter
 from modelupgrade.heads.evaluation_outputs import write_head_outputs
+from modelupgrade.heads.fastfill import FastFillAdapter
 from modelupgrade.heads.fct import FCTAdapter
-from modelupgrade.heads.inference import FoldedMLP, apply, apply_all, apply_with_uncertainty, inference_copy
+from modelupgrade.heads.inference import (
+    FoldedMLP,
+    apply,
+    apply_all,
+    apply_with_uncertainty,
+    inference_copy,
+)
 from modelupgrade.heads.mcl import MCLReverseTransform
 from modelupgrade.heads.persistence import head_card, load_head, read_head_card, save_head
 from modelupgrade.heads.rm_full import RankMergeFullMethod
 from modelupgrade.heads.rqt import ReverseQueryTransform
-from modelupgrade.heads.training import HeadTraining, TrainingResult, fit_head, resolve_training
+from modelupgrade.heads.training import TrainingResult, fit_head, resolve_training
 
 __all__ = [
     "HEADS",
@@ -41,7 +47,6 @@ __all__ = [
     "MCLReverseTransform",
     "RankMergeFullMethod",
     "ReverseQueryTransform",
-    "TrainingDefaults",
     "TrainingResult",
     "apply",
     "apply_all",

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from modelupgrade.config.base import Section
+from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MLP, MarginClassifier
 from modelupgrade.registry_util import Registry
@@ -33,24 +34,6 @@ HEADS: Registry[Head] = Registry("head")
 
 class NoOptions(Section):
     """A head kind without hyper-parameters of its own."""
-
-
-@dataclass(frozen=True)
-class TrainingDefaults:
-    """The defaults of the paper that defines a head kind; params.yaml overrides any of them."""
-
-    hidden_dim: int
-    depth: int
-    epochs: int
-    batch_size: int
-    optimizer: Literal["sgd", "adam"]
-    lr: float
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    warmup_epochs: float = 1.0
-    warmup_start_ratio: float = 1e-3
-    lr_min_ratio: float = 1e-2
-    freeze_bn_after: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +61,9 @@ class EmbeddingPairs:
             if array is None:
                 continue
             if array.ndim != 2:
-                raise UserError(f"{name} embeddings must be a 2-D array (N, D), got shape {array.shape}")
+                raise UserError(
+                    f"{name} embeddings must be a 2-D array (N, D), got shape {array.shape}"
+                )
             if not np.isfinite(array).all():
                 raise UserError(f"{name} embeddings contain NaN or infinite values")
         if self.labels.ndim != 1 or not np.issubdtype(self.labels.dtype, np.integer):
@@ -108,7 +93,8 @@ class Head(nn.Module):
 
     registry_name: ClassVar[str]
     direction: ClassVar[Direction]
-    TRAINING_DEFAULTS: ClassVar[TrainingDefaults]
+    # The settings of the paper that defines the kind; params.yaml overrides any of them.
+    TRAINING_DEFAULTS: ClassVar[HeadTraining]
     Options: ClassVar[type[Section]] = NoOptions
     needs_classifier: ClassVar[bool] = False
     accepts_side_info: ClassVar[bool] = False
@@ -133,13 +119,19 @@ class Head(nn.Module):
         if in_dim < 1 or out_dim < 1:
             raise UserError(f"head dimensions must be positive, got in={in_dim}, out={out_dim}")
         self.options = self.Options.model_validate(options or {})
-        self.in_dim, self.out_dim, self.side_info_dim = int(in_dim), int(out_dim), int(side_info_dim)
+        self.in_dim, self.out_dim, self.side_info_dim = (
+            int(in_dim),
+            int(out_dim),
+            int(side_info_dim),
+        )
         self.hidden_dim = int(hidden_dim or self.TRAINING_DEFAULTS.hidden_dim)
         self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
         self.psi = MLP(self.in_dim + self.side_info_dim, self.out_dim, self.hidden_dim, self.depth)
 
     # ----- what a deployment runs -------------------------------------------------------------
-    def outputs(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def outputs(
+        self, x: torch.Tensor, side_info: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         return {"transform": self.psi(self._with_side_info(x, side_info))}
 
     def forward(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> torch.Tensor:
@@ -180,7 +172,11 @@ class Head(nn.Module):
             raise UserError(
                 f"head {self.registry_name!r} expects {self.in_dim}-d input vectors, got {width}-d",
                 hint=f"a {self.direction} head transforms "
-                + ("old-model (gallery) embeddings" if self.direction == "forward" else "new-model (query) embeddings")
+                + (
+                    "old-model (gallery) embeddings"
+                    if self.direction == "forward"
+                    else "new-model (query) embeddings"
+                )
                 + "; check that the embeddings come from the model the head was trained on",
             )
         expected = self.side_info_dim or None
@@ -209,7 +205,9 @@ def build_head(
     side_info_dim: int = 0,
 ) -> Head:
     head_class = HEADS.get(kind)
-    return head_class(in_dim, out_dim, hidden_dim, depth, options=options, side_info_dim=side_info_dim)
+    return head_class(
+        in_dim, out_dim, hidden_dim, depth, options=options, side_info_dim=side_info_dim
+    )
 
 
 def head_dims(kind: str, old_dim: int, new_dim: int) -> tuple[int, int]:

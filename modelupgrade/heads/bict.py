@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import torch
 
-from modelupgrade.heads.base import HEADS, Head, HeadBatch, TrainingDefaults
+from modelupgrade.config.heads import HeadTraining
+from modelupgrade.heads.base import HEADS, Head, HeadBatch
 from modelupgrade.heads.losses import paired_distance
 
 
 @HEADS.register("bict")
 class BiCTUpgradeModule(Head):
     direction = "forward"
-    TRAINING_DEFAULTS = TrainingDefaults(
-        hidden_dim=4096, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=1.0,
+    TRAINING_DEFAULTS = HeadTraining(
+        hidden_dim=4096,
+        depth=4,
+        epochs=30,
+        batch_size=512,
+        optimizer="sgd",
+        lr=1.0,
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

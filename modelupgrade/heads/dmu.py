@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from modelupgrade.config.base import Section
+from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.heads.base import HEADS, Head, HeadBatch, TrainingDefaults
+from modelupgrade.heads.base import HEADS, Head, HeadBatch
 from modelupgrade.io import read_json
 
 JOINT_HEAD_FILE = "forward_head.pt"
@@ -32,8 +33,13 @@ class DMUForwardAdapter(Head):
     direction = "forward"
     Options = DMUOptions
     needs_classifier = True
-    TRAINING_DEFAULTS = TrainingDefaults(
-        hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1,
+    TRAINING_DEFAULTS = HeadTraining(
+        hidden_dim=1024,
+        depth=4,
+        epochs=30,
+        batch_size=512,
+        optimizer="sgd",
+        lr=0.1,
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:
@@ -51,7 +57,9 @@ class DMUForwardAdapter(Head):
         model_dir = Path(model_dir)
         card_path = model_dir / "card.json"
         if not card_path.is_file():
-            raise UserError(f"{card_path} does not exist", hint="point --new-model at a trained model directory")
+            raise UserError(
+                f"{card_path} does not exist", hint="point --new-model at a trained model directory"
+            )
         dims = read_json(card_path).get(JOINT_HEAD_CARD_KEY)
         required = ("in_dim", "out_dim", "hidden_dim", "depth")
         if not isinstance(dims, dict) or any(key not in dims for key in required):
@@ -59,7 +67,9 @@ class DMUForwardAdapter(Head):
                 f"{card_path} has no complete {JOINT_HEAD_CARD_KEY!r} entry (needs {', '.join(required)})",
                 hint="retrain the model with the DMU strategy, or set heads.<name>.options.use_joint_head: false",
             )
-        head = cls(int(dims["in_dim"]), int(dims["out_dim"]), int(dims["hidden_dim"]), int(dims["depth"]))
+        head = cls(
+            int(dims["in_dim"]), int(dims["out_dim"]), int(dims["hidden_dim"]), int(dims["depth"])
+        )
         state = torch.load(model_dir / JOINT_HEAD_FILE, map_location="cpu", weights_only=True)
         try:
             head.psi.load_state_dict(state)

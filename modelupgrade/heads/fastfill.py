@@ -16,8 +16,9 @@ from pydantic import Field
 from torch import nn
 
 from modelupgrade.config.base import Section
+from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.heads.base import HEADS, Head, HeadBatch, TrainingDefaults
+from modelupgrade.heads.base import HEADS, Head, HeadBatch
 
 
 class FastFillOptions(Section):
@@ -35,9 +36,17 @@ class FastFillAdapter(Head):
     Options = FastFillOptions
     needs_classifier = True
     output_names = ("transform", "log_variance")
-    TRAINING_DEFAULTS = TrainingDefaults(
-        hidden_dim=2048, depth=4, epochs=80, batch_size=1024, optimizer="adam", lr=5e-4,
-        weight_decay=3.0517578125e-5, warmup_epochs=5, warmup_start_ratio=1e-2, lr_min_ratio=0.0,
+    TRAINING_DEFAULTS = HeadTraining(
+        hidden_dim=2048,
+        depth=4,
+        epochs=80,
+        batch_size=1024,
+        optimizer="adam",
+        lr=5e-4,
+        weight_decay=3.0517578125e-5,
+        warmup_epochs=5,
+        warmup_start_ratio=1e-2,
+        lr_min_ratio=0.0,
         freeze_bn_after=0.5,
     )
 
@@ -47,19 +56,26 @@ class FastFillAdapter(Head):
             raise UserError("FastFill needs at least one of use_alignment / use_discriminative")
         self.uncertainty = nn.Linear(self.out_dim, 1)
 
-    def outputs(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def outputs(
+        self, x: torch.Tensor, side_info: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         transformed = self.psi(x)
         return {"transform": transformed, "log_variance": self.uncertainty(transformed).squeeze(1)}
 
     def macs_per_embedding(self) -> dict[str, int]:
-        return {"transform": self.psi.macs_per_row(), "log_variance": self.psi.macs_per_row() + self.out_dim}
+        return {
+            "transform": self.psi.macs_per_row(),
+            "log_variance": self.psi.macs_per_row() + self.out_dim,
+        }
 
     def per_sample_loss(self, batch: HeadBatch, transformed: torch.Tensor) -> torch.Tensor:
         """L_align + L_disc per sample (also the FastFill-Cheating oracle's backfill score)."""
         total = torch.zeros(len(transformed), device=transformed.device)
         if self.options.use_alignment:
             squared = (transformed - batch.new).pow(2)
-            total = total + (squared.mean(1) if self.options.alignment_reduction == "mean" else squared.sum(1))
+            total = total + (
+                squared.mean(1) if self.options.alignment_reduction == "mean" else squared.sum(1)
+            )
         if self.options.use_discriminative:
             if batch.classifier is None:
                 raise UserError("FastFill's discriminative loss needs the new model's classifier")
@@ -70,4 +86,6 @@ class FastFillAdapter(Head):
         out = self.outputs(batch.old)
         log_variance = out["log_variance"]
         per_sample = self.per_sample_loss(batch, out["transform"])
-        return (torch.exp(-log_variance) * per_sample + log_variance / self.options.uncertainty_lambda).mean()
+        return (
+            torch.exp(-log_variance) * per_sample + log_variance / self.options.uncertainty_lambda
+        ).mean()

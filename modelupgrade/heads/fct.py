@@ -13,7 +13,8 @@ from typing import Literal
 import torch
 
 from modelupgrade.config.base import Section
-from modelupgrade.heads.base import HEADS, Head, HeadBatch, TrainingDefaults
+from modelupgrade.config.heads import HeadTraining
+from modelupgrade.heads.base import HEADS, Head, HeadBatch
 
 
 class FCTOptions(Section):
@@ -26,13 +27,25 @@ class FCTAdapter(Head):
     direction = "forward"
     Options = FCTOptions
     accepts_side_info = True
-    TRAINING_DEFAULTS = TrainingDefaults(
-        hidden_dim=2048, depth=4, epochs=80, batch_size=1024, optimizer="adam", lr=5e-4,
-        weight_decay=3.0517578125e-5, warmup_epochs=5, warmup_start_ratio=1e-2, lr_min_ratio=0.0,
+    TRAINING_DEFAULTS = HeadTraining(
+        hidden_dim=2048,
+        depth=4,
+        epochs=80,
+        batch_size=1024,
+        optimizer="adam",
+        lr=5e-4,
+        weight_decay=3.0517578125e-5,
+        warmup_epochs=5,
+        warmup_start_ratio=1e-2,
+        lr_min_ratio=0.0,
         freeze_bn_after=0.5,
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:
         squared_error = (self(batch.old, batch.side_info) - batch.new).pow(2)
-        per_sample = squared_error.mean(dim=1) if self.options.reduction == "mean" else squared_error.sum(dim=1)
+        per_sample = (
+            squared_error.mean(dim=1)
+            if self.options.reduction == "mean"
+            else squared_error.sum(dim=1)
+        )
         return per_sample.mean()

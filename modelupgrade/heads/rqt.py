@@ -11,12 +11,20 @@ from __future__ import annotations
 import torch
 
 from modelupgrade.config.base import Section
-from modelupgrade.heads.base import HEADS, Head, HeadBatch, TrainingDefaults
+from modelupgrade.config.heads import HeadTraining
+from modelupgrade.heads.base import HEADS, Head, HeadBatch
 from modelupgrade.heads.losses import Distance, paired_distance
 
-REVERSE_DEFAULTS = TrainingDefaults(
-    hidden_dim=256, depth=2, epochs=50, batch_size=512, optimizer="adam", lr=1e-4,
-    weight_decay=0.0, warmup_epochs=0.0, lr_min_ratio=0.0,
+REVERSE_DEFAULTS = HeadTraining(
+    hidden_dim=256,
+    depth=2,
+    epochs=50,
+    batch_size=512,
+    optimizer="adam",
+    lr=1e-4,
+    weight_decay=0.0,
+    warmup_epochs=0.0,
+    lr_min_ratio=0.0,
 )
 
 

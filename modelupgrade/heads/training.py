@@ -1,9 +1,9 @@
 """Training a head on cached embeddings: the whole training set sits on the device as tensors.
 
 No backbone runs here. Each step slices a batch out of the cached old/new embeddings, the head
-computes its own loss (``Head.loss``), and SGD or Adam steps under a per-iteration cosine schedule
-with linear warm-up (the papers' timm ``CosineLRScheduler`` setting). Heads whose loss needs several
-images per class (MCL) get class-balanced batches.
+computes its own loss (``Head.loss``), and SGD or Adam steps under the per-iteration cosine schedule
+with linear warm-up of ``modelupgrade.schedule`` (the papers' timm ``CosineLRScheduler`` setting).
+Heads whose loss needs several images per class (MCL) get class-balanced batches.
 """
 
 from __future__ import annotations
@@ -12,56 +12,25 @@ import copy
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from modelupgrade.config.heads import HeadParams
+from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, HeadBatch, TrainingDefaults
+from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, HeadBatch
 from modelupgrade.layers import MarginClassifier
+from modelupgrade.schedule import learning_rate
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class HeadTraining:
-    """Fully resolved training settings of one head (params.yaml over the paper's defaults)."""
-
-    hidden_dim: int
-    depth: int
-    epochs: int
-    batch_size: int
-    optimizer: Literal["sgd", "adam"]
-    lr: float
-    momentum: float
-    weight_decay: float
-    warmup_epochs: float
-    warmup_start_ratio: float
-    lr_min_ratio: float
-    freeze_bn_after: float
-    input_momentum: float = 0.0
-
-    @classmethod
-    def from_defaults(cls, defaults: TrainingDefaults, **overrides: Any) -> HeadTraining:
-        return cls(**{**asdict(defaults), **overrides})
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def resolve_training(params: HeadParams) -> HeadTraining:
-    """Fill every field that params.yaml left null with the head kind's paper default."""
+    """The head kind's paper defaults with every field params.yaml sets replaced."""
     defaults = HEADS.get(params.kind).TRAINING_DEFAULTS
-    given = {
-        name: getattr(params, name)
-        for name in asdict(defaults)
-        if getattr(params, name, None) is not None
-    }
-    return replace(HeadTraining.from_defaults(defaults, **given), input_momentum=params.input_momentum)
+    return HeadTraining.from_defaults(defaults, **params.training_overrides())
 
 
 @dataclass
@@ -75,18 +44,11 @@ class TrainingResult:
         return self.epoch_losses[-1] if self.epoch_losses else math.nan
 
 
-def learning_rate(step: int, total_steps: int, warmup_steps: int, training: HeadTraining) -> float:
-    """Linear warm-up from lr·warmup_start_ratio, then cosine down to lr·lr_min_ratio."""
-    base, floor = training.lr, training.lr * training.lr_min_ratio
-    if step < warmup_steps:
-        start = training.lr * training.warmup_start_ratio
-        return start + (base - start) * step / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return floor + 0.5 * (base - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
 def epoch_batches(
-    labels: np.ndarray, batch_size: int, class_balanced: bool, samples_per_class: int,
+    labels: np.ndarray,
+    batch_size: int,
+    class_balanced: bool,
+    samples_per_class: int,
     rng: np.random.Generator,
 ) -> list[np.ndarray]:
     """Index batches for one epoch; every batch has ≥ 2 rows (BatchNorm needs two)."""
@@ -146,7 +108,9 @@ def fit_head(
     if (data.side_info is None) != (head.side_info_dim == 0) or (
         data.side_info is not None and data.side_info.shape[1] != head.side_info_dim
     ):
-        raise UserError(f"head {head.registry_name!r} expects side information of width {head.side_info_dim}")
+        raise UserError(
+            f"head {head.registry_name!r} expects side information of width {head.side_info_dim}"
+        )
     if head.needs_classifier and classifier is None:
         raise UserError(
             f"head {head.registry_name!r} trains through the new model's classifier, but none was given",
@@ -163,10 +127,14 @@ def fit_head(
         # A frozen private copy: the caller's classifier keeps its mode and gradients.
         classifier = copy.deepcopy(classifier).to(device).eval().requires_grad_(False)
 
-    def to_device(array: np.ndarray | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    def to_device(
+        array: np.ndarray | None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor | None:
         if array is None:
             return None
-        return torch.tensor(np.asarray(array), dtype=dtype, device=device)  # a copy: inputs may be read-only
+        return torch.tensor(
+            np.asarray(array), dtype=dtype, device=device
+        )  # a copy: inputs may be read-only
 
     old = to_device(data.old)
     new = to_device(data.new)
@@ -180,7 +148,10 @@ def fit_head(
     parameters = [p for p in head.parameters() if p.requires_grad]
     if training.optimizer == "sgd":
         optimizer: torch.optim.Optimizer = torch.optim.SGD(
-            parameters, lr=training.lr, momentum=training.momentum, weight_decay=training.weight_decay
+            parameters,
+            lr=training.lr,
+            momentum=training.momentum,
+            weight_decay=training.weight_decay,
         )
     else:
         optimizer = torch.optim.Adam(parameters, lr=training.lr, weight_decay=training.weight_decay)
@@ -188,16 +159,23 @@ def fit_head(
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     samples_per_class = getattr(head.options, "samples_per_class", 2)
+
     def batches(generator: np.random.Generator) -> list[np.ndarray]:
         return epoch_batches(
-            data.labels, training.batch_size, head.class_balanced_batches, samples_per_class, generator
+            data.labels,
+            training.batch_size,
+            head.class_balanced_batches,
+            samples_per_class,
+            generator,
         )
 
     steps_per_epoch = len(batches(np.random.default_rng(0)))
     total_steps = steps_per_epoch * training.epochs
-    warmup_steps = int(round(training.warmup_epochs * steps_per_epoch))
+    warmup_steps = round(training.warmup_epochs * steps_per_epoch)
     freeze_epoch = (
-        math.ceil(training.freeze_bn_after * training.epochs) if training.freeze_bn_after < 1 else None
+        math.ceil(training.freeze_bn_after * training.epochs)
+        if training.freeze_bn_after < 1
+        else None
     )
 
     result = TrainingResult()
@@ -210,11 +188,21 @@ def fit_head(
         for rows in batches(rng):
             index = torch.as_tensor(rows, device=device)
             batch = HeadBatch(
-                old=old[index], new=new[index], labels=labels[index],
-                side_info=None if side_info is None else side_info[index], classifier=classifier,
+                old=old[index],
+                new=new[index],
+                labels=labels[index],
+                side_info=None if side_info is None else side_info[index],
+                classifier=classifier,
             )
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, total_steps, warmup_steps, training)
+                group["lr"] = learning_rate(
+                    step,
+                    total_steps,
+                    warmup_steps,
+                    training.lr,
+                    training.warmup_start_ratio,
+                    training.lr_min_ratio,
+                )
             loss = head.loss(batch)
             if not torch.isfinite(loss):
                 raise UserError(
@@ -229,7 +217,10 @@ def fit_head(
         result.epoch_losses.append(float(torch.stack(losses).mean()))
         log.info(
             "head %s epoch %d/%d loss %.5f",
-            head.registry_name, epoch + 1, training.epochs, result.epoch_losses[-1],
+            head.registry_name,
+            epoch + 1,
+            training.epochs,
+            result.epoch_losses[-1],
         )
     result.steps = step
     result.seconds = time.perf_counter() - started

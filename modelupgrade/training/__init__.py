@@ -1,9 +1,15 @@
 """The training engine and the one-call ``train_model`` used by the train stage."""
 
-from modelupgrade.training.augment import BatchAugment
-from modelupgrade.training.engine import RESUME_FILE, Trainer, TrainingDivergedError, TrainingResult, place_images
+from modelupgrade.augment import BatchAugment
+from modelupgrade.schedule import learning_rate
+from modelupgrade.training.engine import (
+    RESUME_FILE,
+    Trainer,
+    TrainingDivergedError,
+    TrainingResult,
+    place_images,
+)
 from modelupgrade.training.pipeline import build_model, default_resume_dir, train_model
-from modelupgrade.training.schedule import learning_rate
 
 __all__ = [
     "RESUME_FILE",

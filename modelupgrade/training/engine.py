@@ -33,8 +33,8 @@ from modelupgrade.config.training import TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.models import EmbeddingModel, autocast_for, cpu_state, embed_tensor
 from modelupgrade.runtime import enable_determinism, seed_everything
+from modelupgrade.schedule import learning_rate
 from modelupgrade.strategies import CompatibilityStrategy, StepInputs, TrainingContext
-from modelupgrade.training.schedule import learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,13 @@ def place_images(images: torch.Tensor, device: torch.device, max_fraction: float
     return images.pin_memory()
 
 
-def _fingerprint(model: EmbeddingModel, strategy: CompatibilityStrategy, params: TrainingParams, seed: int, n: int) -> str:
+def _fingerprint(
+    model: EmbeddingModel,
+    strategy: CompatibilityStrategy,
+    params: TrainingParams,
+    seed: int,
+    n: int,
+) -> str:
     description = {
         "architecture": model.architecture.model_dump(mode="json"),
         "classes": model.num_classes,
@@ -113,14 +119,18 @@ class Trainer:
 
         p = self.params
         if images.dtype != torch.uint8 or images.ndim != 4:
-            raise UserError(f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
+            raise UserError(
+                f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}"
+            )
         n = images.shape[0]
         if n < 2:
             raise UserError(f"training needs at least 2 images, got {n}")
         if labels.shape != (n,):
             raise UserError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
         if int(labels.max()) >= model.num_classes:
-            raise UserError(f"label {int(labels.max())} is out of range for a {model.num_classes}-class model")
+            raise UserError(
+                f"label {int(labels.max())} is out of range for a {model.num_classes}-class model"
+            )
 
         data_parallel = join_process_group(self.device)
         device = data_parallel.device
@@ -152,7 +162,9 @@ class Trainer:
         trainable = [q for q in model.parameters() if q.requires_grad]
         strategy_trainable = [q for q in strategy.parameters() if q.requires_grad]
         trainable += strategy_trainable
-        optimizer = torch.optim.SGD(trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
+        optimizer = torch.optim.SGD(
+            trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
+        )
 
         batch_size = min(p.batch_size, n)
         local_rows = data_parallel.local_rows(batch_size)
@@ -171,9 +183,13 @@ class Trainer:
         if p.compile and device.type == "cuda":
             forward_model = torch.compile(forward_model)
         bar = tqdm(
-            total=total_steps, initial=start_epoch * steps_per_epoch, desc=self.description,
-            disable=not data_parallel.is_primary or (None if self.progress is None else not self.progress),
-            mininterval=1.0, dynamic_ncols=True,
+            total=total_steps,
+            initial=start_epoch * steps_per_epoch,
+            desc=self.description,
+            disable=not data_parallel.is_primary
+            or (None if self.progress is None else not self.progress),
+            mininterval=1.0,
+            dynamic_ncols=True,
         )
         started = time.perf_counter()
         trained_images = 0
@@ -192,7 +208,9 @@ class Trainer:
                 checked = 0
                 for step_in_epoch in range(steps_per_epoch):
                     step = epoch * steps_per_epoch + step_in_epoch
-                    lr = learning_rate(step, total_steps, warmup_steps, p.lr, p.warmup_start_ratio, p.lr_min_ratio)
+                    lr = learning_rate(
+                        step, total_steps, warmup_steps, p.lr, p.warmup_start_ratio, p.lr_min_ratio
+                    )
                     for group in optimizer.param_groups:
                         group["lr"] = lr
                     index = order[step_in_epoch, local_rows].to(images.device)
@@ -206,10 +224,15 @@ class Trainer:
                         if context.old_model is not None:
                             with torch.no_grad():
                                 old_features = context.old_model(old_view).detach()
-                        terms = {"classification": model.classifier.loss(new_features, batch_labels)}
+                        terms = {
+                            "classification": model.classifier.loss(new_features, batch_labels)
+                        }
                         global_batch = StepInputs(
-                            data_parallel.gather(batch_labels), data_parallel.gather(new_features),
-                            None if old_features is None else data_parallel.gather(old_features), model, epoch,
+                            data_parallel.gather(batch_labels),
+                            data_parallel.gather(new_features),
+                            None if old_features is None else data_parallel.gather(old_features),
+                            model,
+                            epoch,
                         )
                         terms.update(strategy.losses(global_batch))
                     loss = torch.stack([t.float() for t in terms.values()]).sum()
@@ -227,28 +250,41 @@ class Trainer:
                         epoch_losses[checked : step_in_epoch + 1] = data_parallel.average(
                             epoch_losses[checked : step_in_epoch + 1]
                         )
-                        checked = self._check_finite(epoch_losses, checked, step_in_epoch + 1, epoch, steps_per_epoch)
+                        checked = self._check_finite(
+                            epoch_losses, checked, step_in_epoch + 1, epoch, steps_per_epoch
+                        )
                         elapsed = time.perf_counter() - started
                         bar.update(step + 1 - bar.n)
                         bar.set_postfix(
                             loss=f"{float(epoch_losses[step_in_epoch]):.3f}",
-                            img_s=f"{trained_images / max(elapsed, 1e-9):.0f}", refresh=False,
+                            img_s=f"{trained_images / max(elapsed, 1e-9):.0f}",
+                            refresh=False,
                         )
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 seconds = time.perf_counter() - epoch_started
                 averaged = data_parallel.average(torch.stack(list(term_sums.values())))
                 term_sums = dict(zip(term_sums, averaged, strict=True))
-                result.history.append({
-                    "epoch": epoch,
-                    "loss": float(epoch_losses.mean()),
-                    **{f"loss_{k}": float(v) / steps_per_epoch for k, v in term_sums.items()},
-                    "lr_end": lr,
-                    "seconds": round(seconds, 3),
-                    "images_per_second": round(steps_per_epoch * batch_size / max(seconds, 1e-9), 1),
-                })
+                result.history.append(
+                    {
+                        "epoch": epoch,
+                        "loss": float(epoch_losses.mean()),
+                        **{f"loss_{k}": float(v) / steps_per_epoch for k, v in term_sums.items()},
+                        "lr_end": lr,
+                        "seconds": round(seconds, 3),
+                        "images_per_second": round(
+                            steps_per_epoch * batch_size / max(seconds, 1e-9), 1
+                        ),
+                    }
+                )
                 if data_parallel.is_primary:
-                    log.info("%s epoch %d/%d: %s", self.description, epoch + 1, p.epochs, result.history[-1])
+                    log.info(
+                        "%s epoch %d/%d: %s",
+                        self.description,
+                        epoch + 1,
+                        p.epochs,
+                        result.history[-1],
+                    )
                     self._save_resume(fingerprint, epoch + 1, model, strategy, optimizer, result)
         finally:
             bar.close()
@@ -259,7 +295,9 @@ class Trainer:
         strategy.eval()
         return result
 
-    def _check_finite(self, losses: torch.Tensor, checked: int, upto: int, epoch: int, steps_per_epoch: int) -> int:
+    def _check_finite(
+        self, losses: torch.Tensor, checked: int, upto: int, epoch: int, steps_per_epoch: int
+    ) -> int:
         window = losses[checked:upto]
         bad = torch.nonzero(~torch.isfinite(window))
         if bad.numel():
@@ -277,8 +315,12 @@ class Trainer:
         return self.resume_dir / RESUME_FILE if self.resume_dir is not None else None
 
     def _maybe_resume(
-        self, fingerprint: str, model: EmbeddingModel, strategy: CompatibilityStrategy,
-        optimizer: torch.optim.Optimizer, result: TrainingResult,
+        self,
+        fingerprint: str,
+        model: EmbeddingModel,
+        strategy: CompatibilityStrategy,
+        optimizer: torch.optim.Optimizer,
+        result: TrainingResult,
     ) -> int:
         path = self._resume_path()
         if path is None or not path.is_file():
@@ -294,12 +336,19 @@ class Trainer:
         optimizer.load_state_dict(state["optimizer"])
         result.history = json.loads(state["history"])
         result.resumed_from_epoch = int(state["epoch"])
-        log.info("resuming %s after epoch %d from %s", self.description, result.resumed_from_epoch, path)
+        log.info(
+            "resuming %s after epoch %d from %s", self.description, result.resumed_from_epoch, path
+        )
         return result.resumed_from_epoch
 
     def _save_resume(
-        self, fingerprint: str, epoch: int, model: EmbeddingModel, strategy: CompatibilityStrategy,
-        optimizer: torch.optim.Optimizer, result: TrainingResult,
+        self,
+        fingerprint: str,
+        epoch: int,
+        model: EmbeddingModel,
+        strategy: CompatibilityStrategy,
+        optimizer: torch.optim.Optimizer,
+        result: TrainingResult,
     ) -> None:
         path = self._resume_path()
         if path is None:

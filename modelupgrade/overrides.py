@@ -1,9 +1,10 @@
 """Apply a params overlay (a partial params.yaml, e.g. params/gpu-full.yaml) as DVC experiments.
 
-    python -m modelupgrade.config.overrides params/gpu-full.yaml --seeds 0 1 2
+    python -m modelupgrade.overrides params/gpu-full.yaml --seeds 0 1 2
 
 queues one ``dvc exp run`` per seed with every leaf of the overlay as a ``-S key=value`` override
-(the overlay is validated against the schema first, merged over params.yaml), then runs the queue.
+(the overlay merged over params.yaml is checked first, as ``modelupgrade.plugins.load_params``
+checks params.yaml), then runs the queue.
 ``--print`` shows the commands instead of running them.
 """
 
@@ -21,12 +22,17 @@ import yaml
 
 from modelupgrade.config import DEFAULT_PARAMS_PATH, parse_params
 from modelupgrade.errors import UserError, exit_on_user_error
+from modelupgrade.plugins import check_params
 
 
 def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in overlay.items():
-        merged[key] = merge(base[key], value) if isinstance(value, Mapping) and isinstance(base.get(key), Mapping) else value
+        merged[key] = (
+            merge(base[key], value)
+            if isinstance(value, Mapping) and isinstance(base.get(key), Mapping)
+            else value
+        )
     return merged
 
 
@@ -49,7 +55,8 @@ def read_overlay(path: Path, params_path: Path = DEFAULT_PARAMS_PATH) -> dict[st
     if not isinstance(overlay, dict):
         raise UserError(f"{path} must hold a mapping at the top level")
     base = yaml.safe_load(params_path.read_text(encoding="utf-8"))
-    parse_params(merge(base, overlay), path)  # the merged result must satisfy the schema
+    # The merged result must be a valid params.yaml: its structure and every plugin it names.
+    check_params(parse_params(merge(base, overlay), path), path)
     return overlay
 
 
@@ -63,16 +70,22 @@ def experiment_commands(overlay: Mapping[str, Any], seeds: Sequence[int]) -> lis
 
 @exit_on_user_error
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m modelupgrade.config.overrides", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m modelupgrade.overrides", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("overlay", type=Path, help="partial params file, e.g. params/gpu-full.yaml")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[], help="one queued experiment per seed")
-    parser.add_argument("--print", action="store_true", help="print the dvc commands instead of running them")
+    parser.add_argument(
+        "--seeds", type=int, nargs="*", default=[], help="one queued experiment per seed"
+    )
+    parser.add_argument(
+        "--print", action="store_true", help="print the dvc commands instead of running them"
+    )
     args = parser.parse_args(argv)
     for command in experiment_commands(read_overlay(args.overlay), args.seeds):
         if args.print:
             print(" ".join(command))
             continue
-        if subprocess.run(command).returncode != 0:
+        if subprocess.run(command, check=False).returncode != 0:
             sys.exit(1)
 
 

@@ -1,5 +1,8 @@
 """Batched training augmentation on uint8 image tensors: random resized crop and horizontal flip.
 
+Used by the training engine and, sharded over processes, by ``modelupgrade.scale.distributed``
+(which the engine imports, so this module lives outside the ``training`` package).
+
 One affine sampling grid per image, all images resampled in a single ``grid_sample`` call, so the
 hot loop has no per-sample Python. Random numbers come from a CPU generator (bit-identical streams on
 CPU and GPU, and resumable by seeding per epoch) and are moved to the images' device.
@@ -30,7 +33,9 @@ class BatchAugment:
         """Affine matrices (n, 2, 3) mapping output coordinates into the source image ([-1, 1] units)."""
         uniform = torch.rand(n, 5, generator=generator)
         area = self.crop_scale[0] + (self.crop_scale[1] - self.crop_scale[0]) * uniform[:, 0]
-        ratio = torch.exp(self.log_ratio[0] + (self.log_ratio[1] - self.log_ratio[0]) * uniform[:, 1])
+        ratio = torch.exp(
+            self.log_ratio[0] + (self.log_ratio[1] - self.log_ratio[0]) * uniform[:, 1]
+        )
         width = torch.sqrt(area * ratio).clamp(max=1.0)
         height = torch.sqrt(area / ratio).clamp(max=1.0)
         centre_x = (1.0 - width) * (2.0 * uniform[:, 2] - 1.0)
@@ -49,4 +54,6 @@ class BatchAugment:
         theta = self.crop_parameters(n, generator).to(images.device)
         grid = F.affine_grid(theta, [n, c, h, w], align_corners=False)
         x = images.float() / 255.0
-        return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        return F.grid_sample(
+            x, grid, mode="bilinear", padding_mode="reflection", align_corners=False
+        )

@@ -1,6 +1,8 @@
-"""Learning-rate schedule: linear warm-up from base·start_ratio, then cosine down to base·min_ratio.
+"""The learning-rate schedule of every trainer: the embedding models' (``modelupgrade.training``)
+and the heads' (``modelupgrade.heads.training``).
 
-Stepped per iteration (as timm's CosineLRScheduler with t_in_epochs=False in the papers' code).
+Linear warm-up from base·start_ratio, then cosine down to base·min_ratio, stepped per iteration (as
+timm's CosineLRScheduler with t_in_epochs=False in the papers' code).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ def learning_rate(
     warmup_start_ratio: float = 1e-3,
     min_ratio: float = 1e-2,
 ) -> float:
+    """The learning rate of optimiser step ``step`` (0-based) of ``total_steps``."""
     if warmup_steps > 0 and step < warmup_steps:
         start = base_lr * warmup_start_ratio
         return start + (base_lr - start) * step / warmup_steps

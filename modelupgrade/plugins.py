@@ -1,0 +1,108 @@
+"""The one loader of params.yaml: its structure, then every plugin it names, against the registries.
+
+``modelupgrade.config`` is a leaf of the library and checks structure only: a strategy or head
+``kind``, its ``options``, an ordering policy or a serving mode are plain strings and mappings
+there. This module sits above the config and every plugin family and checks each such reference:
+
+- ``strategies.<name>.kind`` is in ``STRATEGIES`` and its ``options`` fit that kind's ``Options``;
+- ``heads.<name>.kind`` is in ``HEADS`` and its ``options`` fit that kind's ``Options``;
+- ``backfill.policies`` are in ``ORDERINGS`` and ``backfill.serving_modes`` in ``SERVING_MODES``;
+- ``store.policy`` is a deployable ordering policy and ``store.serving_mode`` a serving mode.
+
+Every problem is reported, each naming its params key, in one ``ParamsError``. Front ends (stages,
+the CLI, flows, benchmarks) read params.yaml with ``load_params``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from modelupgrade.config import DEFAULT_PARAMS_PATH, Params, read_params
+from modelupgrade.config.errors import invalid_params, validation_problems
+from modelupgrade.heads import HEADS
+from modelupgrade.ordering import ORDERINGS, build_ordering
+from modelupgrade.registry_util import Registry
+from modelupgrade.serving import SERVING_MODES
+from modelupgrade.strategies import STRATEGIES
+
+__all__ = ["check_params", "load_params", "plugin_problems"]
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+    """The params file at ``path``, its structure and every plugin reference checked."""
+    return check_params(read_params(path), path)
+
+
+def check_params(params: Params, source: str | Path = DEFAULT_PARAMS_PATH) -> Params:
+    """``params`` itself if every plugin it names is registered and configured validly."""
+    problems = plugin_problems(params)
+    if problems:
+        raise invalid_params(
+            source,
+            problems,
+            hint="kinds, policies and modes are the registered names listed above; options are "
+            "the fields of the kind's Options class",
+        )
+    return params
+
+
+def plugin_problems(params: Params) -> list[str]:
+    """One line per bad plugin reference of ``params``, each starting with its params key."""
+    problems: list[str] = []
+    for name, strategy in params.strategies.items():
+        problems += _kind_problems(
+            f"strategies.{name}", STRATEGIES, strategy.kind, strategy.options
+        )
+    for name, head in params.heads.items():
+        problems += _kind_problems(f"heads.{name}", HEADS, head.kind, head.options)
+    problems += _unknown_names("backfill.policies", ORDERINGS, params.backfill.policies)
+    problems += _unknown_names(
+        "backfill.serving_modes", SERVING_MODES, params.backfill.serving_modes
+    )
+    problems += _store_policy_problems(params.store.policy)
+    problems += _unknown_names("store.serving_mode", SERVING_MODES, [params.store.serving_mode])
+    return problems
+
+
+def _unknown(key: str, registry: Registry[Any], name: str, choices: Iterable[str]) -> str:
+    return f"{key}: unknown {registry.family} {name!r} (choose one of: {', '.join(choices)})"
+
+
+def _unknown_names(key: str, registry: Registry[Any], names: Iterable[str]) -> list[str]:
+    return [
+        _unknown(key, registry, name, registry.names()) for name in names if name not in registry
+    ]
+
+
+def _kind_problems(
+    key: str, registry: Registry[Any], kind: str, options: Mapping[str, Any]
+) -> list[str]:
+    """A plugin entry's ``kind`` is registered and its ``options`` fit that kind's ``Options``."""
+    if kind not in registry:
+        return [_unknown(f"{key}.kind", registry, kind, registry.names())]
+    options_class: type[BaseModel] = registry.get(kind).Options  # type: ignore[attr-defined]
+    try:
+        options_class.model_validate(dict(options))
+    except ValidationError as err:
+        where = f"options of {registry.family} kind {kind!r}"
+        return [f"{problem} [{where}]" for problem in validation_problems(err, f"{key}.options")]
+    return []
+
+
+def _store_policy_problems(policy: str) -> list[str]:
+    # The store backfills real galleries: an upper bound that needs every new vector up front (the
+    # simulator's oracle) cannot order one.
+    deployable = [name for name in ORDERINGS.names() if build_ordering(name).deployable]
+    if policy not in ORDERINGS:
+        return [_unknown("store.policy", ORDERINGS, policy, deployable)]
+    if policy not in deployable:
+        not_deployable = (
+            f"store.policy: {ORDERINGS.family} {policy!r} is not deployable: it needs every new "
+            f"vector before the backfill starts (choose one of: {', '.join(deployable)})"
+        )
+        return [not_deployable]
+    return []

@@ -1,0 +1,210 @@
+"""The library's import structure: no import cycle, a leaf config, no torch for params.yaml, and
+no front end (stages, flows) imported by the library.
+
+The import graph counts every import statement, including those inside functions (a cycle through a
+function-level import still means two modules that cannot be understood, or imported, apart).
+``import a.b.c`` in module m runs ``a``, ``a.b`` and ``a.b.c``; packages that are ancestors of m are
+already initialising and add no edge, but ``from a.b import name`` where ``a.b`` is an ancestor of m
+does: it reads a name from a package ``__init__`` that may be mid-import.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "modelupgrade"
+FRONT_ENDS = ("stages", "flows")
+
+
+def module_paths(package_dir: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every module of the package at ``package_dir``."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(module: str, path: Path) -> Iterator[str]:
+    """Every dotted name an import statement of ``module`` asks for, anywhere in the file.
+
+    ``from x import n`` yields ``x`` and ``x.n`` (``n`` may be a submodule); relative imports are
+    resolved against ``module``.
+    """
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            yield source
+            yield from (f"{source}.{alias.name}" for alias in node.names)
+
+
+def ancestors(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """Module → the modules of the same package its imports run (the rule of the docstring)."""
+    modules = module_paths(package_dir)
+    graph: dict[str, set[str]] = {module: set() for module in modules}
+    for module, path in modules.items():
+        initialising = ancestors(module)
+        for name in imported_names(module, path):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                target = ".".join(parts[:i])
+                if target not in modules or target == module:
+                    continue
+                if target == name or target not in initialising:
+                    graph[module].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root / "pkg"
+
+
+# ----- the walker itself, on small packages whose answer is known --------------------------------
+
+
+def test_the_walker_finds_a_cycle_through_a_package_init(tmp_path: Path) -> None:
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import A\n",
+            # A submodule reading a name from its own package's __init__.
+            "pkg/a.py": "def f():\n    from pkg import B\nA = 1\n",
+            "pkg/b.py": "B = 2\n",
+        },
+    )
+    assert cycles(import_graph(package)) == [["pkg", "pkg.a"]]
+
+
+def test_the_walker_counts_function_level_and_relative_imports(tmp_path: Path) -> None:
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/x/__init__.py": "from .one import ONE\n",
+            "pkg/x/one.py": "def f():\n    from ..y import two\nONE = 1\n",
+            "pkg/y/__init__.py": "",
+            "pkg/y/two.py": "import pkg.x.one\n",
+        },
+    )
+    assert cycles(import_graph(package)) == [["pkg.x", "pkg.x.one", "pkg.y.two"]]
+
+
+def test_the_walker_lets_a_submodule_import_a_sibling_through_its_initialising_package(
+    tmp_path: Path,
+) -> None:
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
+            "pkg/a.py": "from pkg.b import B\nA = B\n",
+            "pkg/b.py": "import pkg.c\nB = 2\n",
+            "pkg/c.py": "",
+        },
+    )
+    assert cycles(import_graph(package)) == []
+
+
+# ----- the library ------------------------------------------------------------------------------
+
+
+def test_the_library_has_no_import_cycle() -> None:
+    assert cycles(import_graph(LIBRARY)) == []
+
+
+def test_the_config_imports_nothing_else_of_the_library() -> None:
+    outside = {
+        (module, name)
+        for module, path in module_paths(LIBRARY).items()
+        if module == "modelupgrade.config" or module.startswith("modelupgrade.config.")
+        for name in imported_names(module, path)
+        if name.split(".")[0] == "modelupgrade"
+        and name != "modelupgrade.config"
+        and not name.startswith("modelupgrade.config.")
+    }
+    assert outside == set()
+
+
+def test_the_library_never_imports_a_front_end() -> None:
+    front_end_imports = {
+        (module, name)
+        for module, path in module_paths(LIBRARY).items()
+        for name in imported_names(module, path)
+        if name.split(".")[0] in FRONT_ENDS
+    }
+    assert front_end_imports == set()
+
+
+@pytest.mark.parametrize("module", ["modelupgrade.config", "modelupgrade.errors"])
+def test_reading_params_does_not_import_torch(module: str) -> None:
+    # A fresh interpreter: this test process has imported torch long ago.
+    probe = (
+        f"import sys, {module}\n"
+        "from modelupgrade.config import read_params\n"
+        "read_params('params.yaml')\n"
+        "assert 'torch' not in sys.modules, 'reading params.yaml imported torch'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
