@@ -1,9 +1,9 @@
 """User-facing errors: one exception type that carries what went wrong and how to fix it.
 
 Stages and the CLI catch ``USER_ERRORS`` at the top and print them without a traceback, so that a
-person who gave bad input reads a sentence, not a stack. Besides ``UserError`` that is the config's
-``ParamsError`` (a bad params file): the config is a leaf of the library and cannot raise a
-``UserError``, so the front ends catch both alike.
+person who gave bad input reads a sentence, not a stack. ``UserError`` and the config's
+``ParamsError`` (a bad params file) are both ``HintedError``s: the config is a leaf of the library,
+so the common base lives there.
 """
 
 from __future__ import annotations
@@ -14,38 +14,27 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from modelupgrade.config.errors import ParamsError
+from modelupgrade.config.errors import HintedError
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
-class UserError(Exception):
+class UserError(HintedError):
     """An error caused by input the user controls (files, params, arguments).
 
     ``hint`` tells the user what to do about it.
     """
-
-    exit_code = 2
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self) -> str:
-        if self.hint:
-            return f"{self.message}\n  hint: {self.hint}"
-        return self.message
 
 
 class DataValidationError(UserError):
     """A data expectation failed; nothing downstream may run on this data."""
 
 
-# Bad input the user controls: reported as one error line and exit code 2, never retried.
-USER_ERRORS: tuple[type[UserError | ParamsError], ...] = (UserError, ParamsError)
+# Bad input the user controls (a bad params file is one): reported as one error line and exit code 2,
+# never retried.
+USER_ERRORS: tuple[type[HintedError], ...] = (HintedError,)
 
 
 def exit_on_user_error(func: F) -> F:

@@ -120,7 +120,7 @@ def test_backfill_follows_the_policy_order_chunk_by_chunk(tmp_path: Path) -> Non
             rtol=1e-5,
             atol=1e-6,
         )
-        assert store.status().by_space == {"gen1": 100}
+        assert store.status().items_by_space == {"gen1": 100}
 
 
 def test_chunks_computed_during_a_slow_commit_are_committed_together(
@@ -140,7 +140,7 @@ def test_chunks_computed_during_a_slow_commit_are_committed_together(
         assert [i for group in groups for i in group] == list(range(10))  # every chunk once, in order
         assert len(groups) < 10 and max(map(len, groups)) > 1
         assert [c["chunk"] for c in store.backfills.chunk_log()] == list(range(10))  # one row per chunk
-        assert store.status().by_space == {"gen1": 100}
+        assert store.status().items_by_space == {"gen1": 100}
 
 
 def test_a_group_commit_is_all_or_nothing(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_a_corrupt_image_is_logged_skipped_listed_and_served_from_the_old_space(
         store.backfills.retry_failed()
         retried = job.run()
         assert retried.status == "complete" and retried.items_written == 1 and not retried.failed
-        assert store.status().by_space == {"gen1": 40}
+        assert store.status().items_by_space == {"gen1": 40}
 
 
 # ----- serving -------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_the_store_serves_the_simulated_curve_at_every_point(tmp_path: Path, stu
         for step, cutoff in enumerate(grid.cutoffs):
             job.run(max_chunks=int(cutoff) - committed)
             committed = int(cutoff)
-            assert store.status().by_space.get("gen1", 0) == cutoff
+            assert store.status().items_by_space.get("gen1", 0) == cutoff
             hits = searcher.search(queries, k=N)
             assert all(len(set(row)) == N for row in hits.item_ids)  # every item once
             first_hit, average_precision = _scored(hits.item_ids, item_labels, q_labels)

@@ -1,8 +1,8 @@
 """The error a bad params file raises: what is wrong with it, and how to fix it.
 
-The config package is a leaf of the library (it imports nothing else of ``modelupgrade``), so it
-cannot raise ``modelupgrade.errors.UserError``; ``ParamsError`` carries the same message, hint and
-exit code, and every front end treats it as a ``UserError`` (``modelupgrade.errors.USER_ERRORS``).
+The config package is a leaf of the library (it imports nothing else of ``modelupgrade``), so the
+base of every error a person can fix, ``HintedError`` (a message, a hint, exit code 2), lives here;
+``ParamsError`` and ``modelupgrade.errors.UserError`` are its two kinds, and the front ends catch it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 
-class ParamsError(Exception):
-    """params.yaml (or an overlay of it) does not hold a valid configuration.
-
-    ``hint`` tells the user what to do about it.
-    """
+class HintedError(Exception):
+    """An error caused by input a person controls; ``hint`` tells them what to do about it."""
 
     exit_code = 2
 
@@ -30,6 +27,10 @@ class ParamsError(Exception):
         if self.hint:
             return f"{self.message}\n  hint: {self.hint}"
         return self.message
+
+
+class ParamsError(HintedError):
+    """params.yaml (or an overlay of it) does not hold a valid configuration."""
 
 
 def validation_problems(err: ValidationError, key: str = "") -> list[str]:

@@ -6,7 +6,6 @@ manifest rows written in manifest order, so equal inputs and seed give byte-iden
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -39,22 +38,45 @@ ClassRelation = Literal["same", "subset", "disjoint"]
 ImageRelation = Literal["subset", "disjoint", "identical"]
 
 
-class ScenarioSplitter(ABC):
+# What the old training set is drawn as: a fraction of each class's images, or a fraction of the
+# classes with all their images; and what the new set is: the whole pool, the rest of it, or the
+# old set itself.
+OldSet = Literal["images", "classes"]
+NewSet = Literal["everything", "the rest", "the same"]
+_OLD_SETS = {"images": image_fraction_mask, "classes": class_fraction_mask}
+_NEW_SETS = {
+    "everything": lambda old: np.ones_like(old),
+    "the rest": lambda old: ~old,
+    "the same": lambda old: old.copy(),
+}
+
+
+class ScenarioSplitter:
     """Turns the training pool into the old and the new training set of one scenario kind."""
 
     registry_name: str
-    # How the old set's classes relate to the new set's, and its images to the new set's images;
-    # the validation checks exactly these relations.
-    class_relation: ClassVar[ClassRelation]
-    image_relation: ClassVar[ImageRelation]
+    old_set: ClassVar[OldSet]
+    new_set: ClassVar[NewSet]
 
-    @abstractmethod
     def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
         """Rows of the pool in the old training set."""
+        return _OLD_SETS[self.old_set](pool, fraction, seed)
 
-    @abstractmethod
     def new_mask(self, old: np.ndarray) -> np.ndarray:
         """Rows of the pool in the new training set, given the old set's rows."""
+        return _NEW_SETS[self.new_set](old)
+
+    # How the old set's classes relate to the new set's, and its images to the new set's images;
+    # the data validation checks exactly these relations.
+    @property
+    def class_relation(self) -> ClassRelation:
+        if self.old_set == "images":
+            return "same"
+        return "disjoint" if self.new_set == "the rest" else "subset"
+
+    @property
+    def image_relation(self) -> ImageRelation:
+        return {"everything": "subset", "the rest": "disjoint", "the same": "identical"}[self.new_set]  # type: ignore[return-value]
 
 
 SPLITTERS: Registry[ScenarioSplitter] = Registry("scenario kind")
@@ -62,64 +84,37 @@ SPLITTERS: Registry[ScenarioSplitter] = Registry("scenario kind")
 
 @SPLITTERS.register("extended-data")
 class ExtendedData(ScenarioSplitter):
-    class_relation = "same"
-    image_relation = "subset"
+    """The new model trains on more images of the same classes."""
 
-    def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-        return image_fraction_mask(pool, fraction, seed)
-
-    def new_mask(self, old: np.ndarray) -> np.ndarray:
-        return np.ones_like(old)
+    old_set, new_set = "images", "everything"
 
 
 @SPLITTERS.register("open-data")
 class OpenData(ScenarioSplitter):
-    class_relation = "same"
-    image_relation = "disjoint"
+    """The new model trains on other images of the same classes."""
 
-    def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-        return image_fraction_mask(pool, fraction, seed)
-
-    def new_mask(self, old: np.ndarray) -> np.ndarray:
-        return ~old
+    old_set, new_set = "images", "the rest"
 
 
 @SPLITTERS.register("extended-class")
 class ExtendedClass(ScenarioSplitter):
-    class_relation = "subset"
-    image_relation = "subset"
+    """The new model trains on more classes, the old ones included."""
 
-    def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-        return class_fraction_mask(pool, fraction, seed)
-
-    def new_mask(self, old: np.ndarray) -> np.ndarray:
-        return np.ones_like(old)
+    old_set, new_set = "classes", "everything"
 
 
 @SPLITTERS.register("open-class")
 class OpenClass(ScenarioSplitter):
-    class_relation = "disjoint"
-    image_relation = "disjoint"
+    """The new model trains on other classes only."""
 
-    def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-        return class_fraction_mask(pool, fraction, seed)
-
-    def new_mask(self, old: np.ndarray) -> np.ndarray:
-        return ~old
+    old_set, new_set = "classes", "the rest"
 
 
 @SPLITTERS.register("identical-data")
 class IdenticalData(ScenarioSplitter):
     """Same data for both generations: the upgrade is the architecture or the objective."""
 
-    class_relation = "same"
-    image_relation = "identical"
-
-    def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-        return image_fraction_mask(pool, fraction, seed)
-
-    def new_mask(self, old: np.ndarray) -> np.ndarray:
-        return old.copy()
+    old_set, new_set = "images", "the same"
 
 
 @dataclass

@@ -175,30 +175,6 @@ def _validate(scores: np.ndarray | torch.Tensor, query_labels: np.ndarray, galle
         raise UserError("scores contain NaN or infinite values", hint="check the embeddings for NaN rows")
 
 
-def iter_rank_blocks(
-    scores: np.ndarray | torch.Tensor,
-    query_labels: np.ndarray,
-    gallery_labels: np.ndarray,
-    *,
-    leave_one_out: bool = False,
-    full_ap: bool = True,
-    ap_k: int | None = None,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
-) -> Iterator[PerQueryRanking]:
-    _validate(scores, query_labels, gallery_labels, leave_one_out)
-    nq, ng = scores.shape
-    scores_t = _as_tensor(scores)
-    device = scores_t.device
-    q_labels = _as_tensor(np.asarray(query_labels), torch.int64).to(device)
-    g_labels = _as_tensor(np.asarray(gallery_labels), torch.int64).to(device)
-    block = query_block_size(ng, memory_bytes)
-    for start in range(0, nq, block):
-        stop = min(start + block, nq)
-        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
-        yield rank_block(scores_t[start:stop], q_labels[start:stop], g_labels, self_index,
-                         full_ap=full_ap, ap_k=ap_k)
-
-
 def rank_queries(
     scores: np.ndarray | torch.Tensor,
     query_labels: np.ndarray,
@@ -210,10 +186,20 @@ def rank_queries(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> PerQueryRanking:
     """Per-query first-hit position, step AP and AP@k for a whole score matrix, in blocks."""
-    return PerQueryRanking.concatenate(list(iter_rank_blocks(
-        scores, query_labels, gallery_labels, leave_one_out=leave_one_out, full_ap=full_ap,
-        ap_k=ap_k, memory_bytes=memory_bytes,
-    )))
+    _validate(scores, query_labels, gallery_labels, leave_one_out)
+    nq, ng = scores.shape
+    scores_t = _as_tensor(scores)
+    device = scores_t.device
+    q_labels = _as_tensor(np.asarray(query_labels), torch.int64).to(device)
+    g_labels = _as_tensor(np.asarray(gallery_labels), torch.int64).to(device)
+    block = query_block_size(ng, memory_bytes)
+    blocks = []
+    for start in range(0, nq, block):
+        stop = min(start + block, nq)
+        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
+        blocks.append(rank_block(scores_t[start:stop], q_labels[start:stop], g_labels, self_index,
+                                 full_ap=full_ap, ap_k=ap_k))
+    return PerQueryRanking.concatenate(blocks)
 
 
 def cmc_from_ranking(ranking: PerQueryRanking, topk: Sequence[int] = (1, 5),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import torch
 
@@ -34,43 +32,6 @@ def _check_dims(q: torch.Tensor, g: torch.Tensor) -> None:
         )
 
 
-def iter_feature_rank_blocks(
-    query: np.ndarray | torch.Tensor,
-    gallery: np.ndarray | torch.Tensor,
-    query_labels: np.ndarray,
-    gallery_labels: np.ndarray,
-    *,
-    similarity: Similarity = "cosine",
-    leave_one_out: bool = False,
-    full_ap: bool = True,
-    ap_k: int | None = None,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype | None = None,
-) -> Iterator[PerQueryRanking]:
-    device = torch.device(device)
-    q = prepare(as_feature_tensor(query, "query features", dtype), similarity)
-    g = prepare(as_feature_tensor(gallery, "gallery features", dtype), similarity).to(device)
-    _check_dims(q, g)
-    nq, ng = len(q), len(g)
-    if len(query_labels) != nq or len(gallery_labels) != ng:
-        raise UserError(
-            f"{nq} query and {ng} gallery vectors but {len(query_labels)} query and "
-            f"{len(gallery_labels)} gallery labels",
-            hint="labels come from the split files the embeddings were computed on, in the same order",
-        )
-    if leave_one_out and nq != ng:
-        raise UserError(f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items")
-    q_labels = torch.as_tensor(np.array(query_labels, dtype=np.int64), device=device)
-    g_labels = torch.as_tensor(np.array(gallery_labels, dtype=np.int64), device=device)
-    block = query_block_size(ng, memory_bytes)
-    for start in range(0, nq, block):
-        stop = min(start + block, nq)
-        scores = score_block(q[start:stop].to(device), g, similarity)
-        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
-        yield rank_block(scores, q_labels[start:stop], g_labels, self_index, full_ap=full_ap, ap_k=ap_k)
-
-
 def rank_features(
     query: np.ndarray | torch.Tensor,
     gallery: np.ndarray | torch.Tensor,
@@ -90,8 +51,26 @@ def rank_features(
     Memory stays near ``memory_bytes`` (query block × gallery) plus the two feature matrices.
     ``dtype`` defaults to float32 (float64 inputs stay float64).
     """
-    return PerQueryRanking.concatenate(list(iter_feature_rank_blocks(
-        query, gallery, query_labels, gallery_labels, similarity=similarity,
-        leave_one_out=leave_one_out, full_ap=full_ap, ap_k=ap_k, memory_bytes=memory_bytes,
-        device=device, dtype=dtype,
-    )))
+    device = torch.device(device)
+    q = prepare(as_feature_tensor(query, "query features", dtype), similarity)
+    g = prepare(as_feature_tensor(gallery, "gallery features", dtype), similarity).to(device)
+    _check_dims(q, g)
+    nq, ng = len(q), len(g)
+    if len(query_labels) != nq or len(gallery_labels) != ng:
+        raise UserError(
+            f"{nq} query and {ng} gallery vectors but {len(query_labels)} query and "
+            f"{len(gallery_labels)} gallery labels",
+            hint="labels come from the split files the embeddings were computed on, in the same order",
+        )
+    if leave_one_out and nq != ng:
+        raise UserError(f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items")
+    q_labels = torch.as_tensor(np.array(query_labels, dtype=np.int64), device=device)
+    g_labels = torch.as_tensor(np.array(gallery_labels, dtype=np.int64), device=device)
+    block = query_block_size(ng, memory_bytes)
+    blocks = []
+    for start in range(0, nq, block):
+        stop = min(start + block, nq)
+        scores = score_block(q[start:stop].to(device), g, similarity)
+        self_index = torch.arange(start, stop, device=device) if leave_one_out else None
+        blocks.append(rank_block(scores, q_labels[start:stop], g_labels, self_index, full_ap=full_ap, ap_k=ap_k))
+    return PerQueryRanking.concatenate(blocks)

@@ -7,6 +7,7 @@ metric was not measured fails, saying so: an unverified model is not promoted si
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 from dataclasses import dataclass, field
 
 from modelupgrade.config import GateParams
@@ -99,38 +100,47 @@ class CompatibilityGate(Gate):
         )
 
 
+class UpperBoundGate(Gate):
+    """A measured number of the new generation that must not exceed a limit of ``registry.gates``."""
+
+    measured: ClassVar[str]   # the GateInputs field
+    limit: ClassVar[str]      # the GateParams field
+    missing: ClassVar[str]    # what is unmeasured when the field is None
+
+    def describe(self, value: float, passed: bool, limit: float) -> str:
+        raise NotImplementedError
+
+    def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
+        value = getattr(inputs, self.measured)
+        if value is None:
+            return _missing(self.name, self.missing)
+        limit = getattr(params, self.limit)
+        passed = value <= limit
+        return GateCheck(self.name, passed, value, limit, self.describe(value, passed, limit))
+
+
 @GATES.register("degradation")
-class DegradationGate(Gate):
+class DegradationGate(UpperBoundGate):
     """Δ↓: compatibility may cost new-to-new accuracy only up to a bound."""
 
     name = "degradation"
+    measured, limit = "degradation_pct", "max_degradation_pct"
+    missing = "Δ↓ (degradation against the independent model)"
 
-    def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
-        if inputs.degradation_pct is None:
-            return _missing(self.name, "Δ↓ (degradation against the independent model)")
-        limit = params.max_degradation_pct
-        passed = inputs.degradation_pct <= limit
-        return GateCheck(
-            self.name, passed, inputs.degradation_pct, limit,
-            f"Δ↓={inputs.degradation_pct:.2f}% {'<=' if passed else '>'} {limit:.2f}%",
-        )
+    def describe(self, value: float, passed: bool, limit: float) -> str:
+        return f"Δ↓={value:.2f}% {'<=' if passed else '>'} {limit:.2f}%"
 
 
 @GATES.register("negative_flips")
-class NegativeFlipGate(Gate):
+class NegativeFlipGate(UpperBoundGate):
     """Queries the champion answered right must rarely be answered wrong after the upgrade."""
 
     name = "negative_flips"
+    measured, limit = "negative_flip_rate", "max_negative_flip_rate"
+    missing = "the negative-flip rate against the champion"
 
-    def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
-        if inputs.negative_flip_rate is None:
-            return _missing(self.name, "the negative-flip rate against the champion")
-        limit = params.max_negative_flip_rate
-        passed = inputs.negative_flip_rate <= limit
-        return GateCheck(
-            self.name, passed, inputs.negative_flip_rate, limit,
-            f"negative flips {inputs.negative_flip_rate:.4f} {'<=' if passed else '>'} {limit:.4f}",
-        )
+    def describe(self, value: float, passed: bool, limit: float) -> str:
+        return f"negative flips {value:.4f} {'<=' if passed else '>'} {limit:.4f}"
 
 
 def evaluate_gates(inputs: GateInputs, params: GateParams) -> GateReport:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +40,7 @@ class RegistrationOutcome:
     aliases: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "model_key": self.model_key,
-            "version": self.version,
-            "gates": self.gates,
-            "failed_gates": self.failed_gates,
-            "cross_score": self.cross_score,
-            "compatible_with": self.compatible_with,
-            "aliases": self.aliases,
-        }
+        return asdict(self)
 
 
 def register_generations(

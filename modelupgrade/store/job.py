@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -169,17 +169,7 @@ class BackfillReport:
         return (self.items_written + self.items_failed) / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "backfill_id": self.backfill_id,
-            "target_space": self.target_space,
-            "status": self.status,
-            "chunks_committed": self.chunks_committed,
-            "items_written": self.items_written,
-            "items_failed": self.items_failed,
-            "seconds": self.seconds,
-            "items_per_second": self.items_per_second,
-            "failed": self.failed,
-        }
+        return {**asdict(self), "items_per_second": self.items_per_second}
 
     def describe(self) -> str:
         return json.dumps(self.as_dict(), indent=2)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from modelupgrade.store.database import Database
@@ -19,25 +19,14 @@ class StoreStatus:
     items: int
     serving_space: str | None
     spaces: dict[str, dict[str, Any]]
-    by_space: dict[str, int]
-    by_state: dict[str, int]
+    items_by_space: dict[str, int]
+    items_by_state: dict[str, int]
     backfill: dict[str, Any] | None
     score_kinds: dict[str, str] = field(default_factory=dict)
     failed: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "schema_version": self.schema_version,
-            "items": self.items,
-            "serving_space": self.serving_space,
-            "spaces": self.spaces,
-            "items_by_space": self.by_space,
-            "items_by_state": self.by_state,
-            "score_kinds": self.score_kinds,
-            "backfill": self.backfill,
-            "failed": self.failed,
-        }
+        return asdict(self)
 
     def describe(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
@@ -87,6 +76,6 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
     }
     return StoreStatus(
         path=str(database.path), schema_version=SCHEMA_VERSION, items=items, serving_space=serving,
-        spaces=described, by_space=by_space, by_state=by_state, backfill=backfill_info,
+        spaces=described, items_by_space=by_space, items_by_state=by_state, backfill=backfill_info,
         score_kinds=score_kinds, failed=[{"item_id": i, "reason": r} for i, r in failed_rows],
     )

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.config.data import DatasetParams
-from modelupgrade.data.manifest import CROP_COLUMNS
+from modelupgrade.data.manifest import CROP_COLUMNS, make_manifest
 from modelupgrade.errors import UserError
 from modelupgrade.registry_util import Registry
 
@@ -105,3 +105,21 @@ def gather_rows(arrays: dict[str, np.ndarray], frame: pd.DataFrame) -> np.ndarra
             )
         out[mask] = array[rows]
     return out
+
+
+def array_files_manifest(
+    parts: list[tuple[str, str, np.ndarray]], labels: np.ndarray, class_names: list[str], id_digits: int
+) -> pd.DataFrame:
+    """The manifest of a dataset kept as arrays in files: one row per array row.
+
+    ``parts`` lists (source split, file path, that file's labels); item ids are
+    ``<split>-<row, zero-padded to id_digits>``; ``labels`` are all labels, in parts order.
+    """
+    return make_manifest(
+        item_id=[f"{split}-{i:0{id_digits}d}" for split, _, lab in parts for i in range(len(lab))],
+        label=labels,
+        class_names=class_names,
+        source_split=np.concatenate([np.full(len(lab), split, dtype=object) for split, _, lab in parts]),
+        path=np.concatenate([np.full(len(lab), path, dtype=object) for _, path, lab in parts]),
+        index=np.concatenate([np.arange(len(lab), dtype=np.int64) for _, _, lab in parts]),
+    )

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, gather_rows
-from modelupgrade.data.manifest import make_manifest
+from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, array_files_manifest, gather_rows
 from modelupgrade.errors import UserError
 
 if TYPE_CHECKING:
@@ -90,14 +89,7 @@ class Cifar100Loader(DatasetLoader):
         all_labels = np.concatenate([p[2] for p in parts])
         if all_labels.min() < 0 or all_labels.max() >= len(names):
             raise UserError(f"CIFAR labels fall outside 0..{len(names) - 1} (the class names in meta)")
-        return make_manifest(
-            item_id=[f"{split}-{i:05d}" for split, _, lab in parts for i in range(len(lab))],
-            label=all_labels,
-            class_names=names,
-            source_split=np.concatenate([np.full(len(lab), s, dtype=object) for s, _, lab in parts]),
-            path=np.concatenate([np.full(len(lab), p, dtype=object) for _, p, lab in parts]),
-            index=np.concatenate([np.arange(len(lab), dtype=np.int64) for _, _, lab in parts]),
-        )
+        return array_files_manifest(parts, all_labels, names, id_digits=5)
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
         import torch

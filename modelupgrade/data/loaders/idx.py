@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.data.idx_format import read_idx
-from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, gather_rows
-from modelupgrade.data.manifest import class_names_for, contiguous_labels, make_manifest
+from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, array_files_manifest, gather_rows
+from modelupgrade.data.manifest import class_names_for, contiguous_labels
 from modelupgrade.errors import UserError
 
 if TYPE_CHECKING:
@@ -84,15 +84,7 @@ class IdxLoader(DatasetLoader):
             parts.append((split, images_file.name, labels.astype(np.int64)))
         keys, key_names = contiguous_labels(np.concatenate([p[2] for p in parts]))
         names = class_names_for(self.params.name, self.params.class_names, key_names)
-        width = len(str(max(len(p[2]) for p in parts)))
-        return make_manifest(
-            item_id=[f"{split}-{i:0{width}d}" for split, _, lab in parts for i in range(len(lab))],
-            label=keys,
-            class_names=names,
-            source_split=np.concatenate([np.full(len(lab), split, dtype=object) for split, _, lab in parts]),
-            path=np.concatenate([np.full(len(lab), name, dtype=object) for _, name, lab in parts]),
-            index=np.concatenate([np.arange(len(lab), dtype=np.int64) for _, _, lab in parts]),
-        )
+        return array_files_manifest(parts, keys, names, id_digits=len(str(max(len(p[2]) for p in parts))))
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
         import torch
