@@ -60,7 +60,7 @@ ui: install
 
 # The full-size study: params/gpu-full.yaml applied over params.yaml as one DVC experiment.
 gpu-study: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m modelupgrade.overrides params/gpu-full.yaml --seeds 0 1 2
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 
 benchmarks: install
 	for b in train_throughput eval_throughput adapter_throughput backfill_curve backfill_job; do \

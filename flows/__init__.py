@@ -1,4 +1,4 @@
-"""Prefect flows that sequence the stages' ``run(...)`` functions (never shelling out to DVC).
+"""Prefect flows that sequence the commands of ``modelupgrade.commands`` (never shelling out to DVC).
 
 ``upgrade`` (one upgrade cycle), ``lineage`` (upgrades back to back, then the compatibility matrix),
 ``backfill`` (keep the gallery store on the champion) and ``train-generation`` (the cycle's GPU

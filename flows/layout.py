@@ -1,7 +1,7 @@
 """Where the flows keep their files, and the settings one flow run works with.
 
-The work directory mirrors the DVC pipeline's sequential layout, so the stage functions find their
-inputs under the names they expect::
+The work directory mirrors the DVC pipeline's sequential layout, so the commands find their inputs
+under the names they expect::
 
     <work>/data/manifests/<dataset>.parquet       prepare
     <work>/data/splits/sequential/                split: gen0.parquet, gen1.parquet, ..., query, gallery
@@ -29,10 +29,10 @@ from pydantic import ValidationError
 
 from modelupgrade.config import Params, SequentialParams
 from modelupgrade.errors import UserError
+from modelupgrade.layout import OLD_MODEL, SEQUENTIAL
 from modelupgrade.plugins import load_params
 
-SEQUENTIAL = "sequential"
-FIRST_GENERATION_KEY = "gen0"
+FIRST_GENERATION_KEY = OLD_MODEL
 
 
 @dataclass(frozen=True)

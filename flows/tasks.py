@@ -1,5 +1,6 @@
-"""The flows' Prefect tasks: each runs one stage's ``run(...)`` (what ``dvc repro`` runs) or reads the
-registry, and passes file paths and small JSON records between tasks, never arrays or models.
+"""The flows' Prefect tasks: each runs one command of ``modelupgrade.commands`` (what ``dvc repro``
+runs) or reads the registry, and passes file paths and small JSON records between tasks, never
+arrays or models.
 
 Every task takes the params file and the work directory and rebuilds its settings from them, so a
 task's inputs stay a few short strings: nothing big is hashed or serialised by Prefect, and caching
@@ -47,21 +48,21 @@ def with_retries(stage: Task, params: Params) -> Task:
 
 @stage_task("prepare")
 def prepare_manifest(params_path: str, work_dir: str) -> str:
-    import stages.prepare
+    from modelupgrade.commands.data import prepare
 
     settings = load_settings(params_path, work_dir)
-    stages.prepare.run(settings.params_path, settings.work.manifest)
+    prepare(settings.params, settings.work.manifest)
     return str(settings.work.manifest)
 
 
 @stage_task("split")
 def split_snapshots(params_path: str, work_dir: str) -> str:
     """The planned growing snapshots and the evaluation splits, proposed until validated."""
-    import stages.split
+    from modelupgrade.commands.data import split
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
-    stages.split.run(settings.params_path, work.manifest, work.proposed_splits, sequential=True)
+    split(settings.params, work.manifest, work.proposed_splits, sequential=True)
     return str(work.proposed_splits)
 
 
@@ -89,11 +90,11 @@ def add_snapshot(params_path: str, work_dir: str, base: str, generation: int, sn
 @stage_task("validate")
 def validate_data(params_path: str, work_dir: str) -> str:
     """Great Expectations over the manifest and the proposed split files; raises on a failed one."""
-    import stages.validate
+    from modelupgrade.commands.data import validate
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
-    stages.validate.run(settings.params_path, work.manifest, [work.proposed_splits], work.proposed_validation)
+    validate(settings.params, work.manifest, [work.proposed_splits], out_dir=work.proposed_validation)
     return str(work.proposed_validation)
 
 
@@ -173,46 +174,47 @@ def read_chain(params_path: str, work_dir: str) -> dict[str, Any]:
 @stage_task("train")
 def train_model(params_path: str, work_dir: str, generation: int, strategy: str) -> str:
     """Train ``strategy``'s model of ``generation`` on its snapshot against the chain's previous
-    generation, then embed the evaluation splits with it (as the train stage's --embed-split does)."""
-    import stages.embed
-    import stages.train
+    generation, then embed the evaluation splits with it (the train stage's --embed-split)."""
+    from modelupgrade.commands.training import train
+    from modelupgrade.layout import EVALUATION_SPLITS, SEQUENTIAL, StudyLayout
+    from modelupgrade.training.generation import DEFAULT_ARCHITECTURE
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
     out = work.model(strategy, generation)
-    stages.train.run(
-        settings.params, out, generation,
+    evaluation = [StudyLayout(work.root).split_file(SEQUENTIAL, s) for s in EVALUATION_SPLITS]
+    train(
+        settings.params, generation=generation,
         strategy=strategy if generation > 0 else None,
         old=work.model(settings.strategy, generation - 1) if generation > 0 else None,
-        split=work.snapshot(generation), architecture="default", progress=False,
+        split=work.snapshot(generation), architecture=DEFAULT_ARCHITECTURE, out=out, progress=False,
+        embed_split=evaluation, embed_dir=work.embeddings(strategy, generation),
     )
-    stages.embed.run(settings.params, out, [work.splits / "query.parquet", work.splits / "gallery.parquet"],
-                     out_dir=work.embeddings(strategy, generation))
     return str(out)
 
 
 @stage_task("embed-snapshot")
 def embed_snapshot(params_path: str, work_dir: str, model_generation: int, snapshot_generation: int) -> str:
     """One chain model's embeddings of a training snapshot (what a head trains on)."""
-    import stages.embed
+    from modelupgrade.commands.training import embed
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
     out = work.snapshot_embeddings(settings.strategy, model_generation, snapshot_generation)
-    stages.embed.run(settings.params, work.model(settings.strategy, model_generation),
-                     [work.snapshot(snapshot_generation)], out=out)
+    embed(settings.params, work.model(settings.strategy, model_generation),
+          split=[work.snapshot(snapshot_generation)], out=out)
     return str(out)
 
 
 @stage_task("train-head")
 def train_head(params_path: str, work_dir: str, generation: int, head: str) -> str:
     """Head ``head`` between the chain's generations ``generation - 1`` and ``generation``."""
-    import stages.train_heads
+    from modelupgrade.commands.heads import train_heads
 
     settings = load_settings(params_path, work_dir)
     work, strategy = settings.work, settings.strategy
     out = work.heads(strategy, generation) / head
-    stages.train_heads.run(
+    train_heads(
         settings.params, head,
         old_embeddings=work.snapshot_embeddings(strategy, generation - 1, generation),
         new_embeddings=work.snapshot_embeddings(strategy, generation, generation),
@@ -228,13 +230,14 @@ def train_head(params_path: str, work_dir: str, generation: int, head: str) -> s
 @stage_task("evaluate")
 def evaluate_chain(params_path: str, work_dir: str, generations: int) -> str:
     """The compatibility matrix of the chain (and of the oracle chain, for Δ↓)."""
-    import stages.evaluate
+    from modelupgrade.commands.evaluation import evaluate
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
-    stages.evaluate.run(
-        settings.stage_params(generations), SEQUENTIAL, work.embeddings_root, work.splits_root,
-        work.heads_root, work.metrics_root, work.plots_root, strategies=settings.evaluated_strategies,
+    evaluate(
+        settings.stage_params(generations), SEQUENTIAL, embeddings_root=work.embeddings_root,
+        splits_root=work.splits_root, heads_root=work.heads_root, metrics_root=work.metrics_root,
+        plots_root=work.plots_root, strategies=settings.evaluated_strategies,
     )
     return str(work.metrics(settings.strategy) / "summary.json")
 
@@ -272,14 +275,14 @@ def _self_scores(table: Any, metric: str) -> dict[str, float]:
 
 @stage_task("register")
 def register_chain(params_path: str, work_dir: str, generations: int, gate_metrics: str | None) -> dict[str, Any]:
-    """Register the chain's generations (the new one gated against champion) with the register stage."""
-    import stages.register
+    """Register the chain's generations (the new one gated against champion) as the register stage does."""
+    from modelupgrade.commands.registry import register
 
     settings = load_settings(params_path, work_dir)
     work = settings.work
-    return stages.register.run(
+    return register(
         settings.stage_params(generations), SEQUENTIAL, work.registration(generations - 1),
-        models_dir=work.models_root, heads_dir=work.heads_root, splits_dir=work.splits_root,
-        metrics_dir=work.metrics_root / SEQUENTIAL,
+        models_root=work.models_root, heads_root=work.heads_root, splits_root=work.splits_root,
+        metrics_root=work.metrics_root,
         gate_metrics=Path(gate_metrics) if gate_metrics else None,
-    )
+    ).summary

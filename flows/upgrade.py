@@ -9,8 +9,9 @@ validate stage); trains the next generation with ``flows.strategy`` and ``flows.
 which holds the new model's queries against the champion's gallery; registers the new version with
 the register stage, which gates it against the champion and makes it ``candidate`` when it passes;
 publishes the cycle's report (markdown) and metrics (table) as artifacts. The first cycle of an
-empty registry trains gen0, which becomes champion. Every step is a stage ``run(...)`` that
-``dvc repro`` also runs; files are in the work directory (see ``flows.layout``).
+empty registry trains gen0, which becomes champion. Every step is a command of
+``modelupgrade.commands`` that ``dvc repro`` also runs; files are in the work directory (see
+``flows.layout``).
 """
 
 from __future__ import annotations

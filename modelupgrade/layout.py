@@ -4,18 +4,21 @@
 so each can pick up what another left. The flows use it under their work directory
 (``StudyLayout(root=work_dir)``); the pipeline uses the project root::
 
-    data/manifests/<dataset>.parquet          the dataset's manifest
-    data/splits/<scenario>/<split>.parquet    old_train, new_train, query, gallery (gen<i> for sequential)
-    data/validation/                          Great Expectations reports
-    models/<scenario>/<model>/                gen0, gen1-<strategy>; sequential: gen0, <strategy>/gen<i>
-    embeddings/<scenario>/<model>/<split>.npy the same model names; <split>_logits.npy beside them
-    heads/<scenario>/<head>-<strategy>/       a head between gen0 and gen1-<strategy>
-    embeddings/<scenario>/<head>-<strategy>/  that head's outputs on the evaluation splits
-    metrics/<scenario>/[<strategy>/]          evaluation and backfill tables (per strategy: sequential)
-    plots/<scenario>/[<strategy>/]            their figures
-    registry/<scenario>.json                  what the register stage did
-    reports/study/                            the report
-    stores/demo/                              the demo gallery store
+    data/manifests/<dataset>.parquet        the dataset's manifest
+    data/splits/<scenario>/<split>.parquet  old_train, new_train, query, gallery; gen<i>
+    data/validation/                        Great Expectations reports
+    models/<scenario>/<model>/              gen0, gen1-<strategy>; sequential: <strategy>/gen<i>
+    embeddings/<scenario>/<model>/          <split>.npy of the same models, <split>_logits.npy
+    heads/<scenario>/<head>-<strategy>/     a head between gen0 and gen1-<strategy>
+    embeddings/<scenario>/<head>-<strategy>/ that head's outputs on the evaluation splits
+    metrics/<scenario>/[<strategy>/]        evaluation and backfill tables
+    plots/<scenario>/[<strategy>/]          their figures
+    registry/<scenario>.json                what the register stage did
+    reports/study/                          the report
+    stores/demo/                            the demo gallery store
+
+Each tree of the study (splits, models, embeddings, heads, metrics, plots) may live elsewhere than
+under ``root``, e.g. ``modelupgrade evaluate --metrics-root``: ``StudyLayout(metrics_root=...)``.
 """
 
 from __future__ import annotations
@@ -25,18 +28,30 @@ from pathlib import Path
 
 SEQUENTIAL = "sequential"
 OLD_MODEL = "gen0"
-EVALUATION_SPLITS = ("query", "gallery")
+QUERY_SPLIT = "query"
+GALLERY_SPLIT = "gallery"
+EVALUATION_SPLITS = (QUERY_SPLIT, GALLERY_SPLIT)
 OLD_TRAIN_SPLIT = "old_train"
 NEW_TRAIN_SPLIT = "new_train"
 
 # File names inside the directories above.
 LOGITS_SUFFIX = "_logits"
-CROSS_MODEL = "cross_model"              # .parquet, .csv, .json
-SUMMARY = "summary"                      # .json, .csv
-BACKFILL_CURVES = "backfill_curves"      # .parquet, .csv (metrics); .png (plots)
+CROSS_MODEL = "cross_model"  # .parquet, .csv, .json
+SUMMARY = "summary"  # .json, .csv
+BACKFILL_CURVES = "backfill_curves"  # .parquet, .csv (metrics); .png (plots)
 BACKFILL_SUMMARY_FILE = "backfill_summary.json"
 BACKFILL_PLOTS_DIR = "backfill_plots"
 HEATMAP_FILE = "cross_model_heatmap.png"
+# A head's outputs beside its transformed query.npy / gallery.npy: FastFill's σ² per gallery item,
+# and Seo et al.'s learnt new embedding ρ of the queries and of the gallery.
+SIGMA2_FILE = "gallery_sigma2.npy"
+RHO_QUERY_FILE = "rho_query.npy"
+RHO_GALLERY_FILE = "rho_gallery.npy"
+
+
+def embedding_file_name(split: str) -> str:
+    """The file of a split's embeddings (or a head's outputs) in its directory: ``gallery.npy``."""
+    return f"{split}.npy"
 
 
 def model_name(generation: int, strategy: str | None = None) -> str:
@@ -54,20 +69,55 @@ def snapshot_split(generation: int) -> str:
     return f"gen{generation}"
 
 
-@dataclass(frozen=True)
-class StudyLayout:
-    root: Path = Path(".")
+def chain_model_name(strategy: str, generation: int) -> str:
+    """A sequential chain's own model of a generation: ``bct/gen2`` (``bct/gen0`` unshared)."""
+    return f"{strategy}/{snapshot_split(generation)}"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+
+def training_split(generation: int) -> str:
+    """The split a two-model scenario's generation trains on: old_train for gen0, else new_train."""
+    return OLD_TRAIN_SPLIT if generation == 0 else NEW_TRAIN_SPLIT
+
+
+@dataclass(frozen=True, init=False)
+class StudyLayout:
+    """The study's paths under ``root``; a tree given explicitly replaces its default place."""
+
+    root: Path
+    splits_root: Path
+    models_root: Path
+    embeddings_root: Path
+    heads_root: Path
+    metrics_root: Path
+    plots_root: Path
+
+    def __init__(
+        self,
+        root: str | Path = ".",
+        *,
+        splits_root: str | Path | None = None,
+        models_root: str | Path | None = None,
+        embeddings_root: str | Path | None = None,
+        heads_root: str | Path | None = None,
+        metrics_root: str | Path | None = None,
+        plots_root: str | Path | None = None,
+    ) -> None:
+        base = Path(root)
+        trees = {
+            "splits_root": (splits_root, base / "data" / "splits"),
+            "models_root": (models_root, base / "models"),
+            "embeddings_root": (embeddings_root, base / "embeddings"),
+            "heads_root": (heads_root, base / "heads"),
+            "metrics_root": (metrics_root, base / "metrics"),
+            "plots_root": (plots_root, base / "plots"),
+        }
+        object.__setattr__(self, "root", base)
+        for name, (given, default) in trees.items():
+            object.__setattr__(self, name, default if given is None else Path(given))
 
     # ----- data -----------------------------------------------------------------------------
     def manifest(self, dataset: str) -> Path:
         return self.root / "data" / "manifests" / f"{dataset}.parquet"
-
-    @property
-    def splits_root(self) -> Path:
-        return self.root / "data" / "splits"
 
     def splits(self, scenario: str) -> Path:
         return self.splits_root / scenario
@@ -80,57 +130,43 @@ class StudyLayout:
         return self.root / "data" / "validation"
 
     # ----- models and embeddings ------------------------------------------------------------
-    @property
-    def models_root(self) -> Path:
-        return self.root / "models"
-
     def model(self, scenario: str, name: str) -> Path:
         return self.models_root / scenario / name
 
     def sequential_model_name(self, strategy: str, generation: int) -> str:
         """``gen0`` (shared by every chain) or ``<strategy>/gen<i>``."""
-        return OLD_MODEL if generation == 0 else f"{strategy}/{snapshot_split(generation)}"
-
-    @property
-    def embeddings_root(self) -> Path:
-        return self.root / "embeddings"
+        return OLD_MODEL if generation == 0 else chain_model_name(strategy, generation)
 
     def embeddings(self, scenario: str, name: str) -> Path:
         return self.embeddings_root / scenario / name
 
     def embedding_file(self, scenario: str, name: str, split: str) -> Path:
-        return self.embeddings(scenario, name) / f"{split}.npy"
+        return self.embeddings(scenario, name) / embedding_file_name(split)
 
     def logits_file(self, scenario: str, name: str, split: str) -> Path:
-        return self.embeddings(scenario, name) / f"{split}{LOGITS_SUFFIX}.npy"
+        return logits_beside(self.embedding_file(scenario, name, split))
 
     # ----- heads ------------------------------------------------------------------------------
-    @property
-    def heads_root(self) -> Path:
-        return self.root / "heads"
+    def heads(self, scenario: str) -> Path:
+        return self.heads_root / scenario
 
     def head(self, scenario: str, name: str) -> Path:
-        return self.heads_root / scenario / name
+        return self.heads(scenario) / name
 
     def head_outputs(self, scenario: str, name: str) -> Path:
         return self.embeddings(scenario, name)
 
     # ----- results ----------------------------------------------------------------------------
-    @property
-    def metrics_root(self) -> Path:
-        return self.root / "metrics"
-
     def metrics(self, scenario: str, strategy: str | None = None) -> Path:
         base = self.metrics_root / scenario
         return base if strategy is None else base / strategy
 
-    @property
-    def plots_root(self) -> Path:
-        return self.root / "plots"
-
     def plots(self, scenario: str, strategy: str | None = None) -> Path:
         base = self.plots_root / scenario
         return base if strategy is None else base / strategy
+
+    def heatmap(self, scenario: str, strategy: str | None = None) -> Path:
+        return self.plots(scenario, strategy) / HEATMAP_FILE
 
     def registration(self, scenario: str) -> Path:
         return self.root / "registry" / f"{scenario}.json"
@@ -142,3 +178,8 @@ class StudyLayout:
     @property
     def demo_store(self) -> Path:
         return self.root / "stores" / "demo"
+
+
+def logits_beside(embeddings: Path) -> Path:
+    """The classifier logits beside an embedding file: ``gallery.npy`` → ``gallery_logits.npy``."""
+    return embeddings.with_name(f"{embeddings.stem}{LOGITS_SUFFIX}.npy")

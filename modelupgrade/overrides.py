@@ -1,19 +1,15 @@
-"""Apply a params overlay (a partial params.yaml, e.g. params/gpu-full.yaml) as DVC experiments.
+"""A params overlay (a partial params.yaml, e.g. params/gpu-full.yaml) as DVC experiments.
 
-    python -m modelupgrade.overrides params/gpu-full.yaml --seeds 0 1 2
+    modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 
 queues one ``dvc exp run`` per seed with every leaf of the overlay as a ``-S key=value`` override
 (the overlay merged over params.yaml is checked first, as ``modelupgrade.plugins.load_params``
-checks params.yaml), then runs the queue.
-``--print`` shows the commands instead of running them.
+checks params.yaml), then runs the queue (``modelupgrade.commands.experiments``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +17,7 @@ from typing import Any
 import yaml
 
 from modelupgrade.config import DEFAULT_PARAMS_PATH, parse_params
-from modelupgrade.errors import UserError, exit_on_user_error
+from modelupgrade.errors import UserError
 from modelupgrade.plugins import check_params
 
 
@@ -66,28 +62,3 @@ def experiment_commands(overlay: Mapping[str, Any], seeds: Sequence[int]) -> lis
         return [["dvc", "exp", "run", *arguments]]
     queued = [["dvc", "exp", "run", "--queue", *arguments, "-S", f"seed={seed}"] for seed in seeds]
     return [*queued, ["dvc", "queue", "start"]]
-
-
-@exit_on_user_error
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m modelupgrade.overrides", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("overlay", type=Path, help="partial params file, e.g. params/gpu-full.yaml")
-    parser.add_argument(
-        "--seeds", type=int, nargs="*", default=[], help="one queued experiment per seed"
-    )
-    parser.add_argument(
-        "--print", action="store_true", help="print the dvc commands instead of running them"
-    )
-    args = parser.parse_args(argv)
-    for command in experiment_commands(read_overlay(args.overlay), args.seeds):
-        if args.print:
-            print(" ".join(command))
-            continue
-        if subprocess.run(command, check=False).returncode != 0:
-            sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,6 +6,7 @@ The ordering policies and serving modes themselves are tested in tests/test_orde
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -86,7 +87,7 @@ def test_conditions_checker():
 
 
 def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
-    from stages import simulate_backfill
+    from modelupgrade.commands.backfill import simulate_backfill
 
     rng = np.random.default_rng(4)
     monkeypatch.chdir(tmp_path)
@@ -114,11 +115,11 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
         "backfill": {"points": 5, "policies": ["random", "fastfill-uncertainty", "old-confidence", "oracle"],
                      "serving_modes": ["mixed", "rank-merge", "rank-merge-rqt"]},
     })
-    summary = simulate_backfill.run(
-        params, "sc", old, {"bct": new, "fastfill": new},
-        {"fastfill": {"forward_gallery": str(tmp_path / "forward.npy"), "sigma2": str(tmp_path / "sigma2.npy")}},
-        old_logits=str(tmp_path / "logits.npy"),
-    )
+    summary = simulate_backfill(
+        params, "sc", old=Path(old), variant=[f"bct={new}", f"fastfill={new}"],
+        array=[f"fastfill:forward_gallery={tmp_path / 'forward.npy'}", f"fastfill:sigma2={tmp_path / 'sigma2.npy'}"],
+        old_logits=tmp_path / "logits.npy",
+    ).summary
     tidy = pd.read_parquet(tmp_path / "metrics/sc/backfill_curves.parquet")
     assert {"strategy", "policy", "mode", "t", "top1", "top5", "mAP", "nfr"} <= set(tidy.columns)
     combos = set(map(tuple, tidy[["strategy", "policy", "mode"]].drop_duplicates().to_numpy()))
@@ -138,10 +139,11 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
 
 
 def test_stage_cli_reports_bad_input(tmp_path, capsys):
+    from modelupgrade.backfill.study import parse_pairs
     from stages import simulate_backfill
 
     with pytest.raises(SystemExit):
         simulate_backfill.main(["--params", str(tmp_path / "missing.yaml"), "--scenario", "x", "--old", "y"])
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(UserError, match="NAME=VALUE"):
-        simulate_backfill.parse_pairs(["bct"], "variant")
+        parse_pairs(["bct"], "variant")

@@ -1,30 +1,38 @@
 """The ``modelupgrade`` command: every option explained, the study on tiny data without DVC (the
-same files as the stages write), and bad input answered with a clear message and exit code 2."""
+same files as the stages write), bad input answered with a clear message and exit code 2, and the
+parser every command line is derived from (``modelupgrade.cli.arguments``)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 import pytest
 import torch
-import typer
 import yaml
-from typer.testing import CliRunner
 
-from modelupgrade.cli import app
-from modelupgrade.config import parse_params
+from modelupgrade.cli import COMMANDS, command_summary, load_command, main
+from modelupgrade.cli.arguments import command_parser, parse_command, run_command
+from modelupgrade.config import Params, parse_params
 
 WORKFLOW = ("train", "embed", "evaluate", "simulate-backfill")
-PIXELS = torch.randint(0, 256, (80, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+PIXELS = torch.randint(
+    0, 256, (80, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+)
 PARAMS = {
     "seed": 7,
     "device": "cpu",
     "scenarios": {"toy": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
     "architectures": {
-        "default": {"backbone": "resnet10t", "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
-                    "cifar_stem": False, "embedding_dim": 8},
+        "default": {
+            "backbone": "resnet10t",
+            "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
+            "cifar_stem": False,
+            "embedding_dim": 8,
+        },
     },
     "training": {"epochs": 1, "batch_size": 16},
     "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
@@ -33,94 +41,273 @@ PARAMS = {
 }
 
 
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
+@pytest.fixture(autouse=True)
+def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only warnings on stderr, so that what a command prints there is its error alone."""
+    monkeypatch.setenv("MODELUPGRADE_LOG_LEVEL", "WARNING")
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """params.yaml and a scenario's split files in the pipeline's layout; images come from PIXELS."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("modelupgrade.data.load_images",
-                        lambda frame, dataset: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())])
+    monkeypatch.setattr(
+        "modelupgrade.data.load_images",
+        lambda frame, dataset: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())],
+    )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     root = tmp_path / "data/splits/toy"
     root.mkdir(parents=True)
-    for name, rows in (("old_train", range(0, 32)), ("new_train", range(0, 64)), ("query", range(64, 72)),
-                       ("gallery", range(72, 80))):
-        pd.DataFrame({
-            "item_id": [f"i{r}" for r in rows], "label": [r % 4 for r in rows], "class_name": [f"c{r % 4}" for r in rows],
-            "source_split": "train", "path": "x.idx", "index": list(rows),
-        }).to_parquet(root / f"{name}.parquet")
+    for name, rows in (
+        ("old_train", range(32)),
+        ("new_train", range(64)),
+        ("query", range(64, 72)),
+        ("gallery", range(72, 80)),
+    ):
+        pd.DataFrame(
+            {
+                "item_id": [f"i{r}" for r in rows],
+                "label": [r % 4 for r in rows],
+                "class_name": [f"c{r % 4}" for r in rows],
+                "source_split": "train",
+                "path": "x.idx",
+                "index": list(rows),
+            }
+        ).to_parquet(root / f"{name}.parquet")
     return tmp_path
 
 
-def invoke(runner: CliRunner, *args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
+def invoke(capsys: pytest.CaptureFixture, *args: str) -> str:
+    """``modelupgrade ARGS``: its standard output; it must succeed (``--help`` exits 0)."""
+    try:
+        main(list(args))
+    except SystemExit as done:
+        assert done.code == 0, capsys.readouterr().err
+    return capsys.readouterr().out
 
 
-def test_help_lists_the_commands_and_explains_every_option(runner: CliRunner) -> None:
-    listing = invoke(runner, "--help")
-    for name in (*WORKFLOW, "store-ingest", "backfill", "search", "serve", "promote", "lineage"):
+def test_help_lists_the_commands_and_explains_every_option(capsys: pytest.CaptureFixture) -> None:
+    listing = invoke(capsys, "--help")
+    for name in (
+        *WORKFLOW,
+        "store-ingest",
+        "backfill",
+        "search",
+        "serve",
+        "store-status",
+        "promote",
+        "lineage",
+    ):
         assert name in listing
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     for name in WORKFLOW:
-        assert commands[name].help, f"{name} has no description"
-        unexplained = [p.name for p in commands[name].params if not getattr(p, "help", None)]
+        parser = command_parser(load_command(name))
+        assert parser.description, f"{name} has no description"
+        unexplained = [a.dest for a in parser._actions if not a.help]
         assert not unexplained, f"{name}: options without help: {unexplained}"
-        assert "--params" in invoke(runner, name, "--help")
-    assert "[default: params.yaml]" in invoke(runner, "evaluate", "--help")
+        assert "--params" in invoke(capsys, name, "--help")
+    assert "(default: params.yaml)" in invoke(capsys, "evaluate", "--help")
 
 
-def test_the_study_without_dvc_writes_what_the_stages_write(runner: CliRunner, project: Path) -> None:
-    from stages import evaluate
+def test_the_parser_lists_every_command_with_its_summary(capsys: pytest.CaptureFixture) -> None:
+    listing = invoke(capsys, "--help")
+    for name in COMMANDS:
+        summary = command_summary(name)
+        assert summary and summary == load_command(name).__doc__.split("\n")[0]
+        assert f"    {name}" in listing and summary.split()[0] in listing
+    with pytest.raises(SystemExit) as no_command:
+        main([])
+    assert no_command.value.code == 2
+    with pytest.raises(SystemExit) as unknown:
+        main(["nope"])
+    assert unknown.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
 
-    trained = invoke(runner, "train", "--scenario", "toy", "--no-progress")
+
+def test_the_study_without_dvc_writes_what_the_stages_write(
+    capsys: pytest.CaptureFixture, project: Path
+) -> None:
+    from modelupgrade.commands.evaluation import evaluate
+
+    trained = invoke(capsys, "train", "--scenario", "toy", "--no-progress")
     assert "trained models/toy/gen0" in trained and "final_loss" in trained
     for strategy in ("independent", "bct"):
-        invoke(runner, "train", "--scenario", "toy", "--generation", "1", "--strategy", strategy, "--no-progress")
+        invoke(
+            capsys,
+            "train",
+            "--scenario",
+            "toy",
+            "--generation",
+            "1",
+            "--strategy",
+            strategy,
+            "--no-progress",
+        )
     card = json.loads((project / "models/toy/gen1-bct/card.json").read_text())
     assert card["parent"]["path"] == "models/toy/gen0"  # the default --old of generation 1
     assert card["data"]["split"] == "data/splits/toy/new_train.parquet" and card["seed"] == 8
 
     for model in ("gen0", "gen1-independent", "gen1-bct"):
-        written = invoke(runner, "embed", "--scenario", "toy", "--model", f"models/toy/{model}")
+        written = invoke(capsys, "embed", "--scenario", "toy", "--model", f"models/toy/{model}")
         assert f"embeddings/toy/{model}/gallery.npy" in written
     assert (project / "embeddings/toy/gen1-bct/query.npy").is_file()
 
-    evaluated = invoke(runner, "evaluate", "--scenario", "toy")
+    evaluated = invoke(capsys, "evaluate", "--scenario", "toy")
     assert "bct.backward.mAP" in evaluated and "bct.delta_down_pct" in evaluated
     params = parse_params(PARAMS)
-    evaluate.run(params, "toy", metrics_root="stage-metrics", plots_root="stage-plots")
+    evaluate(params, "toy", metrics_root=Path("stage-metrics"), plots_root=Path("stage-plots"))
     for name in ("summary.json", "cross_model.csv"):
-        assert (project / "metrics/toy" / name).read_bytes() == (project / "stage-metrics/toy" / name).read_bytes()
+        assert (project / "metrics/toy" / name).read_bytes() == (
+            project / "stage-metrics/toy" / name
+        ).read_bytes()
 
-    simulated = invoke(runner, "simulate-backfill", "--scenario", "toy")
+    simulated = invoke(capsys, "simulate-backfill", "--scenario", "toy")
     assert "bct.random.mixed.auc_trapezoid.mAP" in simulated
     summary = json.loads((project / "metrics/toy/backfill_summary.json").read_text())
     assert {c["strategy"] for c in summary["curves"]} == {"independent", "bct"}
     assert (project / "plots/toy/backfill_curves.png").is_file()
 
-    explicit = invoke(runner, "simulate-backfill", "--scenario", "toy", "--old", "embeddings/toy/gen0",
-                      "--variant", "bct=embeddings/toy/gen1-bct", "--metrics-dir", "explicit")
+    explicit = invoke(
+        capsys,
+        "simulate-backfill",
+        "--scenario",
+        "toy",
+        "--old",
+        "embeddings/toy/gen0",
+        "--variant",
+        "bct=embeddings/toy/gen1-bct",
+        "--metrics-dir",
+        "explicit",
+    )
     assert "1 backfill curves written to explicit" in explicit
+    as_json = json.loads(
+        invoke(capsys, "embed", "--scenario", "toy", "--model", "models/toy/gen0", "--json")
+    )
+    assert as_json == ["embeddings/toy/gen0/query.npy", "embeddings/toy/gen0/gallery.npy"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("train", "--scenario", "toy", "--generation", "1", "--strategy", "nope"), "unknown strategy 'nope'"),
-    (("train", "--split", "data/splits/toy/old_train.parquet"), "--out is required without --scenario"),
-    (("embed", "--model", "models/toy/gen0"), "say what to embed"),
-    (("evaluate", "--scenario", "nope"), "unknown scenario 'nope'"),
-    (("evaluate", "--scenario", "toy"), "run the embed stage first"),
-    (("simulate-backfill", "--scenario", "toy", "--old", "o", "--variant", "bct"), "is not NAME=VALUE"),
-    (("evaluate", "--scenario", "toy", "--params", "missing.yaml"), "missing.yaml"),
-])
-def test_bad_input_exits_2_with_a_clear_message(runner: CliRunner, project: Path, args: tuple[str, ...],
-                                                message: str) -> None:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: ") and message in result.stderr
-    assert "Traceback" not in result.output
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("train", "--scenario", "toy", "--generation", "1", "--strategy", "nope"),
+            "unknown strategy 'nope'",
+        ),
+        (
+            ("train", "--split", "data/splits/toy/old_train.parquet"),
+            "--out is required without --scenario",
+        ),
+        (("embed", "--model", "models/toy/gen0"), "say what to embed"),
+        (("evaluate", "--scenario", "nope"), "unknown scenario 'nope'"),
+        (("evaluate", "--scenario", "toy"), "run the embed stage first"),
+        (
+            ("simulate-backfill", "--scenario", "toy", "--old", "o", "--variant", "bct"),
+            "is not NAME=VALUE",
+        ),
+        (("evaluate", "--scenario", "toy", "--params", "missing.yaml"), "missing.yaml"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(
+    capsys: pytest.CaptureFixture, project: Path, args: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and message in captured.err
+    assert "Traceback" not in captured.out + captured.err
+
+
+# ----- the parser every command line comes from ---------------------------------------------------
+
+
+def sample(
+    params: Params,
+    name: str,
+    sizes: Sequence[int] = (1, 2),
+    mode: Literal["fast", "slow"] = "fast",
+    verbose: bool = False,
+    out: Path | None = None,
+) -> dict:
+    """A sample command.
+
+    Args:
+        params: the params file
+        name: what to call it
+        sizes: how big, one or more
+        mode: how to run
+        verbose: say more
+        out: where it goes, a
+            second line of help
+    """
+    return {
+        "seed": params.seed,
+        "name": name,
+        "sizes": list(sizes),
+        "mode": mode,
+        "verbose": verbose,
+        "out": out,
+    }
+
+
+def test_a_list_option_takes_several_values_repeats_and_defaults() -> None:
+    arguments, _ = parse_command(sample, ["--name", "a", "--sizes", "3", "4", "--sizes", "5"])
+    assert arguments["sizes"] == [3, 4, 5]
+    assert parse_command(sample, ["--name", "a"])[0]["sizes"] == (1, 2)
+    assert parse_command(sample, ["--name", "a", "--sizes"])[0]["sizes"] == []
+
+
+def test_a_bool_parameter_is_a_flag_and_its_negation() -> None:
+    assert parse_command(sample, ["--name", "a", "--verbose"])[0]["verbose"] is True
+    assert parse_command(sample, ["--name", "a", "--no-verbose"])[0]["verbose"] is False
+    assert parse_command(sample, ["--name", "a"])[0]["verbose"] is False
+
+
+def test_a_literal_is_a_choice_and_anything_else_exits_2(capsys: pytest.CaptureFixture) -> None:
+    assert parse_command(sample, ["--name", "a", "--mode", "slow"])[0]["mode"] == "slow"
+    with pytest.raises(SystemExit) as refused:
+        parse_command(sample, ["--name", "a", "--mode", "medium"])
+    assert refused.value.code == 2 and "invalid choice: 'medium'" in capsys.readouterr().err
+
+
+def test_a_missing_required_option_exits_2_naming_it(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as refused:
+        parse_command(sample, [])
+    assert refused.value.code == 2
+    assert "the following arguments are required: --name" in capsys.readouterr().err
+
+
+def test_help_comes_from_the_docstring() -> None:
+    text = command_parser(sample, "sample").format_help()
+    assert "A sample command." in text and "where it goes, a second line of help" in text
+    assert (
+        "(default: fast)" in text and "(default: 1 2)" in text and "(default: params.yaml)" in text
+    )
+
+
+def test_params_are_loaded_checked_and_the_result_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    result = run_command(
+        sample, ["--params", str(tmp_path / "params.yaml"), "--name", "x", "--out", "o", "--json"]
+    )
+    assert result == {
+        "seed": 7,
+        "name": "x",
+        "sizes": [1, 2],
+        "mode": "fast",
+        "verbose": False,
+        "out": Path("o"),
+    }
+    assert json.loads(capsys.readouterr().out)["out"] == "o"
+
+
+def test_a_bad_params_file_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bad = tmp_path / "params.yaml"
+    bad.write_text("- not\n- a mapping\n")
+    with pytest.raises(SystemExit) as refused:
+        run_command(sample, ["--params", str(bad), "--name", "x"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad} must hold a mapping") and err.count("\n") == 1

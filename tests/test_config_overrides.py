@@ -52,3 +52,15 @@ def test_an_overlay_naming_an_unknown_plugin_is_refused(tmp_path):
     assert "(2 problem(s))" in str(err.value)
     assert "store.policy: backfill ordering policy 'oracle' is not deployable" in str(err.value)
     assert "strategies.bct.options.weigth: unknown key" in str(err.value)
+
+
+def test_the_experiments_command_prints_the_queue_it_would_run(capsys, monkeypatch):
+    from modelupgrade.cli import main
+
+    monkeypatch.setenv("MODELUPGRADE_LOG_LEVEL", "WARNING")
+    monkeypatch.chdir(ROOT)
+    main(["experiments", "--overlay", "params/gpu-full.yaml", "--seeds", "0", "1", "--dry-run"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" -S ")[0] for line in lines] == ["dvc exp run --queue"] * 2 + ["dvc queue start"]
+    assert lines[0].endswith("-S seed=0") and lines[1].endswith("-S seed=1")
+    assert "-S architectures.default.backbone=\"resnet18\"" in lines[0]

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import stages.train
+import modelupgrade.training.pipeline as training_pipeline
 from modelupgrade.errors import DataValidationError, UserError
 
 pytestmark = pytest.mark.timeout(240, method="thread")
@@ -110,7 +110,7 @@ def lineage_run(harness, template_db: Path, tmp_path_factory: pytest.TempPathFac
 
     with pytest.MonkeyPatch.context() as mp:
         project = make_project(tmp_path_factory.mktemp("lineage"), template_db, mp)
-        real_train = stages.train.train_model
+        real_train = training_pipeline.train_model
         attempts: list[str] = []
 
         def flaky_train(**kwargs: Any) -> Any:
@@ -119,9 +119,9 @@ def lineage_run(harness, template_db: Path, tmp_path_factory: pytest.TempPathFac
                 raise OSError("the shared disk went away for a moment")
             return real_train(**kwargs)
 
-        mp.setattr(stages.train, "train_model", flaky_train)
+        mp.setattr(training_pipeline, "train_model", flaky_train)
         result = lineage(GENERATIONS, project.params, None)
-        mp.setattr(stages.train, "train_model", real_train)
+        mp.setattr(training_pipeline, "train_model", real_train)
         yield SimpleNamespace(project=project, result=result, attempts=attempts)
 
 
@@ -168,7 +168,7 @@ def test_lineage_run_again_resumes_trains_nothing_and_keeps_to_its_work_dir(line
     def must_not_train(**kwargs: Any) -> None:
         raise AssertionError("a finished lineage trained again")
 
-    monkeypatch.setattr(stages.train, "train_model", must_not_train)
+    monkeypatch.setattr(training_pipeline, "train_model", must_not_train)
     again = lineage(GENERATIONS, lineage_run.project.params, None)
     assert again["lineage"] == lineage_run.result["lineage"]
     with pytest.raises(UserError, match="must lie in 1..3"):
@@ -237,7 +237,7 @@ def test_a_failing_task_fails_its_flow_and_registers_nothing(
         attempts.append(kwargs["out_dir"])
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(stages.train, "train_model", broken_train)
+    monkeypatch.setattr(training_pipeline, "train_model", broken_train)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         upgrade(project.params)
     assert len(attempts) == 2  # flows.retries = 1

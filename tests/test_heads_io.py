@@ -238,7 +238,7 @@ def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monk
 
     data, classifier, _ = synthetic_pairs(n=128)
     _write_split(tmp_path, data)
-    monkeypatch.setattr(train_heads, "load_new_classifier", lambda model_dir: classifier)
+    monkeypatch.setattr("modelupgrade.heads.pipeline.load_new_classifier", lambda model_dir: classifier)
     small = {"hidden_dim": 16, "depth": 2, "epochs": 2, "batch_size": 64}
     _params(tmp_path, {"ff": {"kind": "fastfill", **small}, "dmu": {"kind": "dmu", **small}})
     model_dir = tmp_path / "model"

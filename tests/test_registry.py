@@ -270,10 +270,10 @@ def test_two_processes_write_to_one_store_concurrently(template_db: Path, tmp_pa
     assert len(parents) == 2
 
 
-def test_cli_lineage_and_promote(study, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # noqa: ANN001
-    from typer.testing import CliRunner
-
-    from modelupgrade.cli import app
+def test_cli_lineage_and_promote(
+    study, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from modelupgrade.cli import main
 
     tracker, registry, _, _ = study
     params = tmp_path / "params.yaml"
@@ -290,19 +290,16 @@ def test_cli_lineage_and_promote(study, monkeypatch: pytest.MonkeyPatch, tmp_pat
         )
     )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.config.tracking_uri)
-    runner = CliRunner()
-    shown = runner.invoke(app, ["lineage", "--scenario", "retrieval", "--params", str(params)])
-    assert shown.exit_code == 0, shown.output
-    assert shown.output.startswith("toy-retrieval\n└── v1 gen0")
-    as_json = runner.invoke(app, ["lineage", "--params", str(params), "--json"])
-    rows = json.loads(as_json.output)["toy-retrieval"]
+    main(["lineage", "--scenario", "retrieval", "--params", str(params)])
+    assert capsys.readouterr().out.startswith("toy-retrieval\n└── v1 gen0")
+    main(["lineage", "--params", str(params), "--json"])
+    rows = json.loads(capsys.readouterr().out)["toy-retrieval"]
     assert [r["strategy"] for r in rows] == ["initial", "independent", "bct", "dmu"]
 
     dmu = registry.by_key("gen1-dmu").version
-    refused = runner.invoke(
-        app, ["promote", "--version", str(dmu), "--reason", "try", "--params", str(params)]
-    )
-    assert refused.exit_code != 0 and "negative_flips" in str(refused.exception)
+    with pytest.raises(SystemExit) as refused:
+        main(["promote", "--version", str(dmu), "--reason", "try", "--params", str(params)])
+    assert refused.value.code != 0 and "negative_flips" in capsys.readouterr().err
 
 
 def _toy_study(root: Path) -> None:
@@ -348,7 +345,9 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     from tests.registry_support import TinyEmbedder
 
     from modelupgrade.config import parse_params
-    from stages import register as stage
+    from modelupgrade.layout import StudyLayout
+    from modelupgrade.registry.scenario import register_scenario
+    from modelupgrade.registry.sources import scenario_sources
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(PARENT_RUN_ENV, "")
@@ -369,7 +368,7 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
         return models.setdefault(model_dir.name, TinyEmbedder())
 
     out = tmp_path / "registry/toy.json"
-    summary = stage.run(params, "toy", out, load_model=load, tracker=tracker)
+    summary = register_scenario(params, "toy", out, StudyLayout(), load_model=load, tracker=tracker)
     assert json.loads(out.read_text()) == summary
     assert summary["registered_model"] == "study-toy" and summary["gate_metric"] == "mAP"
     by_key = {g["model_key"]: g for g in summary["generations"]}
@@ -388,14 +387,16 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     # Explicit numbers override measured ones; the same checkpoints are not registered twice.
     override = tmp_path / "gates.json"
     override.write_text(json.dumps({"models": {"gen1-bct": {"degradation_pct": 3.0}}}))
-    again = stage.run(params, "toy", out, load_model=load, tracker=tracker, gate_metrics=override)
+    again = register_scenario(
+        params, "toy", out, StudyLayout(), load_model=load, tracker=tracker, gate_metrics=override
+    )
     assert [g["version"] for g in again["generations"]] == [g["version"] for g in summary["generations"]]
     assert again["candidate"] == bct.version
     assert registry.version(bct.version).tags["gates.passed"] == "true"
 
     with pytest.raises(UserError, match="gen1-dmu/checkpoint.pt does not exist"):
-        stage.scenario_sources(
+        scenario_sources(
             params.model_copy(update={"scenarios": {"toy": params.scenarios["toy"].model_copy(
                 update={"strategies": ["dmu"]})}}),
-            "toy", Path("models"), Path("heads"), Path("data/splits"),
+            "toy", StudyLayout(),
         )

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from modelupgrade.config import Params, parse_params
+from modelupgrade.layout import StudyLayout
 from modelupgrade.registry import VersionInfo
 from modelupgrade.report import (
     BulletList,
@@ -272,7 +273,7 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
 
 
 def claims_of(root: Path, params: Params) -> list[Any]:
-    return check_claims(collect_results(params, root / "metrics", root / "plots"))
+    return check_claims(collect_results(params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")))
 
 
 def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
@@ -323,7 +324,9 @@ def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Pa
 
 def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) -> None:
     write_study(tmp_path)
-    study = collect_results(study_params(), tmp_path / "metrics", tmp_path / "plots")
+    study = collect_results(
+        study_params(), StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots")
+    )
     written = write_report(study, {"git commit": "abc"}, {"evaluate@sc": 4.25}, tmp_path / "out")
     assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
     markdown = (tmp_path / "out" / "report.md").read_text()

@@ -70,10 +70,13 @@ def artifact_paths(tracker: Tracker, run_id: str, folder: str) -> set[str]:
 
 
 def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tracker, scenario: Params) -> None:
-    from stages import evaluate, simulate_backfill
+    from modelupgrade.commands.backfill import simulate_backfill
+    from modelupgrade.commands.evaluation import evaluate
 
-    summary = evaluate.run(scenario, "sc")
-    backfill = simulate_backfill.run(scenario, "sc", "embeddings/sc/gen0", {"bct": "embeddings/sc/gen1-bct"})
+    summary = evaluate(scenario, "sc").summary
+    backfill = simulate_backfill(
+        scenario, "sc", old=Path("embeddings/sc/gen0"), variant=["bct=embeddings/sc/gen1-bct"]
+    ).summary
 
     runs = runs_by_stage(store)
     (evaluated,), (simulated,), (parent,) = runs["evaluate"], runs["simulate_backfill"], runs["parent"]
@@ -108,12 +111,12 @@ def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tra
 
 
 def test_tracking_leaves_the_outputs_as_the_library_writes_them(scenario: Params, tmp_path: Path) -> None:
-    from stages import evaluate
-
+    from modelupgrade.commands.evaluation import evaluate
     from modelupgrade.evaluation.scenario import evaluate_scenario
+    from modelupgrade.layout import StudyLayout
 
-    evaluate.run(scenario, "sc", metrics_root="tracked", plots_root="tracked-plots")
-    evaluate_scenario(scenario, "sc", metrics_root="untracked", plots_root="untracked-plots")
+    evaluate(scenario, "sc", metrics_root=Path("tracked"), plots_root=Path("tracked-plots"))
+    evaluate_scenario(scenario, "sc", StudyLayout(metrics_root="untracked", plots_root="untracked-plots"))
     for name in ("summary.json", "cross_model.csv", "cross_model.json", "summary.csv"):
         assert (tmp_path / "tracked/sc" / name).read_bytes() == (tmp_path / "untracked/sc" / name).read_bytes()
     assert sorted(p.name for p in (tmp_path / "tracked/sc").iterdir()) == sorted(
@@ -124,11 +127,11 @@ def test_tracking_leaves_the_outputs_as_the_library_writes_them(scenario: Params
 def test_a_failing_stage_is_a_failed_run_that_names_the_error(
     store: Tracker, scenario: Params, tmp_path: Path
 ) -> None:
-    from stages import evaluate
+    from modelupgrade.commands.evaluation import evaluate
 
     (tmp_path / "embeddings/sc/gen1-bct/query.npy").unlink()
     with pytest.raises(UserError, match="run the embed stage first"):
-        evaluate.run(scenario, "sc")
+        evaluate(scenario, "sc")
     (failed,) = runs_by_stage(store)["evaluate"]
     assert failed.info.status == "FAILED"
     assert "gen1-bct query embeddings" in failed.data.tags["error"]
@@ -172,7 +175,9 @@ def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(store: Tr
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"  # the stage process never imported MLflow
+    # The stage prints what it did, then the probe whether the stage process ever imported MLflow.
+    assert "sc: evaluation written to metrics/sc" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "False"
 
     spool = store.config.spool_dir
     deadline = time.monotonic() + 300

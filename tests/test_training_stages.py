@@ -1,14 +1,18 @@
-"""The train and embed stages on tiny synthetic splits (the image decoder is replaced by a fixture)."""
+"""The train and embed commands (the stages) on tiny synthetic splits (the image decoder is replaced
+by a fixture)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-import stages.embed
 import stages.train
+from modelupgrade.commands.training import embed as embed_splits
+from modelupgrade.commands.training import train
 from modelupgrade.config import parse_params
 from modelupgrade.models import embed, load_model, read_model_card
 
@@ -34,8 +38,8 @@ def params():
 @pytest.fixture
 def splits(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(stages.train, "load_images", lambda frame, params: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())])
-    monkeypatch.setattr(stages.embed, "load_images", lambda frame, params: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())])
+    monkeypatch.setattr("modelupgrade.data.load_images",
+                        lambda frame, dataset: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())])
 
     def split(rows):
         return pd.DataFrame({
@@ -53,13 +57,13 @@ def splits(tmp_path, monkeypatch):
 
 
 def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path):
-    stages.train.run(params, "models/toy/gen0", 0, scenario="toy", progress=False)
-    card = stages.train.run(params, "models/toy/gen1-bct", 1, scenario="toy", strategy="bct", old="models/toy/gen0",
-                            progress=False)
+    train(params, scenario="toy", generation=0, out=Path("models/toy/gen0"), progress=False)
+    card = train(params, scenario="toy", generation=1, strategy="bct", old=Path("models/toy/gen0"),
+                 out=Path("models/toy/gen1-bct"), progress=False).card
     assert card["data"]["split"].endswith("new_train.parquet") and card["data"]["images"] == 64
     assert card["seed"] == 8 and read_model_card("models/toy/gen0")["data"]["images"] == 32
-    written = stages.embed.run(params, "models/toy/gen1-bct", [splits / "query.parquet", splits / "gallery.parquet"],
-                               out_dir="embeddings/toy/gen1-bct")
+    written = embed_splits(params, Path("models/toy/gen1-bct"), split=[splits / "query.parquet", splits / "gallery.parquet"],
+                           out_dir=Path("embeddings/toy/gen1-bct")).paths
     assert [p.name for p in written] == ["query.npy", "gallery.npy"]
     gallery = np.load(written[1])
     expected = embed(load_model("models/toy/gen1-bct"), PIXELS[72:80])
@@ -68,7 +72,7 @@ def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path)
 
 
 def test_stage_errors_are_user_errors_with_exit_code_2(params, splits, capsys, monkeypatch):
-    monkeypatch.setattr(stages.train, "load_params", lambda path: params)
+    monkeypatch.setattr("modelupgrade.plugins.load_params", lambda path: params)
     with pytest.raises(SystemExit) as exit_info:
         stages.train.main(["--generation", "1", "--scenario", "toy", "--strategy", "nope", "--out", "m"])
     assert exit_info.value.code == 2
@@ -80,8 +84,8 @@ def test_stage_errors_are_user_errors_with_exit_code_2(params, splits, capsys, m
 
 def test_main_parses_the_cli(params, splits, monkeypatch):
     seen = {}
-    monkeypatch.setattr(stages.train, "load_params", lambda path: params)
-    monkeypatch.setattr(stages.train, "train_model", lambda **kw: seen.update(kw) or {})
+    monkeypatch.setattr("modelupgrade.plugins.load_params", lambda path: params)
+    monkeypatch.setattr("modelupgrade.training.pipeline.train_model", lambda **kw: seen.update(kw) or {})
     stages.train.main(["--generation", "2", "--split", str(splits / "new_train.parquet"), "--strategy", "uni",
                        "--old", "models/seq/gen1", "--out", "models/seq/uni/gen2", "--no-progress"])
     assert seen["architecture_name"] == "default" and seen["strategy_params"].kind == "unibct"

@@ -14,8 +14,9 @@ al.'s conditions, end-point identities), ``<metrics>/backfill_plots/<curve>.csv`
 and ``<plots>/backfill_curves.png``; ``<metrics>`` and ``<plots>`` default to ``metrics/<sc>`` and
 ``plots/<sc>``.
 
-The simulate_backfill stage and the ``modelupgrade simulate-backfill`` command both run
-``simulate_backfill``.
+The ``simulate_backfill`` command (the DVC stage and the ``modelupgrade simulate-backfill``
+subcommand) runs ``simulate_backfill``; the default directories are the study's
+(``modelupgrade.layout``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelupgrade.arrays import load_array
 from modelupgrade.backfill.engine import SearchSystems, backfill_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
 from modelupgrade.backfill.serving_arrays import ServingArrays
@@ -39,26 +41,32 @@ from modelupgrade.backfill.variants import ScenarioVariants, scenario_variants
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
+from modelupgrade.layout import (
+    BACKFILL_CURVES,
+    BACKFILL_PLOTS_DIR,
+    BACKFILL_SUMMARY_FILE,
+    GALLERY_SPLIT,
+    QUERY_SPLIT,
+    StudyLayout,
+    embedding_file_name,
+)
 from modelupgrade.ordering import ORDERINGS, OrderingInputs, build_ordering
 from modelupgrade.serving import SERVING_MODES, build_serving_mode
 
 log = logging.getLogger(__name__)
 
-ARRAY_FIELDS = ("forward_gallery", "sigma2", "reverse_query", "rho_query", "rho_gallery", "rho_reverse_query")
+ARRAY_FIELDS = (
+    "forward_gallery",
+    "sigma2",
+    "reverse_query",
+    "rho_query",
+    "rho_gallery",
+    "rho_reverse_query",
+)
 QUERY_FIELDS = ("reverse_query", "rho_query", "rho_reverse_query")
-SUMMARY_FILE = "backfill_summary.json"
-CURVES_CSV_FILE = "backfill_curves.csv"
-PLOT_FILE = "backfill_curves.png"
-
-
-def load_array(path: str | Path, what: str, ndim: int | None = 2) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{what} file {path} does not exist", hint="run the stage that produces it first")
-    array = np.load(path, allow_pickle=False)
-    if ndim is not None and array.ndim != ndim:
-        raise UserError(f"{what} file {path} must hold a {ndim}-D array, got shape {array.shape}")
-    return array
+CURVES_FILE = f"{BACKFILL_CURVES}.parquet"
+CURVES_CSV_FILE = f"{BACKFILL_CURVES}.csv"
+PLOT_FILE = f"{BACKFILL_CURVES}.png"
 
 
 def load_labels(path: str | Path) -> np.ndarray:
@@ -74,7 +82,10 @@ def parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
-            raise UserError(f"{what} {item!r} is not NAME=VALUE", hint=f"e.g. --{what} bct=embeddings/sc/gen1-bct")
+            raise UserError(
+                f"{what} {item!r} is not NAME=VALUE",
+                hint=f"e.g. --{what} bct=embeddings/sc/gen1-bct",
+            )
         if name in pairs:
             raise UserError(f"{what} {name!r} is given twice")
         pairs[name] = value
@@ -86,17 +97,25 @@ def parse_arrays(items: Sequence[str], variants: dict[str, str]) -> dict[str, di
     for key, path in parse_pairs(items, "array").items():
         variant, sep, field = key.partition(":")
         if not sep or variant not in variants:
-            raise UserError(f"--array {key!r} must be VARIANT:FIELD with a VARIANT given by --variant",
-                            hint=f"variants: {', '.join(variants) or 'none'}")
+            raise UserError(
+                f"--array {key!r} must be VARIANT:FIELD with a VARIANT given by --variant",
+                hint=f"variants: {', '.join(variants) or 'none'}",
+            )
         if field not in ARRAY_FIELDS:
-            raise UserError(f"--array field {field!r} is unknown", hint=f"fields: {', '.join(ARRAY_FIELDS)}")
+            raise UserError(
+                f"--array field {field!r} is unknown", hint=f"fields: {', '.join(ARRAY_FIELDS)}"
+            )
         arrays[variant][field] = path
     return arrays
 
 
 def _grid(params: Params, n: int) -> BackfillGrid:
     cfg = params.backfill
-    return fastfill_grid(cfg.fastfill_steps, n) if cfg.grid == "fastfill" else uniform_grid(cfg.points, n)
+    return (
+        fastfill_grid(cfg.fastfill_steps, n)
+        if cfg.grid == "fastfill"
+        else uniform_grid(cfg.points, n)
+    )
 
 
 def backfill_inputs(
@@ -109,24 +128,42 @@ def backfill_inputs(
     old_logits: str | Path | None = None,
 ) -> ScenarioVariants:
     """The systems to compare: every strategy and head of the scenario found under
-    ``<embeddings_root>/<sc>/`` (the pipeline's layout), or the explicit ``old`` directory with
+    ``<embeddings_root>/<sc>/`` (the study's layout), or the explicit ``old`` directory with
     ``NAME=DIR`` variants, ``NAME:FIELD=PATH`` arrays and the old model's logits."""
     if embeddings_root:
         if old or variant_items or array_items or old_logits:
-            raise UserError("--embeddings-root replaces --old, --variant, --array and --old-logits",
-                            hint="give either the layout root or the explicit inputs")
-        return scenario_variants(params, scenario, embeddings_root)
+            raise UserError(
+                "--embeddings-root replaces --old, --variant, --array and --old-logits",
+                hint="give either the layout root or the explicit inputs",
+            )
+        return scenario_variants(params, scenario, StudyLayout(embeddings_root=embeddings_root))
     if not old:
-        raise UserError("--old is required without --embeddings-root", hint="pass --old DIR or --embeddings-root")
+        raise UserError(
+            "--old is required without --embeddings-root",
+            hint="pass --old DIR or --embeddings-root",
+        )
     variants = parse_pairs(variant_items, "variant")
-    return ScenarioVariants(Path(old), variants, parse_arrays(array_items, variants),
-                            Path(old_logits) if old_logits else None)
+    return ScenarioVariants(
+        Path(old),
+        variants,
+        parse_arrays(array_items, variants),
+        Path(old_logits) if old_logits else None,
+    )
 
 
-def output_dirs(scenario: str, metrics_dir: str | Path | None = None,
-                plots_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Where a study writes its tables and its plot: ``metrics/<sc>`` and ``plots/<sc>`` by default."""
-    return Path(metrics_dir or Path("metrics") / scenario), Path(plots_dir or Path("plots") / scenario)
+def output_dirs(
+    scenario: str,
+    metrics_dir: str | Path | None = None,
+    plots_dir: str | Path | None = None,
+    layout: StudyLayout | None = None,
+) -> tuple[Path, Path]:
+    """Where a study writes its tables and its plot: the layout's ``metrics/<sc>`` and
+    ``plots/<sc>`` unless given."""
+    layout = layout or StudyLayout()
+    return (
+        Path(metrics_dir) if metrics_dir else layout.metrics(scenario),
+        Path(plots_dir) if plots_dir else layout.plots(scenario),
+    )
 
 
 def simulate_backfill(
@@ -140,40 +177,74 @@ def simulate_backfill(
     gallery_split: str | Path | None = None,
     metrics_dir: str | Path | None = None,
     plots_dir: str | Path | None = None,
+    layout: StudyLayout | None = None,
 ) -> dict[str, Any]:
-    """Simulate every available combination; returns the summary written to backfill_summary.json."""
+    """Simulate every available combination; returns the summary written to backfill_summary.json.
+
+    Split files and output directories not given are the scenario's in ``layout`` (the project's
+    by default)."""
     params.scenario(scenario)
     cfg = params.backfill
     if not variants:
-        raise UserError("no --variant given", hint="name at least one upgraded model: --variant bct=embeddings/...")
+        raise UserError(
+            "no --variant given",
+            hint="name at least one upgraded model: --variant bct=embeddings/...",
+        )
     arrays = arrays or {}
-    splits = Path("data/splits") / scenario
+    layout = layout or StudyLayout()
     leave_one_out = params.evaluation.protocol == "leave-one-out"
-    gallery_labels = load_labels(gallery_split or splits / "gallery.parquet")
-    query_labels = gallery_labels if leave_one_out else load_labels(query_split or splits / "query.parquet")
-    query_name = "gallery" if leave_one_out else "query"
+    gallery_labels = load_labels(gallery_split or layout.split_file(scenario, GALLERY_SPLIT))
+    query_labels = (
+        gallery_labels
+        if leave_one_out
+        else load_labels(query_split or layout.split_file(scenario, QUERY_SPLIT))
+    )
+    query_file = embedding_file_name(GALLERY_SPLIT if leave_one_out else QUERY_SPLIT)
+    gallery_file = embedding_file_name(GALLERY_SPLIT)
     n, nq = len(gallery_labels), len(query_labels)
     self_index = np.arange(n) if leave_one_out else None
 
     def rows(array: np.ndarray, count: int, what: str) -> np.ndarray:
         if len(array) != count:
-            raise UserError(f"{what} has {len(array)} rows but its split has {count}",
-                            hint="embeddings must be computed on the same split files, in their order")
+            raise UserError(
+                f"{what} has {len(array)} rows but its split has {count}",
+                hint="embeddings must be computed on the same split files, in their order",
+            )
         return array
 
     old_dir = Path(old)
-    old_query = rows(load_array(old_dir / f"{query_name}.npy", "old query embeddings"), nq, "old query embeddings")
-    old_gallery = rows(load_array(old_dir / "gallery.npy", "old gallery embeddings"), n, "old gallery embeddings")
-    logits = None if old_logits is None else rows(load_array(old_logits, "old logits"), n, "old logits")
+    old_query = rows(
+        load_array(old_dir / query_file, "old query embeddings"), nq, "old query embeddings"
+    )
+    old_gallery = rows(
+        load_array(old_dir / gallery_file, "old gallery embeddings"), n, "old gallery embeddings"
+    )
+    logits = (
+        None if old_logits is None else rows(load_array(old_logits, "old logits"), n, "old logits")
+    )
     grid = _grid(params, n)
     topk = tuple(sorted(set(cfg.topk)))
     memory = cfg.memory_mb * 1024 * 1024
 
     def evaluate(query: np.ndarray, gallery: np.ndarray) -> dict[str, float]:
-        result = backfill_curve(SearchSystems(query, gallery, query, gallery), query_labels, gallery_labels,
-                                np.arange(n), np.array([n]), np.array([1.0]), self_index=self_index,
-                                distance=cfg.distance, topk=topk, map_at_k=cfg.map_at_k, memory_bytes=memory)
-        return {k: float(v[0]) for k, v in result.as_dict().items() if k not in ("t", "cutoff", "nfr", "pfr")}
+        result = backfill_curve(
+            SearchSystems(query, gallery, query, gallery),
+            query_labels,
+            gallery_labels,
+            np.arange(n),
+            np.array([n]),
+            np.array([1.0]),
+            self_index=self_index,
+            distance=cfg.distance,
+            topk=topk,
+            map_at_k=cfg.map_at_k,
+            memory_bytes=memory,
+        )
+        return {
+            k: float(v[0])
+            for k, v in result.as_dict().items()
+            if k not in ("t", "cutoff", "nfr", "pfr")
+        }
 
     old_old = evaluate(old_query, old_gallery)
     records: list[pd.DataFrame] = []
@@ -181,41 +252,79 @@ def simulate_backfill(
     skipped: list[dict[str, str]] = []
     for variant, new_dir in variants.items():
         new_dir = Path(new_dir)
-        extra = {field: load_array(path, f"{variant} {field}", ndim=None) for field, path in arrays.get(variant, {}).items()}
+        extra = {
+            field: load_array(path, f"{variant} {field}", ndim=None)
+            for field, path in arrays.get(variant, {}).items()
+        }
         for field, value in extra.items():
             rows(value, nq if field in QUERY_FIELDS else n, f"{variant} {field}")
         sigma2 = extra.pop("sigma2", None)
         serving = ServingArrays(
-            old_query=old_query, old_gallery=old_gallery,
-            new_query=rows(load_array(new_dir / f"{query_name}.npy", f"{variant} query embeddings"), nq, "new query"),
-            new_gallery=rows(load_array(new_dir / "gallery.npy", f"{variant} gallery embeddings"), n, "new gallery"),
+            old_query=old_query,
+            old_gallery=old_gallery,
+            new_query=rows(
+                load_array(new_dir / query_file, f"{variant} query embeddings"), nq, "new query"
+            ),
+            new_gallery=rows(
+                load_array(new_dir / gallery_file, f"{variant} gallery embeddings"),
+                n,
+                "new gallery",
+            ),
         )
         serving = replace(serving, **extra)
         new_new = evaluate(serving.new_query, serving.new_gallery)
         forms = serving.forms()
         mixed = build_serving_mode("mixed").plan(forms)
         inputs = OrderingInputs(
-            n=n, old_logits=logits, sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
-            old_state_vectors=serving.systems(mixed).gallery_old_side, new_vectors=serving.new_gallery,
+            n=n,
+            old_logits=logits,
+            sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
+            old_state_vectors=serving.systems(mixed).gallery_old_side,
+            new_vectors=serving.new_gallery,
         )
         for policy_name in cfg.policies:
             policy = build_ordering(policy_name)
             if not policy.available(inputs):
-                skipped.append({"strategy": variant, "policy": policy_name, "reason": policy.description})
+                skipped.append(
+                    {"strategy": variant, "policy": policy_name, "reason": policy.description}
+                )
                 continue
             ordering = policy.order_items(inputs, params.seed)
             for mode_name in cfg.serving_modes:
                 mode = build_serving_mode(mode_name)
                 plan = mode.try_plan(forms)
                 if plan is None:
-                    skipped.append({"strategy": variant, "policy": policy_name, "mode": mode_name,
-                                    "reason": mode.description})
+                    skipped.append(
+                        {
+                            "strategy": variant,
+                            "policy": policy_name,
+                            "mode": mode_name,
+                            "reason": mode.description,
+                        }
+                    )
                     continue
                 systems = serving.systems(plan)
-                log.info("%s / %s / %s: %d points over %d items", variant, policy_name, mode_name, len(grid), n)
-                curve = backfill_curve(systems, query_labels, gallery_labels, ordering, grid.cutoffs, grid.t,
-                                       self_index=self_index, distance=cfg.distance, topk=topk,
-                                       map_at_k=cfg.map_at_k, memory_bytes=memory)
+                log.info(
+                    "%s / %s / %s: %d points over %d items",
+                    variant,
+                    policy_name,
+                    mode_name,
+                    len(grid),
+                    n,
+                )
+                curve = backfill_curve(
+                    systems,
+                    query_labels,
+                    gallery_labels,
+                    ordering,
+                    grid.cutoffs,
+                    grid.t,
+                    self_index=self_index,
+                    distance=cfg.distance,
+                    topk=topk,
+                    map_at_k=cfg.map_at_k,
+                    memory_bytes=memory,
+                )
                 table = pd.DataFrame(curve.as_dict())
                 table.insert(0, "deployable", policy.deployable)
                 table.insert(0, "mode", mode_name)
@@ -225,37 +334,53 @@ def simulate_backfill(
                 start = evaluate(systems.query_old_side, systems.gallery_old_side)
                 end = evaluate(systems.query_new_side, systems.gallery_new_side)
                 values = curve.as_dict()
-                curves.append({
-                    "strategy": variant, "policy": policy_name, "mode": mode_name,
-                    "deployable": policy.deployable,
-                    "auc_mean": {m: auc_mean(values[m]) for m in start},
-                    "auc_trapezoid": {m: auc_trapezoid(curve.t, values[m]) for m in start},
-                    "conditions": {m: check_conditions(values[m], old_old[m], new_new[m]).as_dict()
-                                   for m in ("top1", "mAP")},
-                    "start": {m: float(values[m][0]) for m in start},
-                    "end": {m: float(values[m][-1]) for m in start},
-                    "start_single_system": start,
-                    "end_single_system": end,
-                    "endpoints_match": bool(all(abs(values[m][0] - start[m]) < 1e-9 and abs(values[m][-1] - end[m]) < 1e-9
-                                                for m in start)),
-                    "max_negative_flip_rate": float(curve.negative_flip_rate.max()),
-                })
+                curves.append(
+                    {
+                        "strategy": variant,
+                        "policy": policy_name,
+                        "mode": mode_name,
+                        "deployable": policy.deployable,
+                        "auc_mean": {m: auc_mean(values[m]) for m in start},
+                        "auc_trapezoid": {m: auc_trapezoid(curve.t, values[m]) for m in start},
+                        "conditions": {
+                            m: check_conditions(values[m], old_old[m], new_new[m]).as_dict()
+                            for m in ("top1", "mAP")
+                        },
+                        "start": {m: float(values[m][0]) for m in start},
+                        "end": {m: float(values[m][-1]) for m in start},
+                        "start_single_system": start,
+                        "end_single_system": end,
+                        "endpoints_match": bool(
+                            all(
+                                abs(values[m][0] - start[m]) < 1e-9
+                                and abs(values[m][-1] - end[m]) < 1e-9
+                                for m in start
+                            )
+                        ),
+                        "max_negative_flip_rate": float(curve.negative_flip_rate.max()),
+                    }
+                )
         curves_for_variant = [c for c in curves if c["strategy"] == variant]
         for c in curves_for_variant:
             c["new_new"] = new_new
     if not records:
-        raise UserError("no (strategy, policy, serving mode) combination had the inputs it needs",
-                        hint="pass new embeddings with --variant and head outputs with --array")
+        raise UserError(
+            "no (strategy, policy, serving mode) combination had the inputs it needs",
+            hint="pass new embeddings with --variant and head outputs with --array",
+        )
 
     tidy = pd.concat(records, ignore_index=True)
-    metrics_dir, plots_dir = output_dirs(scenario, metrics_dir, plots_dir)
-    save_parquet(metrics_dir / "backfill_curves.parquet", tidy)
+    metrics_dir, plots_dir = output_dirs(scenario, metrics_dir, plots_dir, layout)
+    save_parquet(metrics_dir / CURVES_FILE, tidy)
     write_text(metrics_dir / CURVES_CSV_FILE, tidy.to_csv(index=False))
-    with atomic_path(metrics_dir / "backfill_plots") as tmp:
+    with atomic_path(metrics_dir / BACKFILL_PLOTS_DIR) as tmp:
         tmp.mkdir()
-        for (strategy, policy, mode), part in tidy.groupby(["strategy", "policy", "mode"], sort=False):
+        for (strategy, policy, mode), part in tidy.groupby(
+            ["strategy", "policy", "mode"], sort=False
+        ):
             part.drop(columns=["strategy", "policy", "mode", "deployable"]).to_csv(
-                tmp / f"{strategy}__{policy}__{mode}.csv", index=False)
+                tmp / f"{strategy}__{policy}__{mode}.csv", index=False
+            )
     summary = {
         "scenario": scenario,
         "protocol": params.evaluation.protocol,
@@ -270,9 +395,11 @@ def simulate_backfill(
         "policies_known": ORDERINGS.names(),
         "serving_modes_known": SERVING_MODES.names(),
     }
-    write_json(metrics_dir / SUMMARY_FILE, summary)
+    write_json(metrics_dir / BACKFILL_SUMMARY_FILE, summary)
     plot_curves(tidy, old_old, plots_dir / PLOT_FILE, scenario)
-    log.info("%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped))
+    log.info(
+        "%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped)
+    )
     return summary
 
 
@@ -284,9 +411,13 @@ def plot_curves(tidy: pd.DataFrame, old_old: dict[str, float], path: Path, scena
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharex=True)
     for ax, metric in zip(axes, ("top1", "mAP"), strict=True):
-        for (strategy, policy, mode), part in tidy.groupby(["strategy", "policy", "mode"], sort=False):
+        for (strategy, policy, mode), part in tidy.groupby(
+            ["strategy", "policy", "mode"], sort=False
+        ):
             style = "-" if bool(part["deployable"].iloc[0]) else ":"
-            ax.plot(part["t"], part[metric], style, marker=".", label=f"{strategy} · {policy} · {mode}")
+            ax.plot(
+                part["t"], part[metric], style, marker=".", label=f"{strategy} · {policy} · {mode}"
+            )
         ax.axhline(old_old[metric], color="grey", linewidth=0.8, linestyle="--", label="old/old")
         ax.set_xlabel("fraction of the gallery backfilled t")
         ax.set_ylabel(metric)
@@ -302,7 +433,11 @@ def plot_curves(tidy: pd.DataFrame, old_old: dict[str, float], path: Path, scena
 
 def report_files(metrics_dir: Path, plots_dir: Path) -> list[Path]:
     """The files of a study that a person reads: the summary, the curves as CSV, the plot."""
-    return [metrics_dir / SUMMARY_FILE, metrics_dir / CURVES_CSV_FILE, plots_dir / PLOT_FILE]
+    return [
+        metrics_dir / BACKFILL_SUMMARY_FILE,
+        metrics_dir / CURVES_CSV_FILE,
+        plots_dir / PLOT_FILE,
+    ]
 
 
 def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -314,5 +449,8 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
         key = f"{curve['strategy']}.{curve['policy']}.{curve['mode']}"
         metrics.update({f"{key}.{primary}.{m}": v for m, v in curve[primary].items()})
         metrics[f"{key}.max_negative_flip_rate"] = curve["max_negative_flip_rate"]
-    return {k: float(v) for k, v in metrics.items()
-            if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    }

@@ -1,42 +1,85 @@
-"""The ``modelupgrade`` command: the whole workflow for people who work without DVC.
+"""The ``modelupgrade`` command: every command of ``modelupgrade.commands`` as a subcommand.
 
-Each command group lives in its own module of this package and exposes ``register(app)``.
+``COMMANDS`` names each subcommand's function; a subcommand's options come from its function
+(``modelupgrade.cli.arguments``), which is imported only when that subcommand runs, so that
+``modelupgrade --help`` reads the one-line summaries from the source without importing torch.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
 import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-import typer
+from modelupgrade.cli.arguments import run_command
 
-from modelupgrade.errors import USER_ERRORS
-from modelupgrade.runtime import setup_logging
-
-app = typer.Typer(
-    name="modelupgrade",
-    help="Upgrade the embedding model of an image-retrieval system without offline re-indexing.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+DESCRIPTION = (
+    "Upgrade the embedding model of an image-retrieval system without offline re-indexing."
 )
 
-# Modules that contribute commands, in the order --help lists them; each defines
-# register(app: typer.Typer) -> None.
-_COMMAND_MODULES: tuple[str, ...] = ("workflow", "store", "registry")
+# Subcommand → "module:function", in the order --help lists them.
+COMMANDS: dict[str, str] = {
+    "train": "modelupgrade.commands.training:train",
+    "embed": "modelupgrade.commands.training:embed",
+    "evaluate": "modelupgrade.commands.evaluation:evaluate",
+    "simulate-backfill": "modelupgrade.commands.backfill:simulate_backfill",
+    "store-ingest": "modelupgrade.commands.store:store_ingest",
+    "backfill": "modelupgrade.commands.store:backfill",
+    "search": "modelupgrade.commands.store:search",
+    "serve": "modelupgrade.commands.store:serve",
+    "store-status": "modelupgrade.commands.store:store_status",
+    "promote": "modelupgrade.commands.registry:promote",
+    "lineage": "modelupgrade.commands.registry:lineage",
+    "experiments": "modelupgrade.commands.experiments:experiments",
+}
 
 
-def _register_commands() -> None:
-    for module_name in _COMMAND_MODULES:
-        importlib.import_module(f"modelupgrade.cli.{module_name}").register(app)
+def load_command(name: str) -> Callable[..., Any]:
+    """The function behind subcommand ``name``."""
+    module, _, function = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
-_register_commands()
+def command_summary(name: str) -> str:
+    """The first line of the docstring of subcommand ``name``'s function, read from its source."""
+    module, _, function = COMMANDS[name].partition(":")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise LookupError(f"the module {module} of command {name!r} does not exist")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return (ast.get_docstring(node) or "").split("\n")[0]
+    raise LookupError(f"{module} defines no function {function!r} for command {name!r}")
 
 
-def main() -> None:
-    setup_logging()
-    try:
-        app()
-    except USER_ERRORS as err:
-        typer.echo(f"error: {err}", err=True)
-        raise SystemExit(err.exit_code) from None
+def main_parser() -> argparse.ArgumentParser:
+    """The top-level parser: the list of subcommands (each parses its own options)."""
+    parser = argparse.ArgumentParser(
+        prog="modelupgrade",
+        description=DESCRIPTION,
+        epilog="`modelupgrade <command> --help` lists a command's options and their defaults.",
+    )
+    subcommands = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    for name in COMMANDS:
+        subcommands.add_parser(name, help=command_summary(name), add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``modelupgrade <command> [options]``; a user error exits with code 2."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in COMMANDS:
+        name = arguments[0]
+        run_command(load_command(name), arguments[1:], prog=f"modelupgrade {name}")
+        return
+    # --help, no command or an unknown one: argparse prints the listing or the error (exit 2).
+    main_parser().parse_args(arguments)
+
+
+__all__ = ["COMMANDS", "command_summary", "load_command", "main", "main_parser"]

@@ -5,11 +5,12 @@ type and default, its docstring (first paragraph, then an ``Args:`` section) the
 function is a DVC stage (``stages/<name>.py``), a subcommand of ``modelupgrade`` and what a Prefect
 task calls, so an option cannot mean one thing in one front end and another elsewhere.
 
-Mapping: ``a_name`` → ``--a-name``; ``bool`` → ``--flag/--no-flag``; ``list[T]``/``Sequence[T]``
-→ one or more values after the option; ``Literal[...]`` → choices; ``X | None`` → optional. A
-parameter typed ``Params`` is read from ``--params`` (default ``params.yaml``) through
-``modelupgrade.plugins.load_params``. Every command also takes ``--json``: its result printed as
-JSON instead of text.
+Mapping: ``a_name`` → ``--a-name``; ``bool`` → ``--a-name/--no-a-name``; ``list[T]`` or
+``Sequence[T]`` → one or more values after the option (the option may also be repeated; with no
+value it gives an empty list); ``Literal[...]`` → choices; ``X | None`` → optional; a parameter
+without a default → a required option. A parameter typed ``Params`` is read from ``--params``
+(default ``params.yaml``) through ``modelupgrade.plugins.load_params``. Every command also takes
+``--json``: its result printed as JSON instead of text (``describe()``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from modelupgrade.errors import USER_ERRORS
 from modelupgrade.io import json_default
 
 _SEQUENCES = (list, tuple, Sequence, typing.Sequence)
+_JSON_DEST = "_json"
 
 
 def command_doc(function: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -50,12 +52,12 @@ def command_doc(function: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return description.strip(), helps
 
 
-def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+def _unwrap_optional(annotation: Any) -> Any:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         arguments = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(arguments) == 1:
-            return arguments[0], True
-    return annotation, False
+            return arguments[0]
+    return annotation
 
 
 def _scalar(annotation: Any, where: str) -> tuple[Callable[[str], Any], list[Any] | None]:
@@ -71,7 +73,20 @@ def _scalar(annotation: Any, where: str) -> tuple[Callable[[str], Any], list[Any
     raise TypeError(f"{where}: no command-line form for the type {annotation!r}")
 
 
-def command_parser(function: Callable[..., Any], prog: str | None = None) -> argparse.ArgumentParser:
+def _shown(default: Any) -> str:
+    if default is None or default == () or default == []:
+        return ""
+    if isinstance(default, (list, tuple)):
+        return f" (default: {' '.join(str(v) for v in default)})"
+    if isinstance(default, bool):
+        return f" (default: {'yes' if default else 'no'})"
+    return f" (default: {default})"
+
+
+def command_parser(
+    function: Callable[..., Any], prog: str | None = None
+) -> argparse.ArgumentParser:
+    """The argument parser of ``function``: one option per parameter (see the module docstring)."""
     description, helps = command_doc(function)
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -85,33 +100,81 @@ def command_parser(function: Callable[..., Any], prog: str | None = None) -> arg
         default = None if required else parameter.default
         text = helps.get(name, "")
         if annotation is Params:
-            parser.add_argument("--params", dest=name, type=Path, default=DEFAULT_PARAMS_PATH,
-                                help=text or "the params file: the validated configuration (default: %(default)s)")
+            parser.add_argument(
+                "--params",
+                dest=name,
+                type=Path,
+                default=DEFAULT_PARAMS_PATH,
+                help=(text or "the params file: the validated configuration")
+                + _shown(DEFAULT_PARAMS_PATH),
+            )
             continue
-        base, optional = _unwrap_optional(annotation)
-        shown = "" if required or default in (None, (), []) else " (default: %(default)s)"
+        base = _unwrap_optional(annotation)
+        shown = "" if required else _shown(default)
         if base is bool:
-            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default,
-                                required=required, help=text + shown)
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                required=required,
+                help=text + shown,
+            )
         elif typing.get_origin(base) in _SEQUENCES:
-            item = typing.get_args(base)[0]
-            convert, choices = _scalar(item, where)
-            parser.add_argument(flag, dest=name, type=convert, choices=choices, nargs="+" if required else "*",
-                                default=default, required=required, help=text + shown)
+            convert, choices = _scalar(typing.get_args(base)[0], where)
+            # ``extend``: several values after the option, and the option repeated, add up. The
+            # parser's default stays None so that the function's own default fills in later.
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=convert,
+                choices=choices,
+                nargs="+" if required else "*",
+                action="extend",
+                default=None,
+                required=required,
+                metavar=name.upper(),
+                help=text + shown,
+            )
         else:
             convert, choices = _scalar(base, where)
-            parser.add_argument(flag, dest=name, type=convert, choices=choices, default=default,
-                                required=required, help=text + shown)
-    parser.add_argument("--json", dest="_json", action="store_true", help="print the result as JSON")
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=convert,
+                choices=choices,
+                default=default,
+                required=required,
+                help=text + shown,
+            )
+    parser.add_argument(
+        "--json", dest=_JSON_DEST, action="store_true", help="print the result as JSON"
+    )
     return parser
 
 
-def run_command(function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None) -> Any:
-    """Parse ``argv`` for ``function``, call it, print its result; a user error exits with code 2."""
-    from modelupgrade.runtime import setup_logging
+def parse_command(
+    function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None
+) -> tuple[dict[str, Any], bool]:
+    """(keyword arguments of ``function``, whether --json was given) from ``argv``.
 
+    The params file is not read here: ``run_command`` reads it, where its errors are reported.
+    """
     arguments = vars(command_parser(function, prog).parse_args(argv))
-    as_json = arguments.pop("_json")
+    as_json = arguments.pop(_JSON_DEST)
+    for name, parameter in inspect.signature(function).parameters.items():
+        if arguments.get(name) is None and parameter.default is not inspect.Parameter.empty:
+            arguments[name] = parameter.default
+    return arguments, as_json
+
+
+def run_command(
+    function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None
+) -> Any:
+    """Parse ``argv`` for ``function``, call it, print its result; a user error exits with 2."""
+    arguments, as_json = parse_command(function, argv, prog)
+    from modelupgrade.runtime import setup_logging  # torch: only once the arguments parse
+
     setup_logging()
     try:
         for name, annotation in typing.get_type_hints(function).items():
@@ -134,6 +197,7 @@ def run_command(function: Callable[..., Any], argv: Sequence[str] | None = None,
 
 
 def show(result: Any, as_json: bool) -> None:
+    """Print a command's result: ``describe()`` as text, or ``as_dict()`` (or itself) as JSON."""
     if result is None:
         return
     if as_json:
@@ -152,10 +216,11 @@ def stage_main(function: Callable[..., Any]) -> Callable[[Sequence[str] | None],
 
     def main(argv: Sequence[str] | None = None) -> Any:
         module = sys.modules.get("__main__")
-        prog = f"python -m {module.__spec__.name}" if module and getattr(module, "__spec__", None) else None
+        spec = getattr(module, "__spec__", None)
+        prog = f"python -m {spec.name}" if spec is not None else None
         return run_command(function, argv, prog)
 
     return main
 
 
-__all__ = ["command_doc", "command_parser", "run_command", "show", "stage_main"]
+__all__ = ["command_doc", "command_parser", "parse_command", "run_command", "show", "stage_main"]

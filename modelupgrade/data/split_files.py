@@ -22,7 +22,9 @@ def write_splits(directory: str | Path, splits: Splits) -> None:
         for name, frame in splits.frames.items():
             frame.reset_index(drop=True).to_parquet(tmp / f"{name}.parquet", index=False)
         info = {**splits.info, "sizes": splits.sizes()}
-        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / INFO_FILE).write_text(
+            json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
 
 
 def read_splits(directory: str | Path) -> Splits:
@@ -39,3 +41,13 @@ def read_splits(directory: str | Path) -> Splits:
         frames[name] = pd.read_parquet(path)
         check_manifest_columns(frames[name], str(path))
     return Splits(frames, info)
+
+
+def split_directories(root: str | Path) -> list[Path]:
+    """Every split directory under ``root`` (those holding a split_info.json), sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(
+            f"the splits root {root} is not a directory", hint="run the split stage first"
+        )
+    return sorted(d for d in root.iterdir() if (d / INFO_FILE).is_file())

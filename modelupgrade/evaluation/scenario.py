@@ -1,4 +1,4 @@
-"""Cross-model evaluation of one scenario from the pipeline's files: matrix, heatmap, Δ↑ / Δ↓ / flips.
+"""Cross-model evaluation of one scenario from the study's files: matrix, heatmap, Δ↑ / Δ↓ / flips.
 
 Two-model scenarios read ``<embeddings>/<sc>/gen0/`` and ``<embeddings>/<sc>/gen1-<strategy>/``
 (``query.npy``, ``gallery.npy``), labels from ``<splits>/<sc>/{query,gallery}.parquet``, and every
@@ -14,7 +14,8 @@ files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibi
 (AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
 ``<metrics>/sequential/summary.json``.
 
-The evaluate stage and the ``modelupgrade evaluate`` command both run ``evaluate_scenario``.
+The directories are those of a ``StudyLayout`` (``modelupgrade.layout``). The ``evaluate`` command
+(the DVC stage, the ``modelupgrade`` subcommand and the flows' task) runs ``evaluate_scenario``.
 """
 
 from __future__ import annotations
@@ -43,30 +44,29 @@ from modelupgrade.evaluation.cross_model import (
 )
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protocol
 from modelupgrade.io import file_sha256, save_parquet, write_json, write_text
+from modelupgrade.layout import (
+    CROSS_MODEL,
+    GALLERY_SPLIT,
+    OLD_MODEL,
+    QUERY_SPLIT,
+    SEQUENTIAL,
+    SUMMARY,
+    StudyLayout,
+    chain_model_name,
+    embedding_file_name,
+    model_name,
+)
 from modelupgrade.runtime import describe_device, select_device
 
 log = logging.getLogger(__name__)
 
-OLD_MODEL = "gen0"
-SEQUENTIAL = "sequential"
-HEATMAP_FILE = "cross_model_heatmap.png"
 # The files of an evaluation a person reads (the parquet table is the same matrix as the CSV).
-REPORT_FILES = ("summary.json", "summary.csv", "cross_model.csv")
+REPORT_FILES = (f"{SUMMARY}.json", f"{SUMMARY}.csv", f"{CROSS_MODEL}.csv")
 
 
 def new_model_name(strategy: str) -> str:
-    return f"gen1-{strategy}"
-
-
-def metrics_dir(metrics_root: str | Path, scenario: str, strategy: str | None = None) -> Path:
-    """Where an evaluation's tables go: ``<root>/<sc>/``, per strategy for the sequential scenario."""
-    base = Path(metrics_root) / scenario
-    return base if strategy is None else base / strategy
-
-
-def heatmap_path(plots_root: str | Path, scenario: str, strategy: str | None = None) -> Path:
-    base = Path(plots_root) / scenario
-    return (base if strategy is None else base / strategy) / HEATMAP_FILE
+    """A two-model scenario's new model trained with ``strategy``: ``gen1-<strategy>``."""
+    return model_name(1, strategy)
 
 
 def load_embeddings(path: Path, what: str) -> np.ndarray:
@@ -85,8 +85,10 @@ def load_split(path: Path) -> pd.DataFrame:
 
 
 def load_model_sets(directory: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
-    return (load_embeddings(directory / "query.npy", f"{name} query"),
-            load_embeddings(directory / "gallery.npy", f"{name} gallery"))
+    return (
+        load_embeddings(directory / embedding_file_name(QUERY_SPLIT), f"{name} query"),
+        load_embeddings(directory / embedding_file_name(GALLERY_SPLIT), f"{name} gallery"),
+    )
 
 
 def head_strategy(head_dir: Path, card: dict[str, Any]) -> str:
@@ -97,28 +99,38 @@ def head_strategy(head_dir: Path, card: dict[str, Any]) -> str:
             f"head directory {head_dir} is not named <head>-<strategy> after its card name {name!r}",
             hint="train heads with stages.train_heads --out heads/<scenario>/<head>-<strategy>",
         )
-    return head_dir.name[len(prefix):]
+    return head_dir.name[len(prefix) :]
 
 
-def discover_heads(heads_root: Path, scenario: str, requested: Sequence[str] | None) -> list[Path]:
-    base = heads_root / scenario
+def discover_heads(base: Path, requested: Sequence[str] | None) -> list[Path]:
+    """The head directories under a scenario's ``base`` (``heads/<sc>``): those ``requested`` by
+    name, or every one with a card."""
     if requested is not None:
         dirs = [base / name for name in requested]
         for d in dirs:
             if not (d / "card.json").is_file():
-                raise UserError(f"head {d} has no card.json", hint="train it first (stage train_heads)")
+                raise UserError(
+                    f"head {d} has no card.json", hint="train it first (stage train_heads)"
+                )
         return dirs
     return sorted(p for p in base.glob("*") if (p / "card.json").is_file()) if base.is_dir() else []
 
 
-def head_outputs(head_dir: Path, embeddings_dir: Path, old_gallery: np.ndarray, new_query: np.ndarray,
-                 device: Any) -> tuple[str, np.ndarray]:
+def head_outputs(
+    head_dir: Path,
+    embeddings_dir: Path,
+    old_gallery: np.ndarray,
+    new_query: np.ndarray,
+    device: Any,
+) -> tuple[str, np.ndarray]:
     """(direction, transformed vectors): ψ(old gallery) for forward heads, ψ_rev(new query) for reverse."""
     from modelupgrade.heads import apply, load_chain, load_head, read_head_card
 
     card = read_head_card(head_dir)
     direction = card["direction"]
-    stored = embeddings_dir / ("gallery.npy" if direction == "forward" else "query.npy")
+    stored = embeddings_dir / embedding_file_name(
+        GALLERY_SPLIT if direction == "forward" else QUERY_SPLIT
+    )
     if stored.is_file():
         return direction, load_embeddings(stored, f"{head_dir.name} {direction}")
     if direction == "forward":
@@ -127,88 +139,113 @@ def head_outputs(head_dir: Path, embeddings_dir: Path, old_gallery: np.ndarray, 
     return direction, apply(head, new_query, device=device)
 
 
-def write_outputs(result: Any, summary_rows: pd.DataFrame, summary: dict[str, Any], out_dir: Path,
-                  plot_path: Path, heatmap_metrics: Sequence[str], queries: Sequence[str],
-                  galleries: Sequence[str], title: str) -> None:
-    save_parquet(out_dir / "cross_model.parquet", result.table)
-    write_text(out_dir / "cross_model.csv", result.table.to_csv(index=False))
-    write_json(out_dir / "cross_model.json", {
-        "protocol": summary["protocol"],
-        "matrix": result.wide().to_dict(orient="records"),
-        "search": {f"{q} -> {g}": info.get("search") for (q, g), info in result.info.items()},
-    })
-    write_text(out_dir / "summary.csv", summary_rows.to_csv(index=False))
-    write_json(out_dir / "summary.json", summary)
+def write_outputs(
+    result: Any,
+    summary_rows: pd.DataFrame,
+    summary: dict[str, Any],
+    out_dir: Path,
+    plot_path: Path,
+    heatmap_metrics: Sequence[str],
+    queries: Sequence[str],
+    galleries: Sequence[str],
+    title: str,
+) -> None:
+    save_parquet(out_dir / f"{CROSS_MODEL}.parquet", result.table)
+    write_text(out_dir / f"{CROSS_MODEL}.csv", result.table.to_csv(index=False))
+    write_json(
+        out_dir / f"{CROSS_MODEL}.json",
+        {
+            "protocol": summary["protocol"],
+            "matrix": result.wide().to_dict(orient="records"),
+            "search": {f"{q} -> {g}": info.get("search") for (q, g), info in result.info.items()},
+        },
+    )
+    write_text(out_dir / f"{SUMMARY}.csv", summary_rows.to_csv(index=False))
+    write_json(out_dir / f"{SUMMARY}.json", summary)
     write_heatmap(result, heatmap_metrics, plot_path, queries, galleries, title)
 
 
 def _source(path: Path) -> dict[str, str]:
-    return {"path": str(path), "sha256": file_sha256(path)} if path.is_file() else {"path": str(path)}
+    return (
+        {"path": str(path), "sha256": file_sha256(path)} if path.is_file() else {"path": str(path)}
+    )
 
 
-def _labels_and_protocol(params: Params, split_dir: Path) -> tuple[np.ndarray, np.ndarray, bool]:
-    query = load_split(split_dir / "query.parquet")
-    gallery = load_split(split_dir / "gallery.parquet")
-    leave_one_out = resolve_protocol(params.evaluation.protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy())
+def _labels_and_protocol(
+    params: Params, layout: StudyLayout, scenario: str
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    query = load_split(layout.split_file(scenario, QUERY_SPLIT))
+    gallery = load_split(layout.split_file(scenario, GALLERY_SPLIT))
+    leave_one_out = resolve_protocol(
+        params.evaluation.protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy()
+    )
     return query.label.to_numpy(np.int64), gallery.label.to_numpy(np.int64), leave_one_out
 
 
 def evaluate_scenario(
     params: Params,
     scenario: str,
-    embeddings_root: str | Path = "embeddings",
-    splits_root: str | Path = "data/splits",
-    heads_root: str | Path = "heads",
-    metrics_root: str | Path = "metrics",
-    plots_root: str | Path = "plots",
+    layout: StudyLayout | None = None,
     strategies: Sequence[str] | None = None,
     heads: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate one scenario; returns the summary written to ``<metrics>/<sc>/summary.json``.
 
-    ``strategies`` defaults to the scenario's in params.yaml, ``heads`` (directory names under
-    ``<heads>/<sc>/``) to every head of the evaluated strategies.
+    The files are read from and written to ``layout`` (the project's by default). ``strategies``
+    defaults to the scenario's in params.yaml, ``heads`` (directory names under ``<heads>/<sc>/``)
+    to every head of the evaluated strategies.
     """
+    layout = layout or StudyLayout()
     if scenario == SEQUENTIAL:
-        return evaluate_sequential(params, embeddings_root, splits_root, metrics_root, plots_root, strategies)
+        return evaluate_sequential(params, layout, strategies)
     scenario_params = params.scenario(scenario)
     ev = params.evaluation
     strategies = list(strategies if strategies is not None else scenario_params.strategies)
-    embeddings_root, heads_root = Path(embeddings_root), Path(heads_root)
     device = select_device(params.device)
-    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, Path(splits_root) / scenario)
+    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, layout, scenario)
     evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
 
     query_sets: dict[str, np.ndarray] = {}
     gallery_sets: dict[str, np.ndarray] = {}
     sources: dict[str, Any] = {}
     for model in [OLD_MODEL, *(new_model_name(s) for s in strategies)]:
-        directory = embeddings_root / scenario / model
-        query_sets[model], gallery_sets[model] = load_model_sets(directory, model)
-        sources[model] = {"query": _source(directory / "query.npy"), "gallery": _source(directory / "gallery.npy")}
+        query_sets[model], gallery_sets[model] = load_model_sets(
+            layout.embeddings(scenario, model), model
+        )
+        sources[model] = {
+            split: _source(layout.embedding_file(scenario, model, split))
+            for split in (QUERY_SPLIT, GALLERY_SPLIT)
+        }
 
     forward: dict[str, list[str]] = {s: [] for s in strategies}
     reverse: dict[str, list[str]] = {s: [] for s in strategies}
-    for head_dir in discover_heads(heads_root, scenario, heads):
+    for head_dir in discover_heads(layout.heads(scenario), heads):
         from modelupgrade.heads import read_head_card
 
         card = read_head_card(head_dir)
         strategy = head_strategy(head_dir, card)
         if strategy not in strategies:
             if heads is not None:
-                raise UserError(f"head {head_dir.name} belongs to strategy {strategy!r}, which is not evaluated",
-                                hint=f"evaluated strategies: {', '.join(strategies)}")
+                raise UserError(
+                    f"head {head_dir.name} belongs to strategy {strategy!r}, which is not evaluated",
+                    hint=f"evaluated strategies: {', '.join(strategies)}",
+                )
             continue
         if card.get("side_info_dim"):
-            stored = embeddings_root / scenario / head_dir.name / "gallery.npy"
+            stored = layout.embedding_file(scenario, head_dir.name, GALLERY_SPLIT)
             if not stored.is_file():
                 raise UserError(
                     f"head {head_dir.name} needs side information to transform the gallery",
                     hint=f"write its transformed gallery to {stored} (or leave it out with --heads)",
                 )
         new = new_model_name(strategy)
-        direction, vectors = head_outputs(head_dir, embeddings_root / scenario / head_dir.name,
-                                          gallery_sets[OLD_MODEL], query_sets[new], device)
+        direction, vectors = head_outputs(
+            head_dir,
+            layout.head_outputs(scenario, head_dir.name),
+            gallery_sets[OLD_MODEL],
+            query_sets[new],
+            device,
+        )
         sources[head_dir.name] = {"card": _source(head_dir / "card.json"), "direction": direction}
         if direction == "forward":
             name = f"{head_dir.name}({OLD_MODEL})"
@@ -221,20 +258,30 @@ def evaluate_scenario(
 
     # The oracle is the reference, not a candidate; it is compared only through its heads (FCT,
     # FastFill, RQT and MCL pair with the independent model), so their rows reach the summary.
-    comparisons = [StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
-                   for s in strategies if s != ev.oracle_strategy or forward[s] or reverse[s]]
+    comparisons = [
+        StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
+        for s in strategies
+        if s != ev.oracle_strategy or forward[s] or reverse[s]
+    ]
     oracle = new_model_name(ev.oracle_strategy) if ev.oracle_strategy in strategies else None
     if oracle is None:
         log.warning("oracle strategy %r is not evaluated: Δ↓ is left empty", ev.oracle_strategy)
-    pairs = (all_compatible_pairs(query_sets, gallery_sets) if ev.all_pairs
-             else essential_pairs(OLD_MODEL, comparisons, oracle))
-    result = cross_model_matrix(evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL))
+    pairs = (
+        all_compatible_pairs(query_sets, gallery_sets)
+        if ev.all_pairs
+        else essential_pairs(OLD_MODEL, comparisons, oracle)
+    )
+    result = cross_model_matrix(
+        evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL)
+    )
     rows = strategy_summary(result, OLD_MODEL, comparisons, oracle, ev.headline_metric)
 
     summary = {
         "scenario": scenario,
-        "protocol": {**evaluator.protocol_description(), "negative_flips":
-                     f"top-{ev.flip_k} right under {OLD_MODEL}/{OLD_MODEL}, wrong under the pair; rate over all queries"},
+        "protocol": {
+            **evaluator.protocol_description(),
+            "negative_flips": f"top-{ev.flip_k} right under {OLD_MODEL}/{OLD_MODEL}, wrong under the pair; rate over all queries",
+        },
         "headline_metric": ev.headline_metric,
         "old_model": OLD_MODEL,
         "oracle": oracle,
@@ -242,60 +289,113 @@ def evaluate_scenario(
         "strategies": {
             s: rows[rows.strategy == s].drop(columns="strategy").to_dict(orient="records")
             for s in dict.fromkeys(rows.strategy)
-        } if len(rows) else {},
+        }
+        if len(rows)
+        else {},
         "old_self": result.value(OLD_MODEL, OLD_MODEL, ev.headline_metric),
         "oracle_self": result.value(oracle, oracle, ev.headline_metric) if oracle else None,
         "sources": sources,
     }
-    write_outputs(result, rows, summary, metrics_dir(metrics_root, scenario), heatmap_path(plots_root, scenario),
-                  ev.heatmap_metrics, list(query_sets), list(gallery_sets), f"{scenario}: M(query, gallery)")
+    write_outputs(
+        result,
+        rows,
+        summary,
+        layout.metrics(scenario),
+        layout.heatmap(scenario),
+        ev.heatmap_metrics,
+        list(query_sets),
+        list(gallery_sets),
+        f"{scenario}: M(query, gallery)",
+    )
     for _, row in rows.iterrows():
-        log.info("%s %s %s/%s: %s=%.4f Δ↑=%.2f%% Δ↓=%.2f%% NFR=%.4f", row.strategy, row.comparison,
-                 row.query_set, row.gallery_set, row.metric, row.value, row.delta_up_pct,
-                 row.delta_down_pct, row[NFR_METRIC])
+        log.info(
+            "%s %s %s/%s: %s=%.4f Δ↑=%.2f%% Δ↓=%.2f%% NFR=%.4f",
+            row.strategy,
+            row.comparison,
+            row.query_set,
+            row.gallery_set,
+            row.metric,
+            row.value,
+            row.delta_up_pct,
+            row.delta_down_pct,
+            row[NFR_METRIC],
+        )
     return summary
 
 
-def evaluate_sequential(params: Params, embeddings_root: str | Path, splits_root: str | Path,
-                        metrics_root: str | Path, plots_root: str | Path,
-                        strategies: Sequence[str] | None) -> dict[str, Any]:
+def evaluate_sequential(
+    params: Params, layout: StudyLayout, strategies: Sequence[str] | None
+) -> dict[str, Any]:
     """Compatibility matrices over generations, one per strategy of ``sequential.strategies``."""
     ev = params.evaluation
     every_strategy = strategies is None
     strategies = list(strategies if strategies is not None else params.sequential.strategies)
-    generations = [f"gen{i}" for i in range(len(params.sequential.fractions))]
+    indices = range(len(params.sequential.fractions))
+    generations = [model_name(i) for i in indices]
     device = select_device(params.device)
-    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, Path(splits_root) / SEQUENTIAL)
+    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, layout, SEQUENTIAL)
     evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
-    out: dict[str, Any] = {"scenario": SEQUENTIAL, "protocol": evaluator.protocol_description(), "strategies": {}}
+    out: dict[str, Any] = {
+        "scenario": SEQUENTIAL,
+        "protocol": evaluator.protocol_description(),
+        "strategies": {},
+    }
     for strategy in strategies:
         query_sets, gallery_sets = {}, {}
-        for generation in generations:
-            directory = Path(embeddings_root) / SEQUENTIAL / strategy / generation
-            if generation == generations[0] and not directory.is_dir():
+        for i, generation in zip(indices, generations, strict=True):
+            directory = layout.embeddings(SEQUENTIAL, chain_model_name(strategy, i))
+            if i == 0 and not directory.is_dir():
                 # One generation 0 shared by every chain (as the pipeline trains it).
-                directory = Path(embeddings_root) / SEQUENTIAL / generation
-            query_sets[generation], gallery_sets[generation] = load_model_sets(directory, f"{strategy} {generation}")
-        pairs = [(q, g) for i, q in enumerate(generations) for g in generations[: i + 1]
-                 if query_sets[q].shape[1] == gallery_sets[g].shape[1]]
-        result = cross_model_matrix(evaluator, query_sets, gallery_sets, pairs, reference=(generations[0], generations[0]))
-        compat = {metric: sequential_summary(result, generations, metric)
-                  for metric in sorted(set(result.table.metric)) if metric != NFR_METRIC}
-        summary = {"scenario": SEQUENTIAL, "strategy": strategy, "protocol": out["protocol"],
-                   "headline_metric": ev.headline_metric, "compatibility": compat}
-        rows = pd.DataFrame([{"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
-                             for m, c in compat.items()])
-        write_outputs(result, rows, summary, metrics_dir(metrics_root, SEQUENTIAL, strategy),
-                      heatmap_path(plots_root, SEQUENTIAL, strategy), ev.heatmap_metrics,
-                      generations, generations, f"sequential / {strategy}: M(gen i, gen j)")
+                directory = layout.embeddings(SEQUENTIAL, OLD_MODEL)
+            query_sets[generation], gallery_sets[generation] = load_model_sets(
+                directory, f"{strategy} {generation}"
+            )
+        pairs = [
+            (q, g)
+            for i, q in enumerate(generations)
+            for g in generations[: i + 1]
+            if query_sets[q].shape[1] == gallery_sets[g].shape[1]
+        ]
+        result = cross_model_matrix(
+            evaluator, query_sets, gallery_sets, pairs, reference=(generations[0], generations[0])
+        )
+        compat = {
+            metric: sequential_summary(result, generations, metric)
+            for metric in sorted(set(result.table.metric))
+            if metric != NFR_METRIC
+        }
+        summary = {
+            "scenario": SEQUENTIAL,
+            "strategy": strategy,
+            "protocol": out["protocol"],
+            "headline_metric": ev.headline_metric,
+            "compatibility": compat,
+        }
+        rows = pd.DataFrame(
+            [
+                {"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
+                for m, c in compat.items()
+            ]
+        )
+        write_outputs(
+            result,
+            rows,
+            summary,
+            layout.metrics(SEQUENTIAL, strategy),
+            layout.heatmap(SEQUENTIAL, strategy),
+            ev.heatmap_metrics,
+            generations,
+            generations,
+            f"sequential / {strategy}: M(gen i, gen j)",
+        )
         out["strategies"][strategy] = compat.get(ev.headline_metric)
     if every_strategy:
         # A run over some chains leaves the summary of all of them alone.
-        write_json(Path(metrics_root) / SEQUENTIAL / "summary.json", out)
+        write_json(layout.metrics(SEQUENTIAL) / f"{SUMMARY}.json", out)
     return out
 
 
-def report_files(summary: dict[str, Any], metrics_root: str | Path, plots_root: str | Path) -> dict[str, list[Path]]:
+def report_files(summary: dict[str, Any], layout: StudyLayout) -> dict[str, list[Path]]:
     """The files of an evaluation that a person reads (summaries, the matrix as CSV, the heatmaps),
     by the folder they go to among a run's artifacts: ``evaluation``, or ``evaluation/<strategy>``
     for the sequential scenario's chains."""
@@ -303,8 +403,8 @@ def report_files(summary: dict[str, Any], metrics_root: str | Path, plots_root: 
     parts = [None] if scenario != SEQUENTIAL else list(summary["strategies"])
     return {
         "evaluation" if part is None else f"evaluation/{part}": [
-            *(metrics_dir(metrics_root, scenario, part) / name for name in REPORT_FILES),
-            heatmap_path(plots_root, scenario, part),
+            *(layout.metrics(scenario, part) / name for name in REPORT_FILES),
+            layout.heatmap(scenario, part),
         ]
         for part in parts
     }
@@ -312,8 +412,12 @@ def report_files(summary: dict[str, Any], metrics_root: str | Path, plots_root: 
 
 def _comparison_key(row: dict[str, Any]) -> str:
     """``backward``; a head's comparison also names the head: ``forward-head.bict-bct``."""
-    head_set = {"forward-head": row["gallery_set"], "reverse-head": row["query_set"]}.get(row["comparison"])
-    return row["comparison"] if head_set is None else f"{row['comparison']}.{head_set.split('(')[0]}"
+    head_set = {"forward-head": row["gallery_set"], "reverse-head": row["query_set"]}.get(
+        row["comparison"]
+    )
+    return (
+        row["comparison"] if head_set is None else f"{row['comparison']}.{head_set.split('(')[0]}"
+    )
 
 
 def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -323,7 +427,9 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
     metrics: dict[str, float] = {}
     if summary["scenario"] == SEQUENTIAL:
         for strategy, compat in summary["strategies"].items():
-            metrics.update({f"{strategy}.{k}": v for k, v in (compat or {}).items() if _is_number(v)})
+            metrics.update(
+                {f"{strategy}.{k}": v for k, v in (compat or {}).items() if _is_number(v)}
+            )
         return metrics
     headline = summary["headline_metric"]
     for name in ("old_self", "oracle_self"):

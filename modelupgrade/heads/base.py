@@ -14,7 +14,9 @@ always present and is what a deployment applies.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -127,6 +129,14 @@ class Head(nn.Module):
         self.hidden_dim = int(hidden_dim or self.TRAINING_DEFAULTS.hidden_dim)
         self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
         self.psi = MLP(self.in_dim + self.side_info_dim, self.out_dim, self.hidden_dim, self.depth)
+
+    @classmethod
+    def trained_with(
+        cls, new_model_dir: str | Path, options: Mapping[str, Any] | None = None
+    ) -> Head | None:
+        """This kind's head that was trained together with the new model in ``new_model_dir``,
+        to be used as it is instead of training one; None when there is none (the usual case)."""
+        return None
 
     # ----- what a deployment runs -------------------------------------------------------------
     def outputs(

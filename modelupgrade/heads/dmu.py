@@ -9,7 +9,9 @@ The paper gives no separate ψ learning rate; the backbone's SGD 0.1, batch 512,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,6 +52,16 @@ class DMUForwardAdapter(Head):
     @staticmethod
     def has_joint_head(model_dir: str | Path) -> bool:
         return (Path(model_dir) / JOINT_HEAD_FILE).is_file()
+
+    @classmethod
+    def trained_with(
+        cls, new_model_dir: str | Path, options: Mapping[str, Any] | None = None
+    ) -> DMUForwardAdapter | None:
+        """The ψ the DMU strategy trained jointly with the new model, unless
+        ``options.use_joint_head`` is off or the model directory has none."""
+        if not DMUOptions.model_validate(options or {}).use_joint_head:
+            return None
+        return cls.from_joint_training(new_model_dir) if cls.has_joint_head(new_model_dir) else None
 
     @classmethod
     def from_joint_training(cls, model_dir: str | Path) -> DMUForwardAdapter:

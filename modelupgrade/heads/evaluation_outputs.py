@@ -20,16 +20,22 @@ from modelupgrade.heads.chain import HeadChain, load_chain
 from modelupgrade.heads.inference import apply_all
 from modelupgrade.heads.persistence import load_head, read_head_card
 from modelupgrade.io import atomic_path
-
-SIGMA2_FILE = "gallery_sigma2.npy"
-RHO_QUERY_FILE = "rho_query.npy"
-RHO_GALLERY_FILE = "rho_gallery.npy"
+from modelupgrade.layout import (
+    GALLERY_SPLIT,
+    QUERY_SPLIT,
+    RHO_GALLERY_FILE,
+    RHO_QUERY_FILE,
+    SIGMA2_FILE,
+    embedding_file_name,
+)
 
 
 def _embeddings(directory: Path, split: str) -> np.ndarray:
-    path = directory / f"{split}.npy"
+    path = directory / embedding_file_name(split)
     if not path.is_file():
-        raise UserError(f"{path} does not exist", hint="embed the evaluation splits with that model first")
+        raise UserError(
+            f"{path} does not exist", hint="embed the evaluation splits with that model first"
+        )
     return np.load(path, allow_pickle=False)
 
 
@@ -54,19 +60,25 @@ def write_head_outputs(
         # its outputs, so that FastFill's σ² comes from the same pass as the transform.
         chain = load_chain(head_dir)
         earlier = HeadChain(chain.heads[:-1], chain.momenta[:-1])
-        states = earlier.gallery_states(_embeddings(Path(old_embeddings), "gallery"), device=device)
-        outputs = apply_all(chain.heads[-1], chain.input_of(states, chain.momenta[-1]), device=device)
-        arrays["gallery.npy"] = outputs["transform"]
+        states = earlier.gallery_states(
+            _embeddings(Path(old_embeddings), GALLERY_SPLIT), device=device
+        )
+        outputs = apply_all(
+            chain.heads[-1], chain.input_of(states, chain.momenta[-1]), device=device
+        )
+        arrays[embedding_file_name(GALLERY_SPLIT)] = outputs["transform"]
         if "log_variance" in outputs:
             arrays[SIGMA2_FILE] = np.exp(outputs["log_variance"]).reshape(-1)
     else:
         head, _ = load_head(head_dir)
         new = Path(new_embeddings)
-        outputs = apply_all(head, _embeddings(new, "query"), device=device)
-        arrays["query.npy"] = outputs["transform"]
+        outputs = apply_all(head, _embeddings(new, QUERY_SPLIT), device=device)
+        arrays[embedding_file_name(QUERY_SPLIT)] = outputs["transform"]
         if "new_embedding" in outputs:
             arrays[RHO_QUERY_FILE] = outputs["new_embedding"]
-            arrays[RHO_GALLERY_FILE] = apply_all(head, _embeddings(new, "gallery"), device=device)["new_embedding"]
+            arrays[RHO_GALLERY_FILE] = apply_all(
+                head, _embeddings(new, GALLERY_SPLIT), device=device
+            )["new_embedding"]
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for name, array in arrays.items():

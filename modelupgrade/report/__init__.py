@@ -6,7 +6,7 @@
 (one cycle, a chain's lineage, a gallery backfill), which the Prefect flows publish.
 """
 
-from modelupgrade.report.build import write_report
+from modelupgrade.report.build import run_metadata, write_report
 from modelupgrade.report.claims import Claim, check_claims
 from modelupgrade.report.document import (
     Block,
@@ -36,5 +36,6 @@ __all__ = [
     "collect_results",
     "render_html",
     "render_markdown",
+    "run_metadata",
     "write_report",
 ]

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from modelupgrade.config import Params, params_hash
 from modelupgrade.io import atomic_path
+from modelupgrade.registry.provenance import dvc_data_hash, git_commit
 from modelupgrade.report.claims import Claim, check_claims
 from modelupgrade.report.document import (
     MISSING,
@@ -201,6 +203,22 @@ def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -
     else:
         blocks.append(Paragraph("No stage wall times were found in the MLflow store."))
     return blocks
+
+
+def run_metadata(params: Params, study: StudyResults) -> dict[str, str]:
+    """What the report says about the run: git commit, params and DVC data hashes, seeds, the
+    device the evaluations ran on, the dataset."""
+    devices = sorted(
+        {str(sc.evaluation["device"]) for sc in study.scenarios if sc.evaluation.get("device")}
+    )
+    return {
+        "git commit": git_commit(),
+        "params hash": params_hash(params),
+        "DVC data hash": dvc_data_hash(),
+        "seed": f"{params.seed} (generation g trains with seed {params.seed} + g)",
+        "device": ", ".join(devices) or params.device,
+        "dataset": f"{params.dataset.name} ({params.dataset.loader} loader, {params.dataset.root})",
+    }
 
 
 def write_report(

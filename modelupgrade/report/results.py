@@ -17,9 +17,9 @@ from modelupgrade.errors import UserError
 from modelupgrade.layout import (
     BACKFILL_CURVES,
     BACKFILL_SUMMARY_FILE,
-    HEATMAP_FILE,
     SEQUENTIAL,
     SUMMARY,
+    StudyLayout,
     head_name,
 )
 
@@ -103,17 +103,15 @@ class StudyResults:
         return [name for name, of_kind in self.strategy_kinds.items() if of_kind == kind]
 
 
-def collect_results(
-    params: Params, metrics_root: str | Path, plots_root: str | Path
-) -> StudyResults:
+def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
+    """Every scenario's and chain's results found in ``layout``'s metrics and plots."""
     import pandas as pd
 
-    metrics_root, plots_root = Path(metrics_root), Path(plots_root)
     scenarios = []
     for name, scenario in params.scenarios.items():
-        metrics, plots = metrics_root / name, plots_root / name
+        metrics, plots = layout.metrics(name), layout.plots(name)
         backfill = metrics / BACKFILL_SUMMARY_FILE
-        heatmap = plots / HEATMAP_FILE
+        heatmap = layout.heatmap(name)
         curves_plot = plots / f"{BACKFILL_CURVES}.png"
         curves = metrics / f"{BACKFILL_CURVES}.parquet"
         scenarios.append(
@@ -131,10 +129,10 @@ def collect_results(
         scenarios, strategy_kinds={name: s.kind for name, s in params.strategies.items()}
     )
     for strategy in params.sequential.strategies:
-        summary = metrics_root / SEQUENTIAL / strategy / f"{SUMMARY}.json"
+        summary = layout.metrics(SEQUENTIAL, strategy) / f"{SUMMARY}.json"
         if summary.is_file():
             study.sequential[strategy] = _read_json(summary)
-            plot = plots_root / SEQUENTIAL / strategy / HEATMAP_FILE
+            plot = layout.heatmap(SEQUENTIAL, strategy)
             if plot.is_file():
                 study.sequential_plots[strategy] = plot
     return study

@@ -1,15 +1,14 @@
 """One generation of the embedding model: train it on its split, embed split files with it.
 
-The train and embed stages and the ``modelupgrade train`` / ``modelupgrade embed`` commands run this
-code, so that a person without DVC gets the files ``dvc repro`` writes, in the same layout:
-``data/splits/<scenario>/``, ``models/<scenario>/gen0`` and ``models/<scenario>/gen1-<strategy>``,
-``embeddings/<scenario>/<model>/<split stem>.npy``.
+The ``train`` and ``embed`` commands (``modelupgrade.commands.training``: the DVC stages, the
+``modelupgrade`` subcommands and the flows' tasks) run this code, so that a person without DVC gets
+the files ``dvc repro`` writes, in the study's layout (``modelupgrade.layout``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,13 @@ import torch
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256, save_npy
+from modelupgrade.layout import StudyLayout, embedding_file_name, logits_beside, training_split
 from modelupgrade.runtime import select_device
 
 log = logging.getLogger(__name__)
 
-SPLITS_DIR = Path("data/splits")
-MODELS_DIR = Path("models")
-EMBEDDINGS_DIR = Path("embeddings")
-EVALUATION_SPLITS = ("query", "gallery")
-
-# Decodes the images that a split file's rows name; the stages take it as a seam for tests.
-ImageLoader = Callable[[pd.DataFrame, Params], torch.Tensor]
+# The architecture a generation trains without a scenario to name one (sequential upgrades).
+DEFAULT_ARCHITECTURE = "default"
 
 
 def load_split_images(frame: pd.DataFrame, params: Params) -> torch.Tensor:
@@ -51,32 +46,45 @@ def read_split(path: str | Path) -> pd.DataFrame:
         raise UserError(f"split file {path} does not exist", hint="run the split stage first")
     frame = pd.read_parquet(path)
     if "label" not in frame.columns or frame.empty:
-        raise UserError(f"{path} is empty or has no 'label' column", hint="pass a split file (rows of the manifest)")
+        raise UserError(
+            f"{path} is empty or has no 'label' column",
+            hint="pass a split file (rows of the manifest)",
+        )
     return frame
 
 
-def model_name(generation: int, strategy: str | None) -> str:
-    """A generation's directory name in the pipeline's layout: ``gen0``, ``gen1-bct``."""
-    return f"gen{generation}" if strategy is None else f"gen{generation}-{strategy}"
-
-
 def resolve_inputs(
-    params: Params, scenario: str | None, generation: int, split: str | Path | None, architecture: str | None
+    params: Params,
+    scenario: str | None,
+    generation: int,
+    split: str | Path | None,
+    architecture: str | None,
+    layout: StudyLayout | None = None,
 ) -> tuple[Path, str]:
-    """The training split and architecture name for this generation."""
+    """The training split and architecture name for this generation (a scenario's split in
+    ``layout``, the project's by default)."""
     if scenario is not None:
         scenario_params = params.scenario(scenario)
-        default_arch = scenario_params.old_architecture if generation == 0 else scenario_params.new_architecture
-        default_split = SPLITS_DIR / scenario / ("old_train.parquet" if generation == 0 else "new_train.parquet")
+        default_arch = (
+            scenario_params.old_architecture
+            if generation == 0
+            else scenario_params.new_architecture
+        )
+        default_split: Path | None = (layout or StudyLayout()).split_file(
+            scenario, training_split(generation)
+        )
     else:
-        default_arch, default_split = "default", None
+        default_arch, default_split = DEFAULT_ARCHITECTURE, None
     split_path = Path(split) if split is not None else default_split
     if split_path is None:
-        raise UserError("no training split given", hint="pass --scenario <name> or --split <parquet>")
+        raise UserError(
+            "no training split given", hint="pass --scenario <name> or --split <parquet>"
+        )
     arch_name = architecture or default_arch
     if arch_name not in params.architectures:
         raise UserError(
-            f"unknown architecture {arch_name!r}", hint=f"params.yaml defines: {', '.join(params.architectures)}"
+            f"unknown architecture {arch_name!r}",
+            hint=f"params.yaml defines: {', '.join(params.architectures)}",
         )
     return split_path, arch_name
 
@@ -92,7 +100,7 @@ def training_arguments(
     architecture: str | None = None,
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
-    load_images: ImageLoader = load_split_images,
+    layout: StudyLayout | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``train_model`` for one generation, its images decoded.
 
@@ -101,17 +109,28 @@ def training_arguments(
     """
     if generation < 0:
         raise UserError(f"--generation must be ≥ 0, got {generation}")
-    split_path, arch_name = resolve_inputs(params, scenario, generation, split, architecture)
+    split_path, arch_name = resolve_inputs(
+        params, scenario, generation, split, architecture, layout
+    )
     strategy_params = None
     if strategy is not None:
         if strategy not in params.strategies:
-            raise UserError(f"unknown strategy {strategy!r}", hint=f"params.yaml defines: {', '.join(params.strategies)}")
+            raise UserError(
+                f"unknown strategy {strategy!r}",
+                hint=f"params.yaml defines: {', '.join(params.strategies)}",
+            )
         strategy_params = params.strategies[strategy]
     apply_cpu_threads(params)
     frame = read_split(split_path)
-    images = load_images(frame, params)
+    images = load_split_images(frame, params)
     labels = torch.tensor(frame["label"].to_numpy(dtype="int64"))
-    log.info("training %s on %s: %d images, %d classes", out, split_path, len(frame), labels.unique().numel())
+    log.info(
+        "training %s on %s: %d images, %d classes",
+        out,
+        split_path,
+        len(frame),
+        labels.unique().numel(),
+    )
     return {
         "architecture": params.architectures[arch_name],
         "architecture_name": arch_name,
@@ -125,24 +144,27 @@ def training_arguments(
         "strategy_name": strategy,
         "strategy_params": strategy_params,
         "old_model_dir": old,
-        "data": {"scenario": scenario, "split": str(split_path), "split_sha256": file_sha256(split_path)},
+        "data": {
+            "scenario": scenario,
+            "split": str(split_path),
+            "split_sha256": file_sha256(split_path),
+        },
         "resume_dir": resume_dir,
         "progress": progress,
     }
-
-
-def train_generation(params: Params, out: str | Path, generation: int, **options: Any) -> dict[str, Any]:
-    """Train one generation (``options``: those of ``training_arguments``) and save it; returns its card."""
-    from modelupgrade.training.pipeline import train_model
-
-    return train_model(**training_arguments(params, out, generation, **options))
 
 
 def training_metrics(card: dict[str, Any]) -> dict[str, float]:
     """The headline numbers of a model card: final loss, epochs, seconds, throughput, data size."""
     history = card.get("history") or []
     metrics: dict[str, float] = {"epochs": len(history)}
-    metrics.update({k: card[k] for k in ("train_seconds", "train_images_per_second", "parameters") if k in card})
+    metrics.update(
+        {
+            k: card[k]
+            for k in ("train_seconds", "train_images_per_second", "parameters")
+            if k in card
+        }
+    )
     if "images" in (card.get("data") or {}):
         metrics["images"] = card["data"]["images"]
     if history:
@@ -160,12 +182,16 @@ def embedding_targets(
         raise UserError("pass exactly one of --out (one split) and --out-dir")
     if out is not None:
         if len(splits) != 1:
-            raise UserError(f"--out names one file but {len(splits)} splits were given", hint="use --out-dir")
+            raise UserError(
+                f"--out names one file but {len(splits)} splits were given", hint="use --out-dir"
+            )
         return [Path(out)]
     stems = [Path(s).stem for s in splits]
     if len(set(stems)) != len(stems):
-        raise UserError(f"split files share a name ({', '.join(stems)}); their outputs would collide")
-    return [Path(out_dir) / f"{stem}.npy" for stem in stems]
+        raise UserError(
+            f"split files share a name ({', '.join(stems)}); their outputs would collide"
+        )
+    return [Path(out_dir) / embedding_file_name(stem) for stem in stems]
 
 
 def embed_splits(
@@ -175,7 +201,6 @@ def embed_splits(
     out: str | Path | None = None,
     out_dir: str | Path | None = None,
     logits: bool = False,
-    load_images: ImageLoader = load_split_images,
 ) -> list[Path]:
     """Embed every split with the model (images decoded once, in one call); returns the written paths.
 
@@ -191,7 +216,7 @@ def embed_splits(
     apply_cpu_threads(params)
     model = load_model(model_dir, device)
     frames = [read_split(s) for s in splits]
-    images = load_images(pd.concat(frames, ignore_index=True), params)
+    images = load_split_images(pd.concat(frames, ignore_index=True), params)
     embeddings = embed(model, images, params.training.eval_batch_size, device)
     written = list(targets)
     start = 0
@@ -201,7 +226,7 @@ def embed_splits(
         save_npy(target, part)
         log.info("embedded %s with %s: %s → %s", split, model_dir, part.shape, target)
         if logits:
-            logits_path = target.with_name(f"{target.stem}_logits.npy")
+            logits_path = logits_beside(target)
             save_npy(logits_path, classifier_logits(model, part))
             written.append(logits_path)
     return written

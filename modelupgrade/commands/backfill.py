@@ -1,0 +1,121 @@
+"""Simulate online backfilling of a scenario: the simulate_backfill stages and
+``modelupgrade simulate-backfill``. The work is ``modelupgrade.backfill.study``'s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelupgrade.commands.results import metric_lines
+from modelupgrade.config import Params
+from modelupgrade.layout import StudyLayout
+
+
+@dataclass
+class BackfillStudy:
+    """A simulation's summary (``backfill_summary.json``) and where its tables went."""
+
+    summary: dict[str, Any]
+    metrics_dir: Path
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.summary
+
+    def describe(self) -> str:
+        from modelupgrade.backfill.study import summary_metrics
+
+        headline = (
+            f"{self.summary['scenario']}: {len(self.summary['curves'])} backfill curves written to "
+            f"{self.metrics_dir} ({len(self.summary['skipped'])} skipped)"
+        )
+        return "\n".join([headline, *metric_lines(summary_metrics(self.summary))])
+
+
+def simulate_backfill(
+    params: Params,
+    scenario: str,
+    embeddings_root: Path | None = None,
+    old: Path | None = None,
+    variant: Sequence[str] = (),
+    array: Sequence[str] = (),
+    old_logits: Path | None = None,
+    query_split: Path | None = None,
+    gallery_split: Path | None = None,
+    metrics_dir: Path | None = None,
+    plots_dir: Path | None = None,
+) -> BackfillStudy:
+    """Simulate online backfilling: retrieval quality while the gallery moves to the new model.
+
+    Every (strategy, ordering policy, serving mode) combination of params.yaml whose inputs are
+    present runs; the others are listed as skipped. Writes <metrics>/backfill_curves.{parquet,csv},
+    backfill_summary.json (AUCs both ways, Seo et al.'s conditions), backfill_plots/<curve>.csv
+    (for dvc plots) and <plots>/backfill_curves.png.
+
+    Args:
+        params: the params file: the validated configuration of every step
+        scenario: a scenario of params.yaml
+        embeddings_root: compare every strategy and head of the scenario found under <root>/<sc>/
+            (gen0, gen1-<strategy>, <head>-<strategy>); default: embeddings, unless --old is given
+        old: the old model's embedding directory (query.npy, gallery.npy)
+        variant: with --old: NAME=DIR, an upgraded system and its new model's embedding directory
+        array: with --old: NAME:FIELD=PATH, a head output of a variant; FIELD is forward_gallery,
+            sigma2, reverse_query, rho_query, rho_gallery or rho_reverse_query
+        old_logits: with --old: the old classifier's logits on the gallery split (.npy), for the
+            confidence and entropy orders
+        query_split: query split parquet (default: data/splits/<sc>/query.parquet)
+        gallery_split: gallery split parquet (default: data/splits/<sc>/gallery.parquet)
+        metrics_dir: where backfill_curves.{parquet,csv}, backfill_summary.json and
+            backfill_plots/ go (default: metrics/<sc>)
+        plots_dir: where backfill_curves.png goes (default: plots/<sc>)
+    """
+    from modelupgrade.backfill.study import (
+        backfill_inputs,
+        output_dirs,
+        report_files,
+        summary_metrics,
+    )
+    from modelupgrade.backfill.study import simulate_backfill as simulate
+    from modelupgrade.registry import track_stage
+
+    layout = StudyLayout()
+    if embeddings_root is None and old is None:
+        embeddings_root = layout.embeddings_root
+    found = backfill_inputs(params, scenario, embeddings_root, old, variant, array, old_logits)
+    asked = {
+        "scenario": scenario,
+        "old": found.old,
+        "variants": found.variants,
+        "arrays": found.arrays,
+        "old_logits": found.old_logits,
+        "query_split": query_split,
+        "gallery_split": gallery_split,
+    }
+    run_name = f"simulate_backfill@{scenario}"
+    with track_stage("simulate_backfill", params, run_name=run_name, arguments=asked) as stage:
+        stage.set_tags({"scenario": scenario})
+        stage.log_params(
+            {
+                "seed": params.seed,
+                "backfill": params.backfill,
+                "evaluation.protocol": params.evaluation.protocol,
+            }
+        )
+        summary = simulate(
+            params,
+            scenario,
+            found.old,
+            found.variants,
+            found.arrays,
+            found.old_logits,
+            query_split,
+            gallery_split,
+            metrics_dir,
+            plots_dir,
+            layout,
+        )
+        stage.log_metrics(summary_metrics(summary))
+        metrics, plots = output_dirs(scenario, metrics_dir, plots_dir, layout)
+        stage.log_artifacts(report_files(metrics, plots), "backfill")
+    return BackfillStudy(summary, metrics)

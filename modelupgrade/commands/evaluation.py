@@ -1,0 +1,93 @@
+"""Cross-model evaluation of a scenario: the evaluate stages, ``modelupgrade evaluate``, and the
+flows' evaluation task. The work is ``modelupgrade.evaluation.scenario``'s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelupgrade.commands.results import metric_lines
+from modelupgrade.config import Params
+from modelupgrade.layout import SEQUENTIAL, StudyLayout
+
+
+@dataclass
+class Evaluation:
+    """An evaluation's summary (``summary.json``) and where its files went."""
+
+    summary: dict[str, Any]
+    metrics_dir: Path
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.summary
+
+    def describe(self) -> str:
+        from modelupgrade.evaluation.scenario import summary_metrics
+
+        headline = f"{self.summary['scenario']}: evaluation written to {self.metrics_dir}"
+        return "\n".join([headline, *metric_lines(summary_metrics(self.summary))])
+
+
+def evaluate(
+    params: Params,
+    scenario: str,
+    embeddings_root: Path | None = None,
+    splits_root: Path | None = None,
+    heads_root: Path | None = None,
+    metrics_root: Path | None = None,
+    plots_root: Path | None = None,
+    strategies: Sequence[str] | None = None,
+    heads: Sequence[str] | None = None,
+) -> Evaluation:
+    """Cross-model retrieval evaluation: M(query, gallery), Δ↑, Δ↓, negative flips, heatmap.
+
+    Two-model scenarios read <embeddings>/<sc>/gen0/ and gen1-<strategy>/ (query.npy,
+    gallery.npy), labels from <splits>/<sc>/{query,gallery}.parquet, and every head
+    <heads>/<sc>/<head>-<strategy>/ of the evaluated strategies (pre-computed outputs under
+    <embeddings>/<sc>/<head>-<strategy>/ when present); they write <metrics>/<sc>/cross_model.*,
+    summary.{json,csv} and <plots>/<sc>/cross_model_heatmap.png. The sequential scenario does the
+    same per strategy under <metrics>/sequential/<strategy>/, with the compatibility-matrix metrics
+    (AC with < and ≤, AM, BC, FC).
+
+    Args:
+        params: the params file: the validated configuration of every step
+        scenario: a scenario of params.yaml, or 'sequential' (the chains of sequential upgrades)
+        embeddings_root: root of <sc>/<model>/{query,gallery}.npy (default: embeddings)
+        splits_root: root of <sc>/{query,gallery}.parquet, whose labels the metrics use (default:
+            data/splits)
+        heads_root: root of <sc>/<head>-<strategy>/ head directories (default: heads)
+        metrics_root: tables go to <root>/<sc>/ (default: metrics)
+        plots_root: the heatmap goes to <root>/<sc>/ (default: plots)
+        strategies: strategies to evaluate (default: the scenario's strategies in params.yaml)
+        heads: head directory names under <heads-root>/<sc>/ (default: every head of the
+            evaluated strategies)
+    """
+    from modelupgrade.evaluation.scenario import evaluate_scenario, report_files, summary_metrics
+    from modelupgrade.registry import track_stage
+
+    layout = StudyLayout(
+        embeddings_root=embeddings_root,
+        splits_root=splits_root,
+        heads_root=heads_root,
+        metrics_root=metrics_root,
+        plots_root=plots_root,
+    )
+    asked = {
+        "scenario": scenario,
+        "embeddings_root": layout.embeddings_root,
+        "splits_root": layout.splits_root,
+        "heads_root": layout.heads_root,
+        "strategies": strategies,
+        "heads": heads,
+    }
+    with track_stage("evaluate", params, run_name=f"evaluate@{scenario}", arguments=asked) as stage:
+        setting = params.sequential if scenario == SEQUENTIAL else params.scenarios.get(scenario)
+        stage.set_tags({"scenario": scenario})
+        stage.log_params({"evaluation": params.evaluation, "scenario": setting})
+        summary = evaluate_scenario(params, scenario, layout, strategies, heads)
+        stage.log_metrics(summary_metrics(summary))
+        for folder, files in report_files(summary, layout).items():
+            stage.log_artifacts(files, folder)
+    return Evaluation(summary, layout.metrics(scenario))

@@ -1,0 +1,227 @@
+"""One head of params.yaml, trained on cached embedding files (or taken from its new model's
+training) and saved with its card: what the train_heads stage and the flows' head task run.
+
+The head trains on a split's old and new embeddings (row i = image i in both) with that split's
+labels. A kind whose head can come out of the new model's own training (DMU's jointly trained ψ,
+``Head.trained_with``) uses that head instead. ``previous_heads`` (sequential upgrades) trains on
+the chain's current gallery state of the old embeddings, mixed with the generation before when
+``input_momentum`` > 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelupgrade.arrays import load_array
+from modelupgrade.config import Params
+from modelupgrade.config.heads import HeadParams
+from modelupgrade.errors import UserError
+from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, build_head, head_dims
+from modelupgrade.heads.chain import HeadChain
+from modelupgrade.heads.inference import apply
+from modelupgrade.heads.persistence import load_head, read_head_card, save_head
+from modelupgrade.heads.training import fit_head, resolve_training
+from modelupgrade.io import file_sha256
+from modelupgrade.layers import MarginClassifier
+from modelupgrade.runtime import describe_device, seed_everything, select_device
+
+log = logging.getLogger(__name__)
+
+# The numbers of a head's training record that are its headline metrics.
+HEAD_METRICS = ("final_loss", "steps", "seconds", "fit_cosine")
+
+
+def head_entry(params: Params, name: str) -> HeadParams:
+    """The entry ``heads.<name>`` of params.yaml."""
+    if name not in params.heads:
+        raise UserError(
+            f"params.yaml defines no head {name!r}",
+            hint=f"heads defined: {', '.join(params.heads) or 'none'}",
+        )
+    return params.heads[name]
+
+
+def load_embeddings(path: str | Path, what: str) -> np.ndarray:
+    return np.ascontiguousarray(load_array(path, what), dtype=np.float32)
+
+
+def load_labels(path: str | Path) -> np.ndarray:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"labels file {path} does not exist", hint="run the split stage first")
+    frame = pd.read_parquet(path, columns=None)
+    if "label" not in frame.columns:
+        raise UserError(
+            f"{path} has no 'label' column", hint="pass a split file (rows of the manifest)"
+        )
+    return frame["label"].to_numpy(dtype=np.int64)
+
+
+def load_new_classifier(model_dir: str | Path) -> MarginClassifier:
+    from modelupgrade.models import load_model
+
+    return load_model(model_dir).classifier
+
+
+def source_entry(path: str | Path | None) -> dict[str, Any] | None:
+    """A training input as the head's card records it: its path and, where it is a file (or a
+    model directory), a hash."""
+    if path is None:
+        return None
+    path = Path(path)
+    entry: dict[str, Any] = {"path": str(path)}
+    if path.is_file():
+        entry["sha256"] = file_sha256(path)
+    elif (path / "card.json").is_file():
+        entry["card_sha256"] = file_sha256(path / "card.json")
+    return entry
+
+
+def fit_cosine(
+    head: Head, inputs: np.ndarray, targets: np.ndarray, side_info: np.ndarray | None
+) -> float:
+    """Mean cosine between the head's transform of the training inputs and the training targets."""
+    out = apply(head, inputs, side_info=side_info)
+    norms = np.linalg.norm(out, axis=1) * np.linalg.norm(targets, axis=1)
+    return float(np.mean(np.sum(out * targets, axis=1) / np.maximum(norms, 1e-12)))
+
+
+def train_and_save_head(
+    params: Params,
+    name: str,
+    old_embeddings: str | Path,
+    new_embeddings: str | Path,
+    labels: str | Path,
+    out: str | Path,
+    new_model: str | Path | None = None,
+    old_model: str | Path | None = None,
+    side_info: str | Path | None = None,
+    previous_heads: Sequence[str | Path] = (),
+) -> dict[str, Any]:
+    """Train (or take from the new model's training) the head ``heads.<name>`` and save it to
+    ``out``; returns its card."""
+    head_params = head_entry(params, name)
+    head_class = HEADS.get(head_params.kind)
+    training = resolve_training(head_params)
+    device = select_device(params.device)
+    seed_everything(params.seed)
+
+    old = load_embeddings(old_embeddings, "old embeddings")
+    new = load_embeddings(new_embeddings, "new embeddings")
+    side = load_embeddings(side_info, "side information") if side_info is not None else None
+    data = EmbeddingPairs(old, new, load_labels(labels), side)
+
+    previous_dirs = [str(p) for p in previous_heads]
+    inputs = None
+    if previous_dirs:
+        if head_class.direction != "forward":
+            raise UserError(
+                "--previous-heads chains forward adapters; a reverse head cannot follow them"
+            )
+        previous = [load_head(d)[0] for d in previous_dirs]
+        momenta = [float(read_head_card(d).get("input_momentum", 0.0)) for d in previous_dirs]
+        inputs = HeadChain(previous, momenta).next_input(old, training.input_momentum)
+    elif training.input_momentum:
+        raise UserError(
+            f"heads.{name}.input_momentum is {training.input_momentum} but no --previous-heads "
+            "were given",
+            hint="momentum mixes two earlier gallery generations; it applies from the second "
+            "upgrade on",
+        )
+
+    in_dim, out_dim = head_dims(head_params.kind, old.shape[1], new.shape[1])
+    if inputs is not None:
+        in_dim = inputs.shape[1]
+    sources = {
+        "old_embeddings": source_entry(old_embeddings),
+        "new_embeddings": source_entry(new_embeddings),
+        "labels": source_entry(labels),
+        "new_model": source_entry(new_model),
+        "old_model": source_entry(old_model),
+        "side_info": source_entry(side_info),
+    }
+
+    joint = (
+        head_class.trained_with(new_model, head_params.options) if new_model is not None else None
+    )
+    if joint is not None:
+        head: Head = joint
+        if (head.in_dim, head.out_dim) != (in_dim, out_dim):
+            raise UserError(
+                f"the head trained with {new_model} maps {head.in_dim}-d to {head.out_dim}-d, "
+                f"but the embeddings are {in_dim}-d old and {out_dim}-d new",
+                hint="pass the embeddings of the models this head was trained with",
+            )
+        training_record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
+        log.info("head %s: using the head trained jointly with %s", name, new_model)
+    else:
+        classifier = (
+            load_new_classifier(new_model)
+            if head_class.needs_classifier and new_model is not None
+            else None
+        )
+        head = build_head(
+            head_params.kind,
+            in_dim,
+            out_dim,
+            training.hidden_dim,
+            training.depth,
+            options=head_params.options,
+            side_info_dim=0 if side is None else side.shape[1],
+        )
+        result = fit_head(
+            head,
+            data,
+            training,
+            classifier=classifier,
+            device=device,
+            seed=params.seed,
+            inputs=inputs,
+        )
+        head = head.cpu()
+        training_record = {
+            "mode": "standalone",
+            **training.as_dict(),
+            "epoch_losses": result.epoch_losses,
+            "final_loss": result.final_loss,
+            "steps": result.steps,
+            "seconds": round(result.seconds, 3),
+            "device": describe_device(device),
+            "seed": params.seed,
+        }
+    source_vectors = inputs if inputs is not None else (old if head.direction == "forward" else new)
+    target_vectors = new if head.direction == "forward" else old
+    training_record["fit_cosine"] = fit_cosine(head, source_vectors, target_vectors, side)
+    card = save_head(
+        head,
+        out,
+        name=name,
+        input_momentum=training.input_momentum,
+        previous_heads=previous_dirs,
+        training=training_record,
+        sources=sources,
+    )
+    log.info(
+        "head %s (%s) saved to %s: fit cosine %.4f, %d MACs per embedding",
+        name,
+        head_params.kind,
+        out,
+        training_record["fit_cosine"],
+        card["macs_per_embedding"],
+    )
+    return card
+
+
+def head_metrics(card: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of a head's card: its training record's and its cost."""
+    training = card.get("training") or {}
+    return {
+        **{k: v for k, v in training.items() if k in HEAD_METRICS},
+        "macs_per_embedding": card["macs_per_embedding"],
+    }

@@ -1,0 +1,246 @@
+"""What a scenario registers and the gate numbers it is judged by, found in the study's files.
+
+A two-model scenario registers ``models/<sc>/gen0`` and ``models/<sc>/gen1-<strategy>`` for every
+strategy the scenario lists; ``sequential`` registers each strategy's chain
+``models/sequential/<strategy>/gen<i>`` (one shared gen0 when the chains start from the same
+checkpoint). Heads under ``heads/<sc>/`` whose card names a model as their new model are logged
+beside it. The gate numbers come from the evaluate stage's files (``metrics/<sc>/``) and/or an
+explicit file (format: ``modelupgrade.registry.evidence``), the latter winning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from modelupgrade.config import Params
+from modelupgrade.errors import UserError
+from modelupgrade.io import file_sha256, read_json
+from modelupgrade.layout import (
+    CROSS_MODEL,
+    OLD_MODEL,
+    SEQUENTIAL,
+    SUMMARY,
+    StudyLayout,
+    chain_model_name,
+    model_name,
+    snapshot_split,
+    training_split,
+)
+from modelupgrade.models.persistence import CARD_FILE, WEIGHTS_FILE
+from modelupgrade.registry.evidence import GateEvidence
+from modelupgrade.registry.provenance import data_hash_of
+from modelupgrade.registry.study import GenerationSource
+from modelupgrade.registry.versions import GenerationRecord
+
+# The strategy a scenario's first generation is registered under.
+INITIAL_STRATEGY = "initial"
+
+
+def scenario_sources(params: Params, scenario: str, layout: StudyLayout) -> list[GenerationSource]:
+    """The generations of ``scenario`` in registration order (parents first)."""
+    if scenario == SEQUENTIAL:
+        return _sequential_sources(params, layout)
+    scenario_params = params.scenario(scenario)
+    heads = _heads_by_model(layout.heads(scenario))
+
+    def source(generation: int, strategy: str | None, parent: str | None) -> GenerationSource:
+        key = model_name(generation, strategy)
+        return _source(
+            layout.model(scenario, key),
+            key,
+            model_name(generation),
+            strategy or INITIAL_STRATEGY,
+            scenario,
+            parent,
+            [layout.split_file(scenario, training_split(generation))],
+            heads,
+        )
+
+    return [
+        source(0, None, None),
+        *(source(1, strategy, OLD_MODEL) for strategy in scenario_params.strategies),
+    ]
+
+
+def _sequential_sources(params: Params, layout: StudyLayout) -> list[GenerationSource]:
+    heads = _heads_by_model(layout.heads(SEQUENTIAL))
+    generations = len(params.sequential.fractions)
+    strategies = params.sequential.strategies
+    if not strategies:
+        raise UserError("sequential.strategies is empty: there is no chain to register")
+
+    def snapshot(generation: int) -> list[Path]:
+        return [layout.split_file(SEQUENTIAL, snapshot_split(generation))]
+
+    shared = layout.model(SEQUENTIAL, OLD_MODEL)
+    gen0_dirs = (
+        [shared]
+        if shared.is_dir()
+        else [layout.model(SEQUENTIAL, chain_model_name(s, 0)) for s in strategies]
+    )
+    shared_gen0 = len(gen0_dirs) == 1 or len({_checkpoint_hash(d) for d in gen0_dirs}) == 1
+    sources: list[GenerationSource] = []
+    if shared_gen0:
+        sources.append(
+            _source(
+                gen0_dirs[0],
+                OLD_MODEL,
+                OLD_MODEL,
+                INITIAL_STRATEGY,
+                SEQUENTIAL,
+                None,
+                snapshot(0),
+                heads,
+            )
+        )
+    for strategy in strategies:
+        parent = OLD_MODEL
+        if not shared_gen0:
+            parent = chain_model_name(strategy, 0)
+            sources.append(
+                _source(
+                    layout.model(SEQUENTIAL, parent),
+                    parent,
+                    OLD_MODEL,
+                    INITIAL_STRATEGY,
+                    SEQUENTIAL,
+                    None,
+                    snapshot(0),
+                    heads,
+                )
+            )
+        for i in range(1, generations):
+            key = chain_model_name(strategy, i)
+            sources.append(
+                _source(
+                    layout.model(SEQUENTIAL, key),
+                    key,
+                    model_name(i),
+                    strategy,
+                    SEQUENTIAL,
+                    parent,
+                    snapshot(i),
+                    heads,
+                )
+            )
+            parent = key
+    return sources
+
+
+def shares_gen0(sources: Sequence[GenerationSource]) -> bool:
+    """Whether the chains among ``sources`` start from one registered gen0."""
+    return not any(
+        "/" in src.record.model_key and src.record.generation == OLD_MODEL for src in sources
+    )
+
+
+def _source(
+    model_dir: Path,
+    key: str,
+    generation: str,
+    strategy: str,
+    scenario: str,
+    parent: str | None,
+    data_files: list[Path],
+    heads: dict[str, dict[str, Path]],
+) -> GenerationSource:
+    if not (model_dir / WEIGHTS_FILE).is_file():
+        raise UserError(
+            f"{model_dir / WEIGHTS_FILE} does not exist: {scenario} {key} is not trained",
+            hint="run the train stage for this scenario first (dvc repro)",
+        )
+    card = model_dir / CARD_FILE
+    record = GenerationRecord(
+        model_key=key,
+        generation=generation,
+        strategy=strategy,
+        scenario=scenario,
+        parent_key=parent,
+        data_hash=data_hash_of([str(p) for p in data_files]),
+        checkpoint_sha256=_checkpoint_hash(model_dir),
+        model_card=card if card.is_file() else None,
+        head_dirs=heads.get(_normalise(model_dir), {}),
+    )
+    return GenerationSource(record, model_dir)
+
+
+def _checkpoint_hash(model_dir: Path) -> str:
+    path = model_dir / WEIGHTS_FILE
+    return file_sha256(path) if path.is_file() else ""
+
+
+def _normalise(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def _heads_by_model(heads_root: Path) -> dict[str, dict[str, Path]]:
+    """Head directories grouped by the model their card names as the new model."""
+    grouped: dict[str, dict[str, Path]] = {}
+    if not heads_root.is_dir():
+        return grouped
+    for card_path in sorted(heads_root.rglob(CARD_FILE)):
+        card = read_json(card_path)
+        new_model = ((card.get("sources") or {}).get("new_model") or {}).get("path")
+        if new_model:
+            name = str(card_path.parent.relative_to(heads_root))
+            grouped.setdefault(_normalise(new_model), {})[name] = card_path.parent
+    return grouped
+
+
+def load_evidence(
+    params: Params,
+    scenario: str,
+    metrics_dir: Path,
+    gate_metrics: Path | None,
+    shared_gen0: bool = True,
+) -> GateEvidence:
+    """Gate numbers from the evaluate stage's files in ``metrics_dir`` (``metrics/<sc>``),
+    overridden by an explicit JSON file."""
+    metric = params.registry.gate_metric or params.evaluation.headline_metric
+    evidence = GateEvidence(metric)
+    if scenario == SEQUENTIAL:
+        for strategy in params.sequential.strategies:
+            table_path = metrics_dir / strategy / f"{CROSS_MODEL}.parquet"
+            if table_path.is_file():
+                evidence = evidence.merged(
+                    GateEvidence.from_cross_model_table(
+                        pd.read_parquet(table_path), metric, _sequential_key(strategy, shared_gen0)
+                    )
+                )
+    else:
+        table_path = metrics_dir / f"{CROSS_MODEL}.parquet"
+        if table_path.is_file():
+            evidence = GateEvidence.from_cross_model_table(
+                pd.read_parquet(table_path), metric, degradation_pct=_degradation(metrics_dir)
+            )
+    if gate_metrics is not None:
+        evidence = evidence.merged(GateEvidence.from_file(gate_metrics))
+    return evidence
+
+
+def _sequential_key(strategy: str, shared_gen0: bool) -> Callable[[str], str]:
+    def key(generation: str) -> str:
+        if generation == OLD_MODEL and shared_gen0:
+            return OLD_MODEL
+        return f"{strategy}/{generation}"
+
+    return key
+
+
+def _degradation(metrics_dir: Path) -> dict[str, float]:
+    """Δ↓ per new model from ``summary.json``; the oracle (independent) model is the reference"""
+    path = metrics_dir / f"{SUMMARY}.json"
+    if not path.is_file():
+        return {}
+    summary = read_json(path)
+    found: dict[str, float] = {}
+    if summary.get("oracle"):
+        found[summary["oracle"]] = 0.0
+    for rows in (summary.get("strategies") or {}).values():
+        for row in rows:
+            if row.get("comparison") == "self" and row.get("delta_down_pct") is not None:
+                found[row["query_set"]] = float(row["delta_down_pct"])
+    return found
