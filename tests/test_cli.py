@@ -141,7 +141,7 @@ def test_the_study_without_dvc_writes_what_the_stages_write(
             strategy,
             "--no-progress",
         )
-    card = json.loads((project / "models/toy/gen1-bct/card.json").read_text())
+    card = json.loads((project / "models/toy/gen1-bct/card.json").read_text())  # as a reader of the file sees it
     assert card["parent"]["path"] == "models/toy/gen0"  # the default --old of generation 1
     assert card["data"]["split"] == "data/splits/toy/new_train.parquet" and card["seed"] == 8
 

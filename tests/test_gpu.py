@@ -89,9 +89,9 @@ def test_training_on_the_gpu_keeps_images_on_the_device_and_follows_the_cpu_run(
 def test_every_strategy_trains_on_the_gpu_and_its_model_embeds_the_same_on_the_cpu(tmp_path, quadrants, kind, options):
     _train(tmp_path, quadrants, "gen0", 0)
     card = _train(tmp_path, quadrants, f"gen1-{kind}", 1, kind, options, old=tmp_path / "gen0")
-    assert card["device"] == torch.cuda.get_device_name(CUDA)
-    assert all(math.isfinite(entry["loss"]) for entry in card["history"])
-    assert any(key.startswith("loss_") and key != "loss_classification" for key in card["history"][-1])
+    assert card.device == torch.cuda.get_device_name(CUDA)
+    assert all(math.isfinite(entry["loss"]) for entry in card.history)
+    assert any(key.startswith("loss_") and key != "loss_classification" for key in card.history[-1])
     images, _ = quadrants
     model = load_model(tmp_path / f"gen1-{kind}")
     on_cpu = embed(model, images, 128, "cpu")

@@ -24,10 +24,13 @@ from modelupgrade.heads import (
     load_chain,
     load_head,
     momentum_input,
+    read_head_card,
     resolve_training,
     save_head,
 )
+from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.layers import MLP
+from modelupgrade.models import EmbeddingModel, save_model
 from modelupgrade.plugins import check_params
 from tests.test_heads import DIM, quick_training, synthetic_pairs
 
@@ -62,12 +65,11 @@ def test_save_load_round_trip_keeps_outputs_and_card(tmp_path):
     assert sorted(p.name for p in (tmp_path / "ff").iterdir()) == ["card.json", "head.pt"]
     torch.load(tmp_path / "ff" / "head.pt", weights_only=True)  # plain tensors only
     loaded, loaded_card = load_head(tmp_path / "ff")
-    assert loaded_card == json.loads((tmp_path / "ff" / "card.json").read_text()) == card
-    for key in ("kind", "direction", "in_dim", "out_dim", "hidden_dim", "depth", "macs_per_embedding", "options"):
-        assert key in card
-    assert card["kind"] == "fastfill" and card["hidden_dim"] == 32 and card["depth"] == 3
-    assert card["options"]["uncertainty_lambda"] == 0.5
-    assert card["macs_per_embedding"] == head.psi.macs_per_row()
+    assert loaded_card.as_dict() == json.loads((tmp_path / "ff" / "card.json").read_text()) == card.as_dict()
+    assert card.kind == "fastfill" and card.direction == "forward" and (card.in_dim, card.out_dim) == (DIM, DIM)
+    assert card.hidden_dim == 32 and card.depth == 3
+    assert card.options["uncertainty_lambda"] == 0.5
+    assert card.macs_per_embedding == head.psi.macs_per_row()
     before = apply_with_uncertainty(head, data.old)
     after = apply_with_uncertainty(loaded, data.old)
     for a, b in zip(before, after, strict=True):
@@ -138,19 +140,35 @@ def test_fct_side_information_is_an_extra_input():
         apply(head, data.old)
 
 
+def save_model_with_joint_head(directory, mlp: MLP | None) -> None:
+    """A model saved the way the DMU strategy saves one: ψ beside it, described in its card."""
+    architecture = ArchitectureParams(backbone="resnet10t", cifar_stem=False, embedding_dim=DIM,
+                                      backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8})
+    model = EmbeddingModel(architecture, in_chans=1, num_classes=4, input_size=16)
+    if mlp is None:
+        save_model(model, directory, {})
+        return
+    entry = {"file": "forward_head.pt", "in_dim": mlp.in_dim, "out_dim": mlp.out_dim, "hidden_dim": mlp.hidden_dim,
+             "hidden": mlp.hidden_dim, "depth": mlp.depth, "batch_norm": True, "trained_with": "dmu (test)"}
+    save_model(model, directory, {"forward_head": entry}, extra_weights={"forward_head.pt": mlp.state_dict()})
+
+
 def test_dmu_wraps_the_jointly_trained_head(tmp_path):
     mlp = MLP(DIM, DIM, 32, 4)
-    torch.save(mlp.state_dict(), tmp_path / "forward_head.pt")
-    (tmp_path / "card.json").write_text(json.dumps({"forward_head": {"in_dim": DIM, "out_dim": DIM, "hidden_dim": 32, "depth": 4}}))
-    assert DMUForwardAdapter.has_joint_head(tmp_path)
-    head = DMUForwardAdapter.from_joint_training(tmp_path)
+    save_model_with_joint_head(tmp_path / "dmu", mlp)
+    assert DMUForwardAdapter.has_joint_head(tmp_path / "dmu")
+    head = DMUForwardAdapter.from_joint_training(tmp_path / "dmu")
     x = torch.randn(7, DIM)
     mlp.eval()
     with torch.no_grad():
         torch.testing.assert_close(head(x), mlp(x))
-    (tmp_path / "card.json").write_text(json.dumps({"forward_head": {"in_dim": DIM}}))
-    with pytest.raises(UserError, match="no complete"):
-        DMUForwardAdapter.from_joint_training(tmp_path)
+    save_model_with_joint_head(tmp_path / "plain", None)
+    assert not DMUForwardAdapter.has_joint_head(tmp_path / "plain")
+    with pytest.raises(UserError, match="no jointly trained forward head"):
+        DMUForwardAdapter.from_joint_training(tmp_path / "plain")
+    torch.save(MLP(DIM, DIM, 32, 4).state_dict(), tmp_path / "dmu" / "forward_head.pt")
+    with pytest.raises(UserError, match="not the file its card describes"):
+        DMUForwardAdapter.from_joint_training(tmp_path / "dmu")
 
 
 def _params(tmp_path, heads: dict):
@@ -182,10 +200,10 @@ def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
     args = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
             "--new-embeddings", str(tmp_path / "new.npy"), "--labels", str(tmp_path / "split.parquet")]
     train_heads.main([*args, "--head", "bict", "--out", str(tmp_path / "gen1")])
-    card = json.loads((tmp_path / "gen1" / "card.json").read_text())
-    assert card["kind"] == "bict" and card["training"]["mode"] == "standalone"
-    assert card["training"]["epochs"] == 3 and len(card["training"]["epoch_losses"]) == 3
-    assert card["sources"]["old_embeddings"]["sha256"]
+    card = read_head_card(tmp_path / "gen1")
+    assert card.kind == "bict" and card.training["mode"] == "standalone"
+    assert card.training["epochs"] == 3 and len(card.training["epoch_losses"]) == 3
+    assert card.sources["old_embeddings"]["sha256"]
     train_heads.main([*args, "--head", "bict", "--previous-heads", str(tmp_path / "gen1"), "--out", str(tmp_path / "gen2")])
     train_heads.main([*args, "--head", "bict_mom", "--previous-heads", str(tmp_path / "gen1"), str(tmp_path / "gen2"),
                       "--out", str(tmp_path / "gen3")])
@@ -242,22 +260,20 @@ def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monk
     small = {"hidden_dim": 16, "depth": 2, "epochs": 2, "batch_size": 64}
     _params(tmp_path, {"ff": {"kind": "fastfill", **small}, "dmu": {"kind": "dmu", **small}})
     model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "card.json").write_text("{}")
+    save_model_with_joint_head(model_dir, None)
     args = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
             "--new-embeddings", str(tmp_path / "new.npy"), "--labels", str(tmp_path / "split.parquet"),
             "--new-model", str(model_dir)]
     train_heads.main([*args, "--head", "ff", "--out", str(tmp_path / "ff")])
-    assert load_head(tmp_path / "ff")[1]["outputs"] == ["transform", "log_variance"]
+    assert load_head(tmp_path / "ff")[1].outputs == ["transform", "log_variance"]
     train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-standalone")])
-    assert load_head(tmp_path / "dmu-standalone")[1]["training"]["mode"] == "standalone"
+    assert load_head(tmp_path / "dmu-standalone")[1].training["mode"] == "standalone"
 
     joint = MLP(DIM, DIM, 24, 3)
-    torch.save(joint.state_dict(), model_dir / "forward_head.pt")
-    (model_dir / "card.json").write_text(json.dumps({"forward_head": {"in_dim": DIM, "out_dim": DIM, "hidden_dim": 24, "depth": 3}}))
+    save_model_with_joint_head(model_dir, joint)
     train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-joint")])
     head, card = load_head(tmp_path / "dmu-joint")
-    assert card["training"]["mode"] == "joint" and (card["hidden_dim"], card["depth"]) == (24, 3)
+    assert card.training["mode"] == "joint" and (card.hidden_dim, card.depth) == (24, 3)
     joint.eval()
     with torch.no_grad():
         expected = joint(torch.from_numpy(data.old)).numpy()

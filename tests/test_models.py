@@ -71,8 +71,8 @@ def test_save_and_load_round_trip_with_weights_only(tmp_path, classifier):
     assert loaded.trained_classes == [0, 2, 4]
     np.testing.assert_allclose(embed(loaded, images, batch_size=3), expected, atol=1e-6)
     card = read_model_card(tmp_path / "m")
-    assert card["embedding_dim"] == 16 and card["classifier"]["kind"] == classifier and card["seed"] == 3
-    assert set(card["weights_sha256"]) == {"checkpoint.pt"}
+    assert card.embedding_dim == 16 and card.classifier.kind == classifier and card.seed == 3
+    assert set(card.weights_sha256) == {"checkpoint.pt"}
 
 
 def test_embed_returns_float32_rows_in_input_order():
@@ -90,3 +90,49 @@ def test_loading_a_directory_without_a_card_is_a_user_error(tmp_path):
     (tmp_path / "card.json").write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(UserError, match="not a model card"):
         load_model(tmp_path)
+
+
+class _RunsCode:
+    """A pickle that would run a shell command when unpickled without weights_only."""
+
+    def __reduce__(self):  # noqa: ANN204
+        import os
+
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def _rehash(directory, file_name="checkpoint.pt"):
+    """Make the card vouch for whatever is in the file now (what an attacker with write access does)."""
+    from modelupgrade.io import file_sha256
+
+    card = json.loads((directory / "card.json").read_text())
+    card["weights_sha256"][file_name] = file_sha256(directory / file_name)
+    (directory / "card.json").write_text(json.dumps(card))
+
+
+def test_a_damaged_replaced_or_malicious_model_directory_is_one_clear_error(tmp_path):
+    import pickle
+
+    save_model(tiny_model(), tmp_path / "m", {"generation": 0})
+    card_text = (tmp_path / "m" / "card.json").read_text()
+    (tmp_path / "m" / "card.json").write_text(card_text[: len(card_text) // 2])
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "card.json").write_text(json.dumps({**json.loads(card_text), "embedding_dim": "wide"}))
+    with pytest.raises(UserError, match="not a valid model card: embedding_dim"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "card.json").write_text(card_text)
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    save_model(tiny_model(), other, {"generation": 0})
+    (tmp_path / "m" / "checkpoint.pt").write_bytes((other / "checkpoint.pt").read_bytes())
+    with pytest.raises(UserError, match="not the file its card describes"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "checkpoint.pt").write_bytes(pickle.dumps(_RunsCode()))
+    _rehash(tmp_path / "m")
+    with pytest.raises(UserError, match="cannot be loaded as weights"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "checkpoint.pt").write_bytes((other / "checkpoint.pt").read_bytes()[:100])
+    _rehash(tmp_path / "m")
+    with pytest.raises(UserError, match="cannot be loaded as weights"):
+        load_model(tmp_path / "m")

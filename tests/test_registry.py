@@ -312,10 +312,10 @@ def _toy_study(root: Path) -> None:
         (root / "models/toy" / key).mkdir(parents=True)
         (root / "models/toy" / key / "checkpoint.pt").write_bytes(key.encode())
         write_json(root / "models/toy" / key / "card.json", {"strategy": key})
-    head = root / "heads/toy/bict-bct"
-    head.mkdir(parents=True)
-    (head / "head.pt").write_bytes(b"weights")
-    write_json(head / "card.json", {"sources": {"new_model": {"path": "models/toy/gen1-bct"}}})
+    from modelupgrade.heads import build_head, save_head
+
+    save_head(build_head("bict", 4, 4, 8, 2), root / "heads/toy/bict-bct", name="bict",
+              sources={"new_model": {"path": "models/toy/gen1-bct"}})
     rows = [
         ("gen0", "gen0", 0.50, None),
         ("gen1-independent", "gen1-independent", 0.70, None),

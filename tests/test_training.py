@@ -125,17 +125,17 @@ def _train(tmp_path, data, name, generation, strategy=None, options=None, old=No
 
 def test_train_model_writes_cards_with_lineage_and_dmu_forward_head(tmp_path, data):
     card0 = _train(tmp_path, data, "gen0", 0)
-    assert card0["generation"] == 0 and card0["parent"] is None and card0["strategy"]["kind"] == "independent"
+    assert card0.generation == 0 and card0.parent is None and card0.strategy.kind == "independent"
     assert not (tmp_path / ".gen0.resume").exists()
     card1 = _train(tmp_path, data, "gen1-dmu", 1, "dmu", old=tmp_path / "gen0")
-    assert card1["parent"]["path"] == str(tmp_path / "gen0")
-    assert card1["strategy"]["options"]["weighting"] == "entropy"
-    head = card1["forward_head"]
-    psi = MLP(head["in_dim"], head["out_dim"], head["hidden_dim"], head["depth"])
-    psi.load_state_dict(torch.load(tmp_path / "gen1-dmu" / "forward_head.pt", weights_only=True))
-    assert "dmu_fa" in "".join(card1["history"][0])
+    assert card1.parent.path == str(tmp_path / "gen0")
+    assert card1.strategy.options["weighting"] == "entropy"
+    head = card1.forward_head
+    psi = MLP(head.in_dim, head.out_dim, head.hidden_dim, head.depth)
+    psi.load_state_dict(torch.load(tmp_path / "gen1-dmu" / head.file, weights_only=True))
+    assert "dmu_fa" in "".join(card1.history[0])
     model = load_model(tmp_path / "gen1-dmu")
-    assert model.embedding_dim == 8 and read_model_card(tmp_path / "gen1-dmu")["seed"] == 1
+    assert model.embedding_dim == 8 and read_model_card(tmp_path / "gen1-dmu").seed == 1
 
 
 @pytest.mark.parametrize("kind,options", [
@@ -145,8 +145,8 @@ def test_train_model_writes_cards_with_lineage_and_dmu_forward_head(tmp_path, da
 def test_every_strategy_trains_a_new_generation(tmp_path, data, kind, options):
     _train(tmp_path, data, "gen0", 0)
     card = _train(tmp_path, data, f"gen1-{kind}", 1, kind, options, old=tmp_path / "gen0")
-    assert all(math.isfinite(entry["loss"]) for entry in card["history"])
-    assert any(key.startswith("loss_") and key != "loss_classification" for key in card["history"][-1])
+    assert all(math.isfinite(entry["loss"]) for entry in card.history)
+    assert any(key.startswith("loss_") and key != "loss_classification" for key in card.history[-1])
 
 
 def test_mixed_upgrade_changes_architecture_and_dimension_only_where_allowed(tmp_path, data):
@@ -154,11 +154,11 @@ def test_mixed_upgrade_changes_architecture_and_dimension_only_where_allowed(tmp
     wider = ArchitectureParams(backbone="resnet18", backbone_kwargs={"channels": [8, 8, 8, 8]}, cifar_stem=True,
                                embedding_dim=12, image_size=20)
     card = _train(tmp_path, data, "gen1-independent", 1, "independent", old=tmp_path / "gen0", arch=wider)
-    assert card["embedding_dim"] == 12 and card["input_size"] == 20
+    assert card.embedding_dim == 12 and card.input_size == 20
     with pytest.raises(UserError, match="same dimension"):
         _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=wider)
     same_dim = wider.model_copy(update={"embedding_dim": 8})
-    assert _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=same_dim)["embedding_dim"] == 8
+    assert _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=same_dim).embedding_dim == 8
 
 
 def test_generation_zero_refuses_a_strategy_and_later_generations_need_one(tmp_path, data):

@@ -60,8 +60,8 @@ def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path)
     train(params, scenario="toy", generation=0, out=Path("models/toy/gen0"), progress=False)
     card = train(params, scenario="toy", generation=1, strategy="bct", old=Path("models/toy/gen0"),
                  out=Path("models/toy/gen1-bct"), progress=False).card
-    assert card["data"]["split"].endswith("new_train.parquet") and card["data"]["images"] == 64
-    assert card["seed"] == 8 and read_model_card("models/toy/gen0")["data"]["images"] == 32
+    assert card.data["split"].endswith("new_train.parquet") and card.data["images"] == 64
+    assert card.seed == 8 and read_model_card("models/toy/gen0").data["images"] == 32
     written = embed_splits(params, Path("models/toy/gen1-bct"), split=[splits / "query.parquet", splits / "gallery.parquet"],
                            out_dir=Path("embeddings/toy/gen1-bct")).paths
     assert [p.name for p in written] == ["query.npy", "gallery.npy"]
@@ -84,8 +84,16 @@ def test_stage_errors_are_user_errors_with_exit_code_2(params, splits, capsys, m
 
 def test_main_parses_the_cli(params, splits, monkeypatch):
     seen = {}
+
+    class TrainedCard:  # what the stage reads of the card it gets back
+        def headline_metrics(self) -> dict[str, float]:
+            return {}
+
+        def as_dict(self) -> dict[str, str]:
+            return {}
+
     monkeypatch.setattr("modelupgrade.plugins.load_params", lambda path: params)
-    monkeypatch.setattr("modelupgrade.training.pipeline.train_model", lambda **kw: seen.update(kw) or {})
+    monkeypatch.setattr("modelupgrade.training.pipeline.train_model", lambda **kw: seen.update(kw) or TrainedCard())
     stages.train.main(["--generation", "2", "--split", str(splits / "new_train.parquet"), "--strategy", "uni",
                        "--old", "models/seq/gen1", "--out", "models/seq/uni/gen2", "--no-progress"])
     assert seen["architecture_name"] == "default" and seen["strategy_params"].kind == "unibct"

@@ -15,6 +15,7 @@ from typing import Any
 from modelupgrade.commands.results import metric_lines
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.heads.card import HeadCard
 
 
 @dataclass
@@ -22,18 +23,16 @@ class TrainedHead:
     """A saved head: its directory, its card, and the outputs written on the evaluation splits."""
 
     out: Path
-    card: dict[str, Any]
+    card: HeadCard
     outputs: list[Path]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"head": str(self.out), "card": self.card, "outputs": [str(p) for p in self.outputs]}
+        return {"head": str(self.out), "card": self.card.as_dict(), "outputs": [str(p) for p in self.outputs]}
 
     def describe(self) -> str:
-        from modelupgrade.heads.pipeline import head_metrics
-
         lines = [
-            f"head {self.card.get('name')} ({self.card['kind']}) saved to {self.out}:",
-            *metric_lines(head_metrics(self.card)),
+            f"head {self.card.name} ({self.card.kind}) saved to {self.out}:",
+            *metric_lines(self.card.headline_metrics()),
         ]
         return "\n".join([*lines, *(f"wrote {p}" for p in self.outputs)])
 
@@ -79,7 +78,7 @@ def train_heads(
     """
     from modelupgrade.heads import write_head_outputs
     from modelupgrade.heads.persistence import CARD_FILE
-    from modelupgrade.heads.pipeline import head_entry, head_metrics, train_and_save_head
+    from modelupgrade.heads.pipeline import head_entry, train_and_save_head
     from modelupgrade.heads.training import resolve_training
     from modelupgrade.registry import track_stage
     from modelupgrade.runtime import select_device
@@ -124,7 +123,7 @@ def train_heads(
             side_info=side_info,
             previous_heads=previous_heads,
         )
-        stage.log_metrics(head_metrics(card))
+        stage.log_metrics(card.headline_metrics())
         stage.log_artifact(Path(out) / CARD_FILE, "head")
     written: list[Path] = []
     if outputs_dir is not None and evaluation_old is not None and evaluation_new is not None:

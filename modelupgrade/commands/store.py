@@ -210,7 +210,7 @@ def backfill(
             parents = tuple(upgrades_from) or ((serving,) if serving else ())
             if transform_head is not None:
                 transform, card = head_transform_fn(transform_head, device)
-                dim, source, ref = int(card["out_dim"]), TransformStored(transform), str(transform_head)
+                dim, source, ref = card.out_dim, TransformStored(transform), str(transform_head)
             else:
                 frame = _items_table(items)  # type: ignore[arg-type]
                 table = load_array(vectors, "new vector table")  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ import numpy as np
 from modelupgrade.commands.results import WrittenFiles, metric_lines
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.models.card import ModelCard
 from modelupgrade.layout import EVALUATION_SPLITS, OLD_MODEL, StudyLayout, model_name
 
 
@@ -26,20 +27,18 @@ class TrainedModel:
     """A trained model: its directory, its card, and the embeddings written with it."""
 
     out: Path
-    card: dict[str, Any]
+    card: ModelCard
     embeddings: list[Path]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": str(self.out),
-            "card": self.card,
+            "card": self.card.as_dict(),
             "embeddings": [str(p) for p in self.embeddings],
         }
 
     def describe(self) -> str:
-        from modelupgrade.training.generation import training_metrics
-
-        lines = [f"trained {self.out}:", *metric_lines(training_metrics(self.card))]
+        lines = [f"trained {self.out}:", *metric_lines(self.card.headline_metrics())]
         return "\n".join([*lines, *(f"wrote {p}" for p in self.embeddings)])
 
 
@@ -90,7 +89,7 @@ def train(
     from modelupgrade.models import CARD_FILE
     from modelupgrade.registry import track_stage
     from modelupgrade.training import pipeline
-    from modelupgrade.training.generation import training_arguments, training_metrics
+    from modelupgrade.training.generation import training_arguments
 
     if bool(embed_split) != (embed_dir is not None):
         raise UserError("--embed-split and --embed-dir go together", hint="give both, or neither")
@@ -140,7 +139,7 @@ def train(
             }
         )
         card = pipeline.train_model(**job)
-        stage.log_metrics(training_metrics(card))
+        stage.log_metrics(card.headline_metrics())
         stage.log_artifact(Path(out) / CARD_FILE, "model")
     written: list[Path] = []
     if embed_split:

@@ -32,6 +32,7 @@ import pandas as pd
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.heads.card import HeadCard
 from modelupgrade.evaluation.cross_model import (
     NFR_METRIC,
     StrategyComparisons,
@@ -91,8 +92,8 @@ def load_model_sets(directory: Path, name: str) -> tuple[np.ndarray, np.ndarray]
     )
 
 
-def head_strategy(head_dir: Path, card: dict[str, Any]) -> str:
-    name = str(card.get("name", ""))
+def head_strategy(head_dir: Path, card: HeadCard) -> str:
+    name = card.name or ""
     prefix = f"{name}-"
     if not name or not head_dir.name.startswith(prefix):
         raise UserError(
@@ -127,7 +128,7 @@ def head_outputs(
     from modelupgrade.heads import apply, load_chain, load_head, read_head_card
 
     card = read_head_card(head_dir)
-    direction = card["direction"]
+    direction = card.direction
     stored = embeddings_dir / embedding_file_name(
         GALLERY_SPLIT if direction == "forward" else QUERY_SPLIT
     )
@@ -231,7 +232,7 @@ def evaluate_scenario(
                     hint=f"evaluated strategies: {', '.join(strategies)}",
                 )
             continue
-        if card.get("side_info_dim"):
+        if card.side_info_dim:
             stored = layout.embedding_file(scenario, head_dir.name, GALLERY_SPLIT)
             if not stored.is_file():
                 raise UserError(

@@ -95,10 +95,10 @@ class HeadChain:
 def load_chain(head_dir: str | Path, device: torch.device | str = "cpu") -> HeadChain:
     """The chain ending in ``head_dir``: its card's ``previous_heads`` in order, then itself."""
     card = read_head_card(head_dir)
-    dirs = [*card.get("previous_heads", []), str(head_dir)]
+    dirs = [*card.previous_heads, str(head_dir)]
     heads, momenta = [], []
     for directory in dirs:
         head, head_card = load_head(directory, device)
         heads.append(head)
-        momenta.append(float(head_card.get("input_momentum", 0.0)))
+        momenta.append(head_card.input_momentum)
     return HeadChain(heads, momenta)

@@ -19,10 +19,7 @@ from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
-from modelupgrade.io import read_json
 
-JOINT_HEAD_FILE = "forward_head.pt"
-JOINT_HEAD_CARD_KEY = "forward_head"
 
 
 class DMUOptions(Section):
@@ -51,7 +48,9 @@ class DMUForwardAdapter(Head):
 
     @staticmethod
     def has_joint_head(model_dir: str | Path) -> bool:
-        return (Path(model_dir) / JOINT_HEAD_FILE).is_file()
+        from modelupgrade.models.persistence import read_model_card
+
+        return read_model_card(model_dir).forward_head is not None
 
     @classmethod
     def trained_with(
@@ -66,27 +65,19 @@ class DMUForwardAdapter(Head):
     @classmethod
     def from_joint_training(cls, model_dir: str | Path) -> DMUForwardAdapter:
         """Wrap the ψ that the DMU strategy trained jointly with the new model in ``model_dir``."""
-        model_dir = Path(model_dir)
-        card_path = model_dir / "card.json"
-        if not card_path.is_file():
+        from modelupgrade.cards import load_weights
+        from modelupgrade.models.persistence import read_model_card
+
+        card = read_model_card(model_dir)
+        dims = card.forward_head
+        if dims is None:
             raise UserError(
-                f"{card_path} does not exist", hint="point --new-model at a trained model directory"
-            )
-        dims = read_json(card_path).get(JOINT_HEAD_CARD_KEY)
-        required = ("in_dim", "out_dim", "hidden_dim", "depth")
-        if not isinstance(dims, dict) or any(key not in dims for key in required):
-            raise UserError(
-                f"{card_path} has no complete {JOINT_HEAD_CARD_KEY!r} entry (needs {', '.join(required)})",
+                f"the card of {model_dir} records no jointly trained forward head",
                 hint="retrain the model with the DMU strategy, or set heads.<name>.options.use_joint_head: false",
             )
-        head = cls(
-            int(dims["in_dim"]), int(dims["out_dim"]), int(dims["hidden_dim"]), int(dims["depth"])
-        )
-        state = torch.load(model_dir / JOINT_HEAD_FILE, map_location="cpu", weights_only=True)
+        head = cls(dims.in_dim, dims.out_dim, dims.hidden_dim, dims.depth)
         try:
-            head.psi.load_state_dict(state)
+            head.psi.load_state_dict(load_weights(model_dir, card, dims.file))
         except RuntimeError as err:
-            raise UserError(
-                f"{model_dir / JOINT_HEAD_FILE} does not match the dimensions in {card_path}: {err}"
-            ) from None
+            raise UserError(f"{Path(model_dir) / dims.file} does not match the dimensions in its card: {err}") from None
         return head.eval()

@@ -49,13 +49,13 @@ def write_head_outputs(
     """Write ``head_dir``'s outputs on ``<old|new>_embeddings/{query,gallery}.npy`` into ``out_dir``."""
     head_dir, out_dir = Path(head_dir), Path(out_dir)
     card = read_head_card(head_dir)
-    if card.get("side_info_dim"):
+    if card.side_info_dim:
         raise UserError(
             f"head {head_dir} needs side information, which the evaluation embeddings do not carry",
             hint="train it without --side-info for the pipeline, or write its gallery transform yourself",
         )
     arrays: dict[str, np.ndarray] = {}
-    if card["direction"] == "forward":
+    if card.direction == "forward":
         # The chain's earlier generations give the last head its input; the last head runs with all
         # its outputs, so that FastFill's σ² comes from the same pass as the transform.
         chain = load_chain(head_dir)

@@ -14,16 +14,19 @@ from typing import Any
 
 import torch
 
+from modelupgrade.cards import CARD_FILE, load_weights, read_card, save_card_directory
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import Head, build_head
-from modelupgrade.io import atomic_path, file_sha256, read_json, write_json
+from modelupgrade.heads.card import HEAD_WEIGHTS_FILE, HeadCard
 
-CARD_FORMAT = "modelupgrade-head/1"
-WEIGHTS_FILE = "head.pt"
-CARD_FILE = "card.json"
+CARD_FORMAT = HeadCard.FORMAT
+WEIGHTS_FILE = HEAD_WEIGHTS_FILE
+
+__all__ = ["CARD_FILE", "CARD_FORMAT", "WEIGHTS_FILE", "head_card", "load_head", "read_head_card", "save_head"]
 
 
 def head_card(head: Head, **extra: Any) -> dict[str, Any]:
+    """The fields of ``head``'s card that the head itself knows."""
     macs = head.macs_per_embedding()
     return {
         "format": CARD_FORMAT,
@@ -35,41 +38,25 @@ def head_card(head: Head, **extra: Any) -> dict[str, Any]:
     }
 
 
-def save_head(head: Head, out_dir: str | Path, **card_fields: Any) -> dict[str, Any]:
+def save_head(head: Head, out_dir: str | Path, **card_fields: Any) -> HeadCard:
     """Write ``head.pt`` and ``card.json`` into ``out_dir`` atomically; returns the card."""
-    state = {name: tensor.detach().cpu() for name, tensor in head.state_dict().items()}
-    with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
-        torch.save(state, tmp / WEIGHTS_FILE)
-        card = head_card(head, weights_sha256=file_sha256(tmp / WEIGHTS_FILE), **card_fields)
-        write_json(tmp / CARD_FILE, card)
-    return card
-
-
-def read_head_card(head_dir: str | Path) -> dict[str, Any]:
-    card_path = Path(head_dir) / CARD_FILE
-    if not card_path.is_file():
-        raise UserError(f"{card_path} does not exist", hint="train the head first (stage train_heads)")
-    card = read_json(card_path)
-    if card.get("format") != CARD_FORMAT:
-        raise UserError(f"{card_path} is not a head card (format {card.get('format')!r}, expected {CARD_FORMAT!r})")
-    return card
-
-
-def load_head(head_dir: str | Path, device: torch.device | str = "cpu") -> tuple[Head, dict[str, Any]]:
-    """Rebuild a saved head (eval mode) and return it with its card."""
-    head_dir = Path(head_dir)
-    card = read_head_card(head_dir)
-    head = build_head(
-        card["kind"], card["in_dim"], card["out_dim"], card["hidden_dim"], card["depth"],
-        options=card.get("options"), side_info_dim=card.get("side_info_dim", 0),
+    return save_card_directory(
+        out_dir, {WEIGHTS_FILE: head.state_dict()},
+        lambda hashes: HeadCard.model_validate(head_card(head, weights_sha256=hashes, **card_fields)),
     )
-    weights = head_dir / WEIGHTS_FILE
-    if not weights.is_file():
-        raise UserError(f"{weights} does not exist", hint="the head directory is incomplete; retrain it")
-    state = torch.load(weights, map_location=device, weights_only=True)
+
+
+def read_head_card(head_dir: str | Path) -> HeadCard:
+    return read_card(head_dir, HeadCard)
+
+
+def load_head(head_dir: str | Path, device: torch.device | str = "cpu") -> tuple[Head, HeadCard]:
+    """Rebuild a saved head (eval mode) from its card, load its checked weights; returns both."""
+    card = read_head_card(head_dir)
+    head = build_head(card.kind, card.in_dim, card.out_dim, card.hidden_dim, card.depth,
+                      options=card.options, side_info_dim=card.side_info_dim)
     try:
-        head.load_state_dict(state)
+        head.load_state_dict(load_weights(head_dir, card, map_location=device))
     except RuntimeError as err:
-        raise UserError(f"{weights} does not match its card: {err}") from None
+        raise UserError(f"{Path(head_dir) / WEIGHTS_FILE} does not match its card: {err}") from None
     return head.to(device).eval(), card

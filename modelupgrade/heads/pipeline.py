@@ -34,7 +34,6 @@ from modelupgrade.runtime import describe_device, seed_everything, select_device
 log = logging.getLogger(__name__)
 
 # The numbers of a head's training record that are its headline metrics.
-HEAD_METRICS = ("final_loss", "steps", "seconds", "fit_cosine")
 
 
 def head_entry(params: Params, name: str) -> HeadParams:
@@ -125,7 +124,7 @@ def train_and_save_head(
                 "--previous-heads chains forward adapters; a reverse head cannot follow them"
             )
         previous = [load_head(d)[0] for d in previous_dirs]
-        momenta = [float(read_head_card(d).get("input_momentum", 0.0)) for d in previous_dirs]
+        momenta = [read_head_card(d).input_momentum for d in previous_dirs]
         inputs = HeadChain(previous, momenta).next_input(old, training.input_momentum)
     elif training.input_momentum:
         raise UserError(
@@ -213,15 +212,6 @@ def train_and_save_head(
         head_params.kind,
         out,
         training_record["fit_cosine"],
-        card["macs_per_embedding"],
+        card.macs_per_embedding,
     )
     return card
-
-
-def head_metrics(card: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of a head's card: its training record's and its cost."""
-    training = card.get("training") or {}
-    return {
-        **{k: v for k, v in training.items() if k in HEAD_METRICS},
-        "macs_per_embedding": card["macs_per_embedding"],
-    }

@@ -15,14 +15,16 @@ from typing import Any
 
 import torch
 
-from modelupgrade.config.training import ArchitectureParams
-from modelupgrade.errors import UserError
-from modelupgrade.io import atomic_path, file_sha256, read_json, write_json
+from modelupgrade.cards import CARD_FILE, load_weights, read_card, save_card_directory
+from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard
 from modelupgrade.models.embedding import EmbeddingModel
+from modelupgrade.errors import UserError
 
-CARD_FORMAT = "modelupgrade-model/1"
-WEIGHTS_FILE = "checkpoint.pt"
-CARD_FILE = "card.json"
+CARD_FORMAT = ModelCard.FORMAT
+WEIGHTS_FILE = MODEL_WEIGHTS_FILE
+
+__all__ = ["CARD_FILE", "CARD_FORMAT", "WEIGHTS_FILE", "build_from_card", "cpu_state", "load_model",
+           "model_description", "read_model_card", "save_model"]
 
 
 def model_description(model: EmbeddingModel) -> dict[str, Any]:
@@ -53,51 +55,32 @@ def save_model(
     out_dir: str | Path,
     card_fields: Mapping[str, Any],
     extra_weights: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
-) -> dict[str, Any]:
+) -> ModelCard:
     """Write checkpoint.pt, card.json and any ``extra_weights`` files into ``out_dir`` atomically."""
-    with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
-        torch.save(cpu_state(model), tmp / WEIGHTS_FILE)
-        hashes = {WEIGHTS_FILE: file_sha256(tmp / WEIGHTS_FILE)}
-        for file_name, state in (extra_weights or {}).items():
-            torch.save(dict(state), tmp / file_name)
-            hashes[file_name] = file_sha256(tmp / file_name)
-        card = {**model_description(model), **card_fields, "weights_sha256": hashes}
-        write_json(tmp / CARD_FILE, card)
-    return card
-
-
-def read_model_card(model_dir: str | Path) -> dict[str, Any]:
-    card_path = Path(model_dir) / CARD_FILE
-    if not card_path.is_file():
-        raise UserError(f"{card_path} does not exist", hint="train the model first (stage train)")
-    card = read_json(card_path)
-    if card.get("format") != CARD_FORMAT:
-        raise UserError(f"{card_path} is not a model card (format {card.get('format')!r}, expected {CARD_FORMAT!r})")
-    return card
-
-
-def build_from_card(card: Mapping[str, Any]) -> EmbeddingModel:
-    return EmbeddingModel(
-        ArchitectureParams.model_validate(card["architecture"]),
-        in_chans=int(card["in_chans"]), num_classes=int(card["num_classes"]),
-        input_size=int(card["input_size"]),
+    weights = {WEIGHTS_FILE: cpu_state(model), **(extra_weights or {})}
+    return save_card_directory(
+        out_dir, weights,
+        lambda hashes: ModelCard.model_validate({**model_description(model), **card_fields, "weights_sha256": hashes}),
     )
 
 
+def read_model_card(model_dir: str | Path) -> ModelCard:
+    return read_card(model_dir, ModelCard)
+
+
+def build_from_card(card: ModelCard) -> EmbeddingModel:
+    return EmbeddingModel(card.architecture, in_chans=card.in_chans, num_classes=card.num_classes,
+                          input_size=card.input_size)
+
+
 def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> EmbeddingModel:
-    """Rebuild the model saved in ``model_dir`` from its card, load its weights, eval mode."""
-    model_dir = Path(model_dir)
+    """Rebuild the model saved in ``model_dir`` from its card, load its checked weights, eval mode."""
     card = read_model_card(model_dir)
     model = build_from_card(card)
-    weights = model_dir / WEIGHTS_FILE
-    if not weights.is_file():
-        raise UserError(f"{weights} does not exist", hint="the model directory is incomplete; retrain it")
-    state = torch.load(weights, map_location="cpu", weights_only=True)
     try:
-        model.load_state_dict(state)
+        model.load_state_dict(load_weights(model_dir, card))
     except RuntimeError as err:
-        raise UserError(f"{weights} does not match its card: {err}") from None
-    model.trained_classes = card.get("trained_classes")
+        raise UserError(f"{Path(model_dir) / WEIGHTS_FILE} does not match its card: {err}") from None
+    model.trained_classes = card.trained_classes
     model.card = card  # type: ignore[assignment]
     return model.to(device).eval()

@@ -29,6 +29,7 @@ from modelupgrade.layout import (
     snapshot_split,
     training_split,
 )
+from modelupgrade.heads.persistence import read_head_card
 from modelupgrade.models.persistence import CARD_FILE, WEIGHTS_FILE
 from modelupgrade.registry.evidence import GateEvidence
 from modelupgrade.registry.provenance import data_hash_of
@@ -182,8 +183,7 @@ def _heads_by_model(heads_root: Path) -> dict[str, dict[str, Path]]:
     if not heads_root.is_dir():
         return grouped
     for card_path in sorted(heads_root.rglob(CARD_FILE)):
-        card = read_json(card_path)
-        new_model = ((card.get("sources") or {}).get("new_model") or {}).get("path")
+        new_model = read_head_card(card_path.parent).source_path("new_model")
         if new_model:
             name = str(card_path.parent.relative_to(heads_root))
             grouped.setdefault(_normalise(new_model), {})[name] = card_path.parent

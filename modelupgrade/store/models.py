@@ -12,32 +12,11 @@ from typing import Any
 import numpy as np
 
 from modelupgrade.errors import UserError
+from modelupgrade.heads.card import HeadCard
 from modelupgrade.ordering.scores import OrderingInputs, score_kind_of
 from modelupgrade.store.job import EmbedFn, TransformFn
 from modelupgrade.store.search import HeadTransforms
 from modelupgrade.store.spaces import SpaceSpec
-
-# Strategies whose new model is trained to be compared directly with its parent's gallery vectors.
-_INCOMPATIBLE_STRATEGIES = {"independent"}
-
-
-def _name_of(reference: Any) -> str | None:
-    if reference is None:
-        return None
-    if isinstance(reference, dict):
-        for key in ("name", "model_name", "path", "model_dir", "dir"):
-            if reference.get(key):
-                return Path(str(reference[key])).name
-        return None
-    return Path(str(reference)).name
-
-
-def _strategy_kind(card: dict[str, Any]) -> str | None:
-    strategy = card.get("strategy")
-    if isinstance(strategy, dict):
-        return strategy.get("kind") or strategy.get("name")
-    return None if strategy is None else str(strategy)
-
 
 def space_for_model(
     model_dir: str | Path,
@@ -54,16 +33,11 @@ def space_for_model(
     from modelupgrade.models import read_model_card
 
     card = read_model_card(model_dir)
-    parent = _name_of(card.get("parent") or card.get("parent_model") or card.get("old_model"))
+    parent = None if card.parent is None else Path(card.parent.path).name
     parents = tuple(upgrades_from) if upgrades_from is not None else ((parent,) if parent else ())
     if backward_compatible is None:
-        kind = _strategy_kind(card)
-        backward_compatible = bool(parents) and kind is not None and kind not in _INCOMPATIBLE_STRATEGIES
-    try:
-        dim = int(card["embedding_dim"])
-    except (KeyError, TypeError, ValueError):
-        raise UserError(f"the model card in {model_dir} does not state its embedding_dim") from None
-    return SpaceSpec(name or Path(model_dir).name, dim, parents, backward_compatible, str(model_dir))
+        backward_compatible = bool(parents) and card.backward_compatible
+    return SpaceSpec(name or Path(model_dir).name, card.embedding_dim, parents, backward_compatible, str(model_dir))
 
 
 def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "cpu") -> EmbedFn:
@@ -82,7 +56,7 @@ def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "
 
 def head_transform_fn(
     head_dir: str | Path, device: str = "cpu", output: str = "transform"
-) -> tuple[TransformFn, dict[str, Any]]:
+) -> tuple[TransformFn, HeadCard]:
     """The head saved in ``head_dir`` as a vectors → vectors callable (one of its outputs), with its card."""
     from modelupgrade.heads import load_head
 

@@ -154,26 +154,6 @@ def training_arguments(
     }
 
 
-def training_metrics(card: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of a model card: final loss, epochs, seconds, throughput, data size."""
-    history = card.get("history") or []
-    metrics: dict[str, float] = {"epochs": len(history)}
-    metrics.update(
-        {
-            k: card[k]
-            for k in ("train_seconds", "train_images_per_second", "parameters")
-            if k in card
-        }
-    )
-    if "images" in (card.get("data") or {}):
-        metrics["images"] = card["data"]["images"]
-    if history:
-        last = history[-1]
-        metrics["final_loss"] = last.get("loss", float("nan"))
-        metrics.update({f"final_{k}": v for k, v in last.items() if k.startswith("loss_")})
-    return metrics
-
-
 def embedding_targets(
     splits: Sequence[str | Path], out: str | Path | None, out_dir: str | Path | None
 ) -> list[Path]:

@@ -1,0 +1,106 @@
+"""The model card: what a saved embedding model is, how it was trained and from what.
+
+``load_model`` rebuilds the network from the first group of fields alone; the rest record the
+training run (strategy, parent generation, data, hyper-parameters, loss history, device,
+throughput) for the registry, the report and a person deciding on an upgrade.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from modelupgrade.cards import Card
+from modelupgrade.config.training import ArchitectureParams
+
+MODEL_WEIGHTS_FILE = "checkpoint.pt"
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClassifierCard(_Part):
+    kind: str
+    scale: float
+    margin: float
+
+
+class StrategyCard(_Part):
+    """The compatibility strategy the model was trained with (``independent`` for generation 0)."""
+
+    name: str
+    kind: str
+    options: dict[str, Any]
+
+
+class ParentCard(_Part):
+    """The previous generation: its directory and the sha256 of its card."""
+
+    path: str
+    card_sha256: str
+
+
+class JointHeadCard(_Part):
+    """A forward adapter ψ the strategy trained jointly with the model (DMU), saved beside it."""
+
+    file: str
+    in_dim: int
+    out_dim: int
+    hidden_dim: int
+    hidden: int
+    depth: int
+    batch_norm: bool
+    trained_with: str
+
+
+class ModelCard(Card):
+    FORMAT: ClassVar[str] = "modelupgrade-model/1"
+    WEIGHTS_FILE: ClassVar[str] = MODEL_WEIGHTS_FILE
+    WHAT: ClassVar[str] = "model"
+
+    # What the network is.
+    architecture: ArchitectureParams
+    in_chans: int
+    input_size: int
+    embedding_dim: int
+    num_classes: int
+    classifier: ClassifierCard
+    trained_classes: list[int] | None = None
+    parameters: int
+    # How it was trained, and from what.
+    generation: int | None = None
+    architecture_name: str | None = None
+    strategy: StrategyCard | None = None
+    parent: ParentCard | None = None
+    seed: int | None = None
+    data: dict[str, Any] = {}
+    training: dict[str, Any] = {}
+    history: list[dict[str, float]] = []
+    train_seconds: float | None = None
+    train_images_per_second: float | None = None
+    resumed_from_epoch: int | None = None
+    device: str | None = None
+    training_processes: int | None = None
+    versions: dict[str, str] = {}
+    forward_head: JointHeadCard | None = None
+
+    def headline_metrics(self) -> dict[str, float]:
+        """Final losses, epochs, seconds, throughput, parameters, data size: what a run logs."""
+        metrics: dict[str, float] = {"epochs": len(self.history), "parameters": self.parameters}
+        for name in ("train_seconds", "train_images_per_second"):
+            if getattr(self, name) is not None:
+                metrics[name] = getattr(self, name)
+        if "images" in self.data:
+            metrics["images"] = self.data["images"]
+        if self.history:
+            last = self.history[-1]
+            metrics["final_loss"] = last.get("loss", float("nan"))
+            metrics.update({f"final_{k}": v for k, v in last.items() if k.startswith("loss_")})
+        return metrics
+
+    @property
+    def backward_compatible(self) -> bool:
+        """Trained to be compared with its parent's vectors (any strategy but independent)."""
+        return self.parent is not None and self.strategy is not None and self.strategy.kind != "independent"
