@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.backfill import (
     ServingArrays,
     auc_mean,
@@ -126,16 +127,17 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     assert ("fastfill", "fastfill-uncertainty", "mixed") in combos
     assert ("bct", "fastfill-uncertainty", "mixed") not in combos  # bct has no σ²
     assert not any(mode == "rank-merge-rqt" for *_, mode in combos)  # no reverse head given
-    assert all(c["endpoints_match"] for c in summary["curves"])
-    oracle = [c for c in summary["curves"] if c["policy"] == "oracle"]
-    assert oracle and not any(c["deployable"] for c in oracle)
+    assert all(c.endpoints_match for c in summary.curves)
+    oracle = [c for c in summary.curves if c.policy == "oracle"]
+    assert oracle and not any(c.deployable for c in oracle)
     written = json.loads((tmp_path / "metrics/sc/backfill_summary.json").read_text())
-    assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(summary["curves"][0]["auc_trapezoid"]["mAP"])
+    assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(summary.curves[0].auc_trapezoid["mAP"])
+    assert BackfillSummary.read(tmp_path / "metrics/sc/backfill_summary.json") == summary
     assert (tmp_path / "plots/sc/backfill_curves.png").stat().st_size > 1000
     assert len(list((tmp_path / "metrics/sc/backfill_plots").glob("*.csv"))) == len(combos)
     # Naive rank merge starts at old/old.
-    merge = next(c for c in summary["curves"] if c["mode"] == "rank-merge")
-    assert merge["start"]["mAP"] == pytest.approx(summary["old_old"]["mAP"], abs=1e-9)
+    merge = next(c for c in summary.curves if c.mode == "rank-merge")
+    assert merge.start["mAP"] == pytest.approx(summary.old_old["mAP"], abs=1e-9)
 
 
 def test_stage_cli_reports_bad_input(tmp_path, capsys):

@@ -166,6 +166,9 @@ def curve(
                 "largest_drop": 0.0 if monotone else 0.0321,
             }
         },
+        **{part: {"mAP": auc} for part in ("start", "end", "start_single_system", "end_single_system", "new_new")},
+        "endpoints_match": True,
+        "max_negative_flip_rate": 0.01,
     }
 
 
@@ -208,10 +211,18 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
         curve("independent", "oracle", "rank-merge", 0.62, monotone=False, deployable=False),
     ]
     backfill = {
+        "scenario": "sc",
+        "protocol": "query-gallery",
+        "distance": "cosine",
         "curves": curves,
         "primary_auc": "auc_trapezoid",
         "gallery_size": 100,
-        "grid": {"t": [0.0, 0.5, 1.0]},
+        "queries": 20,
+        "old_old": {"mAP": 0.4},
+        "grid": {"kind": "uniform", "t": [0.0, 0.5, 1.0], "cutoffs": [0, 50, 100]},
+        "skipped": [],
+        "policies_known": ["random"],
+        "serving_modes_known": ["mixed"],
     }
     (sc / "backfill_summary.json").write_text(json.dumps(backfill))
     pd.DataFrame(

@@ -22,8 +22,6 @@ subcommand) runs ``simulate_backfill``; the default directories are the study's
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +34,14 @@ from modelupgrade.arrays import load_array
 from modelupgrade.backfill.engine import SearchSystems, backfill_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
 from modelupgrade.backfill.serving_arrays import ServingArrays
-from modelupgrade.backfill.summary import auc_mean, auc_trapezoid, check_conditions
+from modelupgrade.backfill.summary import (
+    BackfillSummary,
+    CurveSummary,
+    GridRecord,
+    auc_mean,
+    auc_trapezoid,
+    check_conditions,
+)
 from modelupgrade.backfill.variants import ScenarioVariants, scenario_variants
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
@@ -178,7 +183,7 @@ def simulate_backfill(
     metrics_dir: str | Path | None = None,
     plots_dir: str | Path | None = None,
     layout: StudyLayout | None = None,
-) -> dict[str, Any]:
+) -> BackfillSummary:
     """Simulate every available combination; returns the summary written to backfill_summary.json.
 
     Split files and output directories not given are the scenario's in ``layout`` (the project's
@@ -248,7 +253,7 @@ def simulate_backfill(
 
     old_old = evaluate(old_query, old_gallery)
     records: list[pd.DataFrame] = []
-    curves: list[dict[str, Any]] = []
+    curves: list[CurveSummary] = []
     skipped: list[dict[str, str]] = []
     for variant, new_dir in variants.items():
         new_dir = Path(new_dir)
@@ -335,34 +340,30 @@ def simulate_backfill(
                 end = evaluate(systems.query_new_side, systems.gallery_new_side)
                 values = curve.as_dict()
                 curves.append(
-                    {
-                        "strategy": variant,
-                        "policy": policy_name,
-                        "mode": mode_name,
-                        "deployable": policy.deployable,
-                        "auc_mean": {m: auc_mean(values[m]) for m in start},
-                        "auc_trapezoid": {m: auc_trapezoid(curve.t, values[m]) for m in start},
-                        "conditions": {
-                            m: check_conditions(values[m], old_old[m], new_new[m]).as_dict()
+                    CurveSummary(
+                        strategy=variant,
+                        policy=policy_name,
+                        mode=mode_name,
+                        deployable=policy.deployable,
+                        auc_mean={m: auc_mean(values[m]) for m in start},
+                        auc_trapezoid={m: auc_trapezoid(curve.t, values[m]) for m in start},
+                        conditions={
+                            m: check_conditions(values[m], old_old[m], new_new[m])
                             for m in ("top1", "mAP")
                         },
-                        "start": {m: float(values[m][0]) for m in start},
-                        "end": {m: float(values[m][-1]) for m in start},
-                        "start_single_system": start,
-                        "end_single_system": end,
-                        "endpoints_match": bool(
-                            all(
-                                abs(values[m][0] - start[m]) < 1e-9
-                                and abs(values[m][-1] - end[m]) < 1e-9
-                                for m in start
-                            )
+                        start={m: float(values[m][0]) for m in start},
+                        end={m: float(values[m][-1]) for m in start},
+                        start_single_system=start,
+                        end_single_system=end,
+                        endpoints_match=all(
+                            abs(values[m][0] - start[m]) < 1e-9
+                            and abs(values[m][-1] - end[m]) < 1e-9
+                            for m in start
                         ),
-                        "max_negative_flip_rate": float(curve.negative_flip_rate.max()),
-                    }
+                        max_negative_flip_rate=float(curve.negative_flip_rate.max()),
+                        new_new=new_new,
+                    )
                 )
-        curves_for_variant = [c for c in curves if c["strategy"] == variant]
-        for c in curves_for_variant:
-            c["new_new"] = new_new
     if not records:
         raise UserError(
             "no (strategy, policy, serving mode) combination had the inputs it needs",
@@ -381,21 +382,21 @@ def simulate_backfill(
             part.drop(columns=["strategy", "policy", "mode", "deployable"]).to_csv(
                 tmp / f"{strategy}__{policy}__{mode}.csv", index=False
             )
-    summary = {
-        "scenario": scenario,
-        "protocol": params.evaluation.protocol,
-        "distance": cfg.distance,
-        "grid": {"kind": cfg.grid, "t": grid.t.tolist(), "cutoffs": grid.cutoffs.tolist()},
-        "gallery_size": n,
-        "queries": nq,
-        "old_old": old_old,
-        "primary_auc": cfg.primary_auc,
-        "curves": curves,
-        "skipped": skipped,
-        "policies_known": ORDERINGS.names(),
-        "serving_modes_known": SERVING_MODES.names(),
-    }
-    write_json(metrics_dir / BACKFILL_SUMMARY_FILE, summary)
+    summary = BackfillSummary(
+        scenario=scenario,
+        protocol=params.evaluation.protocol,
+        distance=cfg.distance,
+        grid=GridRecord(kind=cfg.grid, t=grid.t.tolist(), cutoffs=grid.cutoffs.tolist()),
+        gallery_size=n,
+        queries=nq,
+        old_old=old_old,
+        primary_auc=cfg.primary_auc,
+        curves=curves,
+        skipped=skipped,
+        policies_known=ORDERINGS.names(),
+        serving_modes_known=SERVING_MODES.names(),
+    )
+    write_json(metrics_dir / BACKFILL_SUMMARY_FILE, summary.as_dict())
     plot_curves(tidy, old_old, plots_dir / PLOT_FILE, scenario)
     log.info(
         "%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped)
@@ -438,19 +439,3 @@ def report_files(metrics_dir: Path, plots_dir: Path) -> list[Path]:
         metrics_dir / CURVES_CSV_FILE,
         plots_dir / PLOT_FILE,
     ]
-
-
-def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of a study, flat: per curve (``<strategy>.<policy>.<mode>``) the primary
-    AUC of each metric and the largest negative-flip rate, and old/old for reference."""
-    primary = summary["primary_auc"]
-    metrics = {f"old_old.{m}": v for m, v in summary["old_old"].items()}
-    for curve in summary["curves"]:
-        key = f"{curve['strategy']}.{curve['policy']}.{curve['mode']}"
-        metrics.update({f"{key}.{primary}.{m}": v for m, v in curve[primary].items()})
-        metrics[f"{key}.max_negative_flip_rate"] = curve["max_negative_flip_rate"]
-    return {
-        k: float(v)
-        for k, v in metrics.items()
-        if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-    }

@@ -1,11 +1,18 @@
-"""Curve summaries: AUC (FastFill's mean of the points; the trapezoid integral) and Seo et al.'s
-three conditions for online backfilling."""
+"""Curve summaries: AUC (FastFill's mean of the points; the trapezoid integral), Seo et al.'s three
+conditions for online backfilling, and the typed summary of a scenario's study
+(``backfill_summary.json``) that the report and the registry read."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+import math
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+
+from modelupgrade.errors import UserError
 
 
 def auc_mean(values: np.ndarray) -> float:
@@ -20,8 +27,11 @@ def auc_trapezoid(t: np.ndarray, values: np.ndarray) -> float:
     return float(np.sum((t[1:] - t[:-1]) * (v[1:] + v[:-1]) / 2.0))
 
 
-@dataclass(frozen=True)
-class BackfillConditions:
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackfillConditions(_Record):
     """Seo et al. Eqs. 6–8: start ≥ old/old, end ≥ new/new, non-decreasing in t."""
 
     starts_at_or_above_old: bool
@@ -29,12 +39,19 @@ class BackfillConditions:
     monotone: bool
     largest_drop: float
 
+    @model_validator(mode="before")
+    @classmethod
+    def _written_with_all_met(cls, data: object) -> object:
+        # all_met is derived, and written for readers of the JSON: it is not read back.
+        return {k: v for k, v in data.items() if k != "all_met"} if isinstance(data, dict) else data
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def all_met(self) -> bool:
         return self.starts_at_or_above_old and self.ends_at_or_above_new and self.monotone
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "all_met": self.all_met}
+        return self.model_dump()
 
 
 def check_conditions(values: np.ndarray, old_old: float, new_new: float, tolerance: float = 1e-9) -> BackfillConditions:
@@ -46,3 +63,78 @@ def check_conditions(values: np.ndarray, old_old: float, new_new: float, toleran
         monotone=bool(np.all(drops <= tolerance)),
         largest_drop=float(max(drops.max(initial=0.0), 0.0)),
     )
+
+
+Metrics = dict[str, float]
+
+
+class CurveSummary(_Record):
+    """One (system, ordering policy, serving mode) curve of a study."""
+
+    strategy: str
+    policy: str
+    mode: str
+    deployable: bool
+    auc_mean: Metrics
+    auc_trapezoid: Metrics
+    conditions: dict[str, BackfillConditions]
+    start: Metrics
+    end: Metrics
+    start_single_system: Metrics
+    end_single_system: Metrics
+    endpoints_match: bool
+    max_negative_flip_rate: float
+    new_new: Metrics
+
+    def auc(self, kind: str) -> Metrics:
+        """The AUCs of each metric by ``kind``: ``auc_mean`` or ``auc_trapezoid``."""
+        return self.auc_mean if kind == "auc_mean" else self.auc_trapezoid
+
+
+class GridRecord(_Record):
+    kind: str
+    t: list[float]
+    cutoffs: list[int]
+
+
+class BackfillSummary(_Record):
+    """What ``simulate_backfill`` found for one scenario (``backfill_summary.json``)."""
+
+    scenario: str
+    protocol: str
+    distance: str
+    grid: GridRecord
+    gallery_size: int
+    queries: int
+    old_old: Metrics
+    primary_auc: Literal["auc_mean", "auc_trapezoid"]
+    curves: list[CurveSummary]
+    skipped: list[dict[str, str]]
+    policies_known: list[str]
+    serving_modes_known: list[str]
+
+    def curve(self, strategy: str, policy: str, mode: str) -> CurveSummary | None:
+        return next((c for c in self.curves if (c.strategy, c.policy, c.mode) == (strategy, policy, mode)), None)
+
+    def headline_metrics(self) -> dict[str, float]:
+        """Flat: per curve (``<strategy>.<policy>.<mode>``) the primary AUC of each metric and the
+        largest negative-flip rate, and old/old for reference; finite numbers only."""
+        metrics = {f"old_old.{m}": v for m, v in self.old_old.items()}
+        for curve in self.curves:
+            key = f"{curve.strategy}.{curve.policy}.{curve.mode}"
+            metrics.update({f"{key}.{self.primary_auc}.{m}": v for m, v in curve.auc(self.primary_auc).items()})
+            metrics[f"{key}.max_negative_flip_rate"] = curve.max_negative_flip_rate
+        return {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+
+    def as_dict(self) -> dict[str, object]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def read(cls, path: str | Path) -> BackfillSummary:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path} does not exist", hint="run the simulate_backfill stage first")
+        try:
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, json.JSONDecodeError) as err:
+            raise UserError(f"{path} is not a backfill summary this version reads: {err}".splitlines()[0]) from None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.commands.results import metric_lines
 from modelupgrade.config import Params
 from modelupgrade.layout import StudyLayout
@@ -17,20 +18,18 @@ from modelupgrade.layout import StudyLayout
 class BackfillStudy:
     """A simulation's summary (``backfill_summary.json``) and where its tables went."""
 
-    summary: dict[str, Any]
+    summary: BackfillSummary
     metrics_dir: Path
 
     def as_dict(self) -> dict[str, Any]:
-        return self.summary
+        return self.summary.as_dict()
 
     def describe(self) -> str:
-        from modelupgrade.backfill.study import summary_metrics
-
         headline = (
-            f"{self.summary['scenario']}: {len(self.summary['curves'])} backfill curves written to "
-            f"{self.metrics_dir} ({len(self.summary['skipped'])} skipped)"
+            f"{self.summary.scenario}: {len(self.summary.curves)} backfill curves written to "
+            f"{self.metrics_dir} ({len(self.summary.skipped)} skipped)"
         )
-        return "\n".join([headline, *metric_lines(summary_metrics(self.summary))])
+        return "\n".join([headline, *metric_lines(self.summary.headline_metrics())])
 
 
 def simulate_backfill(
@@ -74,7 +73,6 @@ def simulate_backfill(
         backfill_inputs,
         output_dirs,
         report_files,
-        summary_metrics,
     )
     from modelupgrade.backfill.study import simulate_backfill as simulate
     from modelupgrade.registry import track_stage
@@ -115,7 +113,7 @@ def simulate_backfill(
             plots_dir,
             layout,
         )
-        stage.log_metrics(summary_metrics(summary))
+        stage.log_metrics(summary.headline_metrics())
         metrics, plots = output_dirs(scenario, metrics_dir, plots_dir, layout)
         stage.log_artifacts(report_files(metrics, plots), "backfill")
     return BackfillStudy(summary, metrics)

@@ -96,28 +96,29 @@ def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]
 
 
 def backfill_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]:
-    backfill, primary, metric = sc.backfill or {}, sc.primary_auc, CURVE_METRIC
+    backfill, primary, metric = sc.backfill, sc.primary_auc, CURVE_METRIC
+    assert backfill is not None
     curve_rows = []
-    for c in sorted(backfill["curves"], key=lambda c: -c[primary][metric]):
-        conditions = c["conditions"][metric]
+    for c in sorted(backfill.curves, key=lambda c: -c.auc(primary)[metric]):
+        conditions = c.conditions[metric]
         curve_rows.append(
             [
-                c["strategy"],
-                c["policy"],
-                c["mode"],
-                c["deployable"],
-                c["auc_trapezoid"][metric],
-                c["auc_mean"][metric],
-                conditions["starts_at_or_above_old"],
-                conditions["ends_at_or_above_new"],
-                conditions["monotone"],
+                c.strategy,
+                c.policy,
+                c.mode,
+                c.deployable,
+                c.auc_trapezoid[metric],
+                c.auc_mean[metric],
+                conditions.starts_at_or_above_old,
+                conditions.ends_at_or_above_new,
+                conditions.monotone,
             ]
         )
     blocks: list[Block] = [
         Heading(f"Online backfilling ({sc.name})", 3),
         Paragraph(
-            f"{len(curve_rows)} curves over {backfill['gallery_size']} gallery items, "
-            f"{len(backfill['grid']['t'])} points; sorted by {primary.replace('_', ' ')} of "
+            f"{len(curve_rows)} curves over {backfill.gallery_size} gallery items, "
+            f"{len(backfill.grid.t)} points; sorted by {primary.replace('_', ' ')} of "
             f"{metric}. Conditions are Seo et al.'s: the curve starts at or above M(old, old), "
             "ends at or above M(new, new), and never drops. The oracle order needs every new "
             "embedding and is an upper bound, not a deployable policy."

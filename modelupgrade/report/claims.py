@@ -150,7 +150,7 @@ def forward_adapters_raise_new_to_old(study: StudyResults) -> Claim:
 def reverse_transforms_beat_naive_merge(study: StudyResults) -> Claim:
     checks: Evidence = []
     for sc in study.scenarios:
-        systems = {c["strategy"] for c in sc.backfill_curves() if c["mode"] == REVERSE_RANK_MERGE}
+        systems = {c.strategy for c in sc.backfill_curves() if c.mode == REVERSE_RANK_MERGE}
         for system in sorted(systems):
             base = _paired_strategy(sc, system)
             with_head = sc.curve_value(system, RANDOM_ORDER, REVERSE_RANK_MERGE, HALF_WAY)
@@ -173,16 +173,12 @@ def rank_merge_is_monotone(study: StudyResults) -> Claim:
     checks: Evidence = []
     for sc in study.scenarios:
         for curve in sc.backfill_curves():
-            if curve["mode"] != RANK_MERGE or not curve["deployable"]:
+            if curve.mode != RANK_MERGE or not curve.deployable:
                 continue
-            conditions = curve["conditions"][CURVE_METRIC]
-            shape = (
-                "monotone"
-                if conditions["monotone"]
-                else f"largest drop {conditions['largest_drop']:.4f}"
-            )
-            evidence = f"{sc.name} {curve['strategy']}/{curve['policy']}: {shape}"
-            checks.append((bool(conditions["monotone"]), evidence))
+            conditions = curve.conditions[CURVE_METRIC]
+            shape = "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
+            evidence = f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
+            checks.append((conditions.monotone, evidence))
     return _claim(
         "Distance rank merge gives a monotone backfill curve (Seo et al.'s third condition, mAP).",
         checks,
@@ -195,14 +191,14 @@ def uncertainty_order_beats_random(study: StudyResults) -> Claim:
     for sc in study.scenarios:
         auc = sc.primary_auc
         for curve in sc.backfill_curves():
-            if (curve["policy"], curve["mode"]) != (UNCERTAINTY_ORDER, MIXED):
+            if (curve.policy, curve.mode) != (UNCERTAINTY_ORDER, MIXED):
                 continue
-            random_order = sc.curve(curve["strategy"], RANDOM_ORDER, MIXED)
+            random_order = sc.curve(curve.strategy, RANDOM_ORDER, MIXED)
             if random_order is None:
                 continue
-            ours, theirs = curve[auc][CURVE_METRIC], random_order[auc][CURVE_METRIC]
+            ours, theirs = curve.auc(auc)[CURVE_METRIC], random_order.auc(auc)[CURVE_METRIC]
             evidence = (
-                f"{sc.name} {curve['strategy']}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
+                f"{sc.name} {curve.strategy}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
                 f"vs random {theirs:.4f}"
             )
             checks.append((ours > theirs, evidence))

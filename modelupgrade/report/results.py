@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelupgrade.backfill.summary import BackfillSummary, CurveSummary
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.layout import (
@@ -39,7 +40,7 @@ CURVE_METRIC = "mAP"
 class ScenarioResults:
     name: str
     evaluation: dict[str, Any]
-    backfill: dict[str, Any] | None
+    backfill: BackfillSummary | None
     heatmap: Path | None
     curves_plot: Path | None
     curves: Any = None  # the tidy backfill_curves table (pandas), when simulated
@@ -60,23 +61,16 @@ class ScenarioResults:
     def row(self, strategy: str, comparison: str) -> dict[str, Any] | None:
         return next((r for r in self.rows(strategy) if r["comparison"] == comparison), None)
 
-    def curve(self, strategy: str, policy: str, mode: str) -> dict[str, Any] | None:
+    def curve(self, strategy: str, policy: str, mode: str) -> CurveSummary | None:
         """One backfill curve's summary (AUCs, Seo et al.'s conditions), None if not simulated."""
-        return next(
-            (
-                c
-                for c in self.backfill_curves()
-                if (c["strategy"], c["policy"], c["mode"]) == (strategy, policy, mode)
-            ),
-            None,
-        )
+        return None if self.backfill is None else self.backfill.curve(strategy, policy, mode)
 
-    def backfill_curves(self) -> list[dict[str, Any]]:
-        return list((self.backfill or {}).get("curves", []))
+    def backfill_curves(self) -> list[CurveSummary]:
+        return [] if self.backfill is None else list(self.backfill.curves)
 
     @property
     def primary_auc(self) -> str:
-        return (self.backfill or {}).get("primary_auc", "auc_trapezoid")
+        return "auc_trapezoid" if self.backfill is None else self.backfill.primary_auc
 
     def curve_value(
         self, strategy: str, policy: str, mode: str, t: float, metric: str = CURVE_METRIC
@@ -118,7 +112,7 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
             ScenarioResults(
                 name=name,
                 evaluation=_read_json(metrics / f"{SUMMARY}.json"),
-                backfill=_read_json(backfill) if backfill.is_file() else None,
+                backfill=BackfillSummary.read(backfill) if backfill.is_file() else None,
                 heatmap=heatmap if heatmap.is_file() else None,
                 curves_plot=curves_plot if curves_plot.is_file() else None,
                 curves=pd.read_parquet(curves) if curves.is_file() else None,
