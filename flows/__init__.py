@@ -1,9 +1,11 @@
-"""Prefect flows that sequence the commands of ``modelupgrade.commands`` (never shelling out to DVC).
+"""Prefect flows that sequence the steps of an upgrade chain (``modelupgrade.chain``, which runs the
+commands of ``modelupgrade.commands``; never shelling out to DVC).
 
 ``upgrade`` (one upgrade cycle), ``lineage`` (upgrades back to back, then the compatibility matrix),
 ``backfill`` (keep the gallery store on the champion) and ``train-generation`` (the cycle's GPU
-part); ``python -m flows.serve`` serves ``upgrade`` and ``backfill`` on their cron schedules. The
-library ``modelupgrade`` never imports this package.
+part); ``python -m flows.serve`` serves ``upgrade`` and ``backfill`` on their cron schedules. A flow
+module holds flows, tasks (each one call into the library) and its ``main`` only; the library
+``modelupgrade`` never imports this package.
 """
 
 import os

@@ -17,6 +17,16 @@ so each can pick up what another left. The flows use it under their work directo
     reports/study/                          the report
     stores/demo/                            the demo gallery store
 
+An upgrade chain (``modelupgrade.chain``, what the Prefect flows run) keeps the same trees under its
+work directory, with gen0 shared by its chains (``models/sequential/gen0``), and a few files of its
+own::
+
+    data/proposed/sequential/               new split files while they are validated
+    data/proposed/validation/               their validation reports
+    registry/gen<i>.json                    what the cycle that trained gen<i> registered
+    reports/                                one report per cycle, the lineage, the backfill
+    store/                                  the gallery store kept on the chain's champion
+
 Each tree of the study (splits, models, embeddings, heads, metrics, plots) may live elsewhere than
 under ``root``, e.g. ``modelupgrade evaluate --metrics-root``: ``StudyLayout(metrics_root=...)``.
 """
@@ -38,6 +48,9 @@ NEW_TRAIN_SPLIT = "new_train"
 LOGITS_SUFFIX = "_logits"
 CROSS_MODEL = "cross_model"  # .parquet, .csv, .json
 SUMMARY = "summary"  # .json, .csv
+# The key of an evaluation summary holding Δ↓ per model: {model: percent}. The evaluation writes it,
+# the registry's gates read it.
+DELTA_DOWN = "delta_down_pct"
 BACKFILL_CURVES = "backfill_curves"  # .parquet, .csv (metrics); .png (plots)
 BACKFILL_SUMMARY_FILE = "backfill_summary.json"
 BACKFILL_PLOTS_DIR = "backfill_plots"
@@ -72,6 +85,16 @@ def snapshot_split(generation: int) -> str:
 def chain_model_name(strategy: str, generation: int) -> str:
     """A sequential chain's own model of a generation: ``bct/gen2`` (``bct/gen0`` unshared)."""
     return f"{strategy}/{snapshot_split(generation)}"
+
+
+def chain_generation(name: str, strategy: str) -> int | None:
+    """The generation a sequential model name (``gen0``, ``bct/gen2``) holds in ``strategy``'s
+    chain, None for a name outside that chain (the inverse of ``sequential_model_name``)."""
+    if name == OLD_MODEL:
+        return 0
+    prefix = f"{strategy}/gen"
+    number = name[len(prefix) :]
+    return int(number) if name.startswith(prefix) and number.isdigit() else None
 
 
 def training_split(generation: int) -> str:
@@ -129,6 +152,18 @@ class StudyLayout:
     def validation(self) -> Path:
         return self.root / "data" / "validation"
 
+    @property
+    def proposals(self) -> Path:
+        """Split files and their reports that wait for validation before they are used."""
+        return self.root / "data" / "proposed"
+
+    def proposed_splits(self, scenario: str) -> Path:
+        return self.proposals / scenario
+
+    @property
+    def proposed_validation(self) -> Path:
+        return self.proposals / "validation"
+
     # ----- models and embeddings ------------------------------------------------------------
     def model(self, scenario: str, name: str) -> Path:
         return self.models_root / scenario / name
@@ -171,13 +206,26 @@ class StudyLayout:
     def registration(self, scenario: str) -> Path:
         return self.root / "registry" / f"{scenario}.json"
 
+    def cycle_registration(self, generation: int) -> Path:
+        """What the upgrade cycle that trained ``generation`` registered."""
+        return self.root / "registry" / f"{snapshot_split(generation)}.json"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
     @property
     def report(self) -> Path:
-        return self.root / "reports" / "study"
+        return self.reports / "study"
 
     @property
     def demo_store(self) -> Path:
         return self.root / "stores" / "demo"
+
+    @property
+    def champion_store(self) -> Path:
+        """The gallery store an upgrade chain keeps on its champion."""
+        return self.root / "store"
 
 
 def logits_beside(embeddings: Path) -> Path:

@@ -110,6 +110,10 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     oracle_rows = {row["comparison"]: row for row in summary["strategies"]["independent"]}
     assert oracle_rows["forward-head"]["gallery_set"] == "fct-independent(gen0)"
     assert oracle_rows["self"]["delta_down_pct"] == pytest.approx(0.0)
+    # The registry's gates read Δ↓ from one place: the summary's map, the same numbers.
+    assert summary["delta_down_pct"] == pytest.approx(
+        {"gen1-bct": rows["self"]["delta_down_pct"], "gen1-independent": 0.0}
+    )
 
 
 def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -129,3 +133,74 @@ def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, caps
               "--heads-root", str(tmp_path / "heads"), "--metrics-root", str(tmp_path / "m"),
               "--plots-root", str(tmp_path / "p")])
     assert "run the embed stage first" in capsys.readouterr().err
+
+
+def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gates_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one path of Δ↓: the evaluation writes it into each chain's summary, the registry's
+    gate evidence reads it from there (and nowhere else) under the chain's model keys."""
+    from modelupgrade.commands.evaluation import evaluate
+    from modelupgrade.layout import StudyLayout
+    from modelupgrade.registry.sources import load_evidence
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(2)
+    classes, dim = 5, 12
+    centres = rng.standard_normal((classes, dim))
+    spaces = {"gen0": 1.4, "bct/gen1": 1.1, "independent/gen1": 0.7, "bct/gen2": 0.9}
+    for split, n in (("query", 40), ("gallery", 150)):
+        labels = np.arange(n) % classes
+        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
+        (tmp_path / "data/splits/sequential").mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(tmp_path / f"data/splits/sequential/{split}.parquet")
+        for model, noise in spaces.items():
+            out = tmp_path / "embeddings/sequential" / model
+            out.mkdir(parents=True, exist_ok=True)
+            vectors = centres[labels] + noise * rng.standard_normal((n, dim))
+            np.save(out / f"{split}.npy", vectors.astype(np.float32))
+    params = parse_params({
+        "scenarios": {},
+        "architectures": {"default": {}},
+        "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+        "sequential": {"strategies": ["bct"], "fractions": [0.25, 0.5, 1.0]},
+    })
+    layout = StudyLayout(tmp_path)
+    # Two generations of three planned: bct/gen2 exists but is not part of this evaluation.
+    evaluate(params, "sequential", embeddings_root=layout.embeddings_root,
+             splits_root=layout.splits_root, metrics_root=layout.metrics_root,
+             plots_root=layout.plots_root, strategies=["bct", "independent"], generations=2)
+    import json
+
+    summary = json.loads((tmp_path / "metrics/sequential/bct/summary.json").read_text())
+    assert summary["compatibility"]["mAP"]["generations"] == ["gen0", "gen1"]
+    table = pd.read_parquet(tmp_path / "metrics/sequential/bct/cross_model.parquet")
+    oracle = pd.read_parquet(tmp_path / "metrics/sequential/independent/cross_model.parquet")
+
+    def self_map(frame: pd.DataFrame, name: str) -> float:
+        row = frame[(frame.query_set == name) & (frame.gallery_set == name) & (frame.metric == "mAP")]
+        return float(row.value.iloc[0])
+
+    ours, theirs = self_map(table, "gen1"), self_map(oracle, "gen1")
+    assert summary["oracle"] == "independent"
+    # gen0 is shared by both chains: no degradation.
+    assert summary["delta_down_pct"] == pytest.approx(
+        {"gen0": 0.0, "gen1": (theirs - ours) / theirs * 100}
+    )
+    evidence = load_evidence(params, "sequential", layout.metrics("sequential"), None, True, ["bct"])
+    assert evidence.degradation_pct == pytest.approx(
+        {"gen0": 0.0, "bct/gen1": summary["delta_down_pct"]["gen1"]}
+    )
+
+
+def test_a_two_model_scenario_has_no_generations_to_count() -> None:
+    from modelupgrade.evaluation.scenario import evaluate_scenario
+
+    params = parse_params({
+        "scenarios": {"sc": {"kind": "extended-data", "strategies": ["bct"]}},
+        "architectures": {"default": {}},
+        "strategies": {"bct": {"kind": "bct"}},
+        "sequential": {"strategies": ["bct"]},
+    })
+    with pytest.raises(UserError, match="two-model scenario"):
+        evaluate_scenario(params, "sc", generations=2)

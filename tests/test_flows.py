@@ -59,10 +59,9 @@ def make_project(root: Path, template_db: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def registry_of(project: SimpleNamespace) -> Any:
-    from flows.layout import load_settings
-    from flows.tasks import open_registry
+    from modelupgrade.chain import load_chain
 
-    return open_registry(load_settings(project.params))
+    return load_chain(project.params).registry()
 
 
 def artifacts(key: str) -> list[Any]:
@@ -225,6 +224,41 @@ def test_backfill_follows_the_champion(lineage_run) -> None:  # noqa: ANN001
     assert backfill(project.params)["outcome"] == "up to date, serving gen2"
 
 
+def test_a_backfill_left_running_is_finished_before_the_next_one(
+    lineage_run, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    import dataclasses
+
+    from flows.backfill import backfill
+    from modelupgrade.registry import promote
+    from modelupgrade.store.job import BackfillJob
+
+    project = lineage_run.project
+    store = str(project.root / "another-store")
+    registry = registry_of(project)
+    promote(registry, registry.by_key("gen0").version, "test: a store on gen0", force=True)
+    assert backfill(project.params, store=store)["outcome"] == "created, serving gen0"
+    promote(registry, registry.by_key("bct/gen1").version, "test: gen1 serves", force=True)
+    real_run = BackfillJob.run
+
+    def stopped_after_one_chunk(job: BackfillJob, max_chunks: int | None = None) -> Any:
+        return dataclasses.replace(real_run(job, max_chunks=1), status="stopped")
+
+    monkeypatch.setattr(BackfillJob, "run", stopped_after_one_chunk)
+    halted = backfill(project.params, store=store)
+    assert halted["outcome"] == "backfill to gen1 stopped; the next run resumes it"
+    assert halted["backfill"]["items_written"] == 4  # one chunk of store.chunk_size
+    monkeypatch.setattr(BackfillJob, "run", real_run)
+
+    # The champion moves on before the store got there: the running backfill is finished first.
+    promote(registry, registry.by_key("bct/gen2").version, "test: gen2 serves", force=True)
+    resumed = backfill(project.params, store=store)
+    assert resumed["steps"] == ["gen1", "gen2"]
+    assert resumed["outcome"] == "backfilled gen1 → gen2"
+    assert resumed["backfill"]["target_space"] == "gen2" and resumed["backfill"]["items_written"] == 16
+    assert resumed["store_status"]["items_by_space"] == {"gen2": 16}
+
+
 def test_a_failing_task_fails_its_flow_and_registers_nothing(
     harness, template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
@@ -279,7 +313,7 @@ def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
 
 
 def test_flow_params_are_checked(tmp_path: Path) -> None:
-    from flows.layout import load_settings
+    from modelupgrade.chain import load_chain
     from modelupgrade.config import FlowParams, ParamsError
     from modelupgrade.plugins import load_params
 
@@ -290,11 +324,11 @@ def test_flow_params_are_checked(tmp_path: Path) -> None:
     params = tiny_params(tmp_path, tmp_path / "work", strategy="nope")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(UserError, match="flows.strategy is 'nope'"):
-        load_settings(tmp_path / "params.yaml")
+        load_chain(tmp_path / "params.yaml")
     params["flows"].update(strategy="bct", heads=["fct"])
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(UserError, match=r"flows.heads names \['fct'\]"):
-        load_settings(tmp_path / "params.yaml")
+        load_chain(tmp_path / "params.yaml")
     params["flows"]["upgrade_cron"] = "every monday"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match="flows.upgrade_cron: .*5 fields"):

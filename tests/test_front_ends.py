@@ -1,5 +1,6 @@
 """One definition per command: every DVC stage module is only its command function's ``main``, the
-``modelupgrade`` command lists every command function, and dvc.yaml runs stage modules only."""
+``modelupgrade`` command lists every command function, dvc.yaml runs stage modules only, and a
+Prefect flow module holds flows, tasks that each make one call into the library, and its ``main``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from modelupgrade.cli.arguments import command_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = sorted(p for p in (ROOT / "stages").glob("*.py") if p.name != "__init__.py")
+FLOWS = sorted((ROOT / "flows").glob("*.py"))
 # Modules of modelupgrade.commands that hold helpers, not commands.
 HELPER_MODULES = {"modelupgrade.commands.results"}
 
@@ -95,6 +97,191 @@ def test_the_shape_check_refuses_a_stage_that_does_work() -> None:
     not_a_command = good.replace("stage_main(prepare)", "stage_main(print)")
     assert stage_shape_problems(not_a_command) == [
         "line 6: not main = stage_main(<a command function>)"
+    ]
+
+
+# What a flow module's tasks may call besides their one library call: Prefect's API, the flows'
+# Prefect plumbing, a conversion of the result to text, and the result's conversion to JSON.
+PLUMBING_MODULES = ("prefect", "modelupgrade.orchestration")
+CONVERSIONS = {"str"}
+RESULT_CONVERSIONS = {"as_dict"}
+TASK_DECORATORS = {"task", "flow_task"}
+CONTROL_FLOW = (
+    ast.If,
+    ast.IfExp,
+    ast.For,
+    ast.While,
+    ast.Try,
+    ast.With,
+    ast.Match,
+    ast.FunctionDef,
+    ast.Lambda,
+    ast.comprehension,
+)
+
+
+def _imports(tree: ast.Module) -> dict[str, str]:
+    """Local name → the module it is imported from (``import a.b`` binds ``a`` to ``a``)."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found.update({alias.asname or alias.name: node.module or "" for alias in node.names})
+        elif isinstance(node, ast.Import):
+            found.update(
+                {alias.asname or alias.name.split(".")[0]: alias.name for alias in node.names}
+            )
+    return found
+
+
+def _is_plumbing(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in PLUMBING_MODULES)
+
+
+def _decorator_name(decorator: ast.expr) -> str | None:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def task_problems(function: ast.FunctionDef, imported: dict[str, str]) -> list[str]:
+    """What makes a task more than one library call: control flow, calls outside the library and
+    Prefect, or a number of library calls other than one. ``X(...).step(...)`` is one call (a
+    library object and its step); a conversion of the result (``str``, ``.as_dict()``) is none."""
+    where = f"line {function.lineno}: task {function.name}"
+    problems = [
+        f"{where}: {type(node).__name__} at line {node.lineno}"
+        for statement in function.body
+        for node in ast.walk(statement)
+        if isinstance(node, CONTROL_FLOW)
+    ]
+    calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+    # The library object of ``X(...).step(...)``: its call is part of the step's.
+    receivers = {
+        id(call.func.value)
+        for call in calls
+        if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call)
+    }
+    library_calls = []
+    for call in calls:
+        func = call.func
+        root = _root_name(func)
+        origin = imported.get(root or "")
+        if isinstance(func, ast.Name):
+            if func.id in CONVERSIONS or (origin is not None and _is_plumbing(origin)):
+                continue
+            if origin is not None and origin.startswith("modelupgrade"):
+                if id(call) not in receivers:
+                    library_calls.append(func.id)
+                continue
+            problems.append(f"{where}: calls {func.id}, neither the library nor Prefect")
+        elif isinstance(func, ast.Attribute):
+            if func.attr in RESULT_CONVERSIONS:
+                continue
+            if origin is not None and not origin.startswith("modelupgrade"):
+                if not _is_plumbing(origin):
+                    problems.append(
+                        f"{where}: calls {root}.{func.attr}, neither the library nor Prefect"
+                    )
+                continue
+            library_calls.append(func.attr)
+    if len(library_calls) != 1:
+        problems.append(
+            f"{where}: {len(library_calls)} library calls ({', '.join(library_calls) or 'none'}), "
+            "not one"
+        )
+    return problems
+
+
+def flow_module_problems(source: str) -> list[str]:
+    """What makes a flow module more than flows, tasks of one library call each, and its main:
+    any class, and any other function (a helper holds logic the library should hold)."""
+    tree = ast.parse(source)
+    imported = _imports(tree)
+    problems = [
+        f"line {node.lineno}: class {node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    ]
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        decorators = {_decorator_name(d) for d in node.decorator_list}
+        kinds = {
+            "flow" if name == "flow" else "task"
+            for name in decorators
+            if name in TASK_DECORATORS | {"flow"} and _is_plumbing(imported.get(name, ""))
+        }
+        if kinds == {"task"}:
+            problems += task_problems(node, imported)  # type: ignore[arg-type]
+        elif kinds != {"flow"} and node.name != "main":
+            problems.append(f"line {node.lineno}: {node.name} is neither a flow, a task nor main")
+    return problems
+
+
+@pytest.mark.parametrize("path", FLOWS, ids=lambda p: p.stem)
+def test_a_flow_module_holds_flows_tasks_of_one_library_call_and_main(path: Path) -> None:
+    assert flow_module_problems(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_flow_check_refuses_domain_logic_in_a_flow_module() -> None:
+    good = (
+        '"""Flows: x."""\n\nfrom prefect import flow\n\n'
+        "from modelupgrade.chain import load_chain\n"
+        "from modelupgrade.cli.arguments import stage_main\n"
+        "from modelupgrade.orchestration import flow_task, progress_artifact\n\n\n"
+        '@flow_task("evaluate")\n'
+        "def evaluate(params_path: str, work_dir: str, generations: int) -> str:\n"
+        '    """Evaluate."""\n'
+        "    return str(load_chain(params_path, work_dir).evaluate(generations).metrics_dir)\n\n\n"
+        '@flow_task("follow")\n'
+        "def follow(params_path: str, work_dir: str) -> dict:\n"
+        "    chain = load_chain(params_path, work_dir)\n"
+        '    return chain.follow_champion(None, progress_artifact("p")).as_dict()\n\n\n'
+        '@flow(name="x")\n'
+        "def x(params_path: str) -> str:\n"
+        "    if params_path:\n"
+        '        return evaluate(params_path, "w", 2)\n'
+        '    return ""\n\n\n'
+        "main = stage_main(x)\n"
+    )
+    # A task that keeps the library object and calls it makes two calls.
+    assert flow_module_problems(good) == [
+        "line 17: task follow: 2 library calls (load_chain, follow_champion), not one"
+    ]
+    good = good.replace(
+        "    chain = load_chain(params_path, work_dir)\n    return chain.follow_champion",
+        "    return load_chain(params_path, work_dir).follow_champion",
+    )
+    assert flow_module_problems(good) == []
+    helper = good.replace("main = stage_main(x)", "def total(n: int) -> int:\n    return n + 1")
+    assert flow_module_problems(helper) == ["line 28: total is neither a flow, a task nor main"]
+    with_class = good.replace("main = stage_main(x)", "class Settings:\n    pass")
+    assert flow_module_problems(with_class) == ["line 28: class Settings"]
+    two_steps = good.replace(
+        ".evaluate(generations).metrics_dir)",
+        ".evaluate(generations).metrics_dir) + str(load_chain(params_path, work_dir).register(2))",
+    )
+    assert flow_module_problems(two_steps) == [
+        "line 11: task evaluate: 2 library calls (register, evaluate), not one"
+    ]
+    branching = good.replace(
+        '    """Evaluate."""\n',
+        '    """Evaluate."""\n    if generations < 1:\n        return ""\n',
+    )
+    assert flow_module_problems(branching) == ["line 11: task evaluate: If at line 13"]
+    outside = good.replace(
+        "from prefect import flow\n", "import shutil\nfrom prefect import flow\n"
+    )
+    outside = outside.replace(
+        '    """Evaluate."""\n', '    """Evaluate."""\n    shutil.rmtree(work_dir)\n'
+    )
+    assert flow_module_problems(outside) == [
+        "line 12: task evaluate: calls shutil.rmtree, neither the library nor Prefect"
     ]
 
 

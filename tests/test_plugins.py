@@ -105,9 +105,9 @@ def test_a_bad_params_file_exits_2_with_one_error_line(tmp_path: Path, capsys) -
     [(ParamsError("bad params"), False), (UserError("bad input"), False), (OSError("busy"), True)],
 )
 def test_the_flows_never_retry_bad_input(error: Exception, retried: bool) -> None:
-    from flows.tasks import _retry_unless_user_error
+    from modelupgrade.orchestration import retry_unless_user_error
 
     def result() -> None:
         raise error
 
-    assert _retry_unless_user_error(None, None, SimpleNamespace(result=result)) is retried
+    assert retry_unless_user_error(None, None, SimpleNamespace(result=result)) is retried

@@ -332,7 +332,8 @@ def _toy_study(root: Path) -> None:
     )
     write_json(
         root / "metrics/toy/summary.json",
-        {"oracle": "gen1-independent", "strategies": {"bct": [
+        {"oracle": "gen1-independent", "delta_down_pct": {"gen1-independent": 0.0, "gen1-bct": 5.7},
+         "strategies": {"bct": [
             {"comparison": "self", "query_set": "gen1-bct", "delta_down_pct": 5.7},
             {"comparison": "backward", "query_set": "gen1-bct", "delta_down_pct": 5.7},
         ]}},
@@ -400,3 +401,58 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
                 update={"strategies": ["dmu"]})}}),
             "toy", StudyLayout(),
         )
+
+
+def test_a_chain_read_back_from_the_registry_is_checked_against_its_work_directory(
+    template_db: Path, tmp_path: Path
+) -> None:
+    from tests.registry_support import TinyEmbedder
+
+    from modelupgrade.io import file_sha256
+    from modelupgrade.layout import StudyLayout
+    from modelupgrade.registry import GenerationRecord
+    from modelupgrade.registry.chain import read_chain
+
+    layout = StudyLayout(tmp_path / "work")
+    tracker = fresh_tracker(template_db, tmp_path / "store")
+    registry = ModelRegistry(tracker, "chain-sequential")
+    assert read_chain(registry, "bct", layout).as_dict() == {
+        "registered_model": "chain-sequential",
+        "tracking_uri": tracker.config.tracking_uri,
+        "generations": [],
+        "next_generation": 0,
+        "champion": None,
+    }
+
+    def checkpoint(name: str) -> str:
+        directory = layout.model("sequential", name)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "checkpoint.pt").write_bytes(name.encode())
+        return file_sha256(directory / "checkpoint.pt")
+
+    def record(key: str, parent: str | None) -> GenerationRecord:
+        return GenerationRecord(key, key.split("/")[-1], "bct", "sequential", parent_key=parent,
+                                checkpoint_sha256=checkpoint(key))
+
+    with tracker.stage_run("register") as run:
+        first = registry.register(TinyEmbedder(), record("gen0", None), run)
+        registry.register(TinyEmbedder(), record("bct/gen1", "gen0"), run)
+    registry.set_alias("champion", first.version)
+    state = read_chain(registry, "bct", layout)
+    assert (state.generations, state.next_generation) == ([0, 1], 2)
+    assert state.champion.as_dict() == {"version": first.version, "model_key": "gen0", "generation": 0}
+
+    # Another chain's view of the same registered model, another work directory, a changed model.
+    with pytest.raises(UserError, match="'bct/gen1' .* which is not in the 'dmu' chain"):
+        read_chain(registry, "dmu", layout)
+    with pytest.raises(UserError, match="is not the model in .*elsewhere"):
+        read_chain(registry, "bct", StudyLayout(tmp_path / "elsewhere"))
+    (layout.model("sequential", "bct/gen1") / "checkpoint.pt").write_bytes(b"retrained")
+    with pytest.raises(UserError, match=r"\(bct/gen1\) is not the model in"):
+        read_chain(registry, "bct", layout)
+    checkpoint("bct/gen1")
+    # A gap: gen3 registered right after gen1 (the registry only asks for a registered parent).
+    with tracker.stage_run("register") as run:
+        registry.register(TinyEmbedder(), record("bct/gen3", "bct/gen1"), run)
+    with pytest.raises(UserError, match=r"has generations \[0, 1, 3\], with gaps"):
+        read_chain(registry, "bct", layout)

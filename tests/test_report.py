@@ -28,10 +28,14 @@ from modelupgrade.report import (
     write_report,
 )
 from modelupgrade.report.upgrade import (
+    BackfillOutcome,
     Chain,
+    CycleOutcome,
+    LineageOutcome,
     backfill_report,
     skipped_upgrade_report,
     write_lineage_report,
+    write_skipped_upgrade_report,
     write_upgrade_report,
 )
 
@@ -524,6 +528,12 @@ def test_upgrade_report_tells_the_cycle_with_gates_metrics_matrix_and_lineage(
         2,
         str(report.path),
     )
+    # What `python -m flows.upgrade` prints of the same record.
+    assert CycleOutcome(report.record).describe() == (
+        "registered bct/gen1 as tiny-flows-sequential v2 (gates: pass; aliases: candidate)\n"
+        f"report:   {report.path}\n"
+        "MLflow:   sqlite:///tmp/mlflow.db  (modelupgrade lineage --model tiny-flows-sequential)"
+    )
 
 
 def test_lineage_report_holds_the_tree_and_the_matrix(tmp_path: Path) -> None:
@@ -541,6 +551,19 @@ def test_lineage_report_holds_the_tree_and_the_matrix(tmp_path: Path) -> None:
     assert compat["metric"] == "mAP" and compat["matrix"] == report.rows and compat["fc"] is None
     assert [r["model"] for r in report.record["lineage"]] == ["gen0", "bct/gen1"]
     assert json.loads(report.path.with_suffix(".json").read_text()) == report.record
+    # What `python -m flows.lineage` prints of the same record.
+    assert LineageOutcome(report.record).describe() == (
+        "tiny-flows-sequential (sqlite:///tmp/mlflow.db): 2 versions\n"
+        "  v1 gen0  parent=-  gates=first-generation  compatible_with=none  aliases=champion\n"
+        "  v2 bct/gen1  parent=1  gates=pass  compatible_with=1  aliases=candidate\n"
+        "compatibility matrix, mAP (rows: query generation, columns: gallery generation):\n"
+        "            gen0    gen1\n"
+        "  gen0    0.4000        \n"
+        "  gen1    0.4200  0.5000\n"
+        f"report:  {report.path}\n"
+        f"heatmap: {tmp_path / 'heatmap.png'}\n"
+        f"metrics: {tmp_path / 'metrics'}"
+    )
 
 
 def test_backfill_and_skipped_cycle_reports() -> None:
@@ -588,4 +611,25 @@ def test_backfill_and_skipped_cycle_reports() -> None:
         "There is no data snapshot for gen3 in `work/splits` (sequential.fractions plans 3 "
         "generations), so nothing was trained or registered. Give the next snapshot with "
         "`python -m flows.upgrade --snapshot <parquet>` or the deployment's `snapshot` parameter.\n"
+    )
+    # What `python -m flows.backfill` prints of an outcome, once its report is written.
+    assert BackfillOutcome({**created, "report": "r/backfill.md"}).describe() == (
+        "store s: created, serving gen0\nreport: r/backfill.md"
+    )
+    nothing = {"store": "s", "outcome": "no champion yet: nothing to serve"}
+    assert BackfillOutcome(nothing).describe() == "store s: no champion yet: nothing to serve"
+
+
+def test_a_skipped_cycle_writes_its_report_and_says_so(tmp_path: Path) -> None:
+    report = write_skipped_upgrade_report(3, Path("work/splits"), 3, tmp_path)
+    assert report.record == {
+        "status": "skipped",
+        "generation": 3,
+        "reason": "no data snapshot",
+        "report": str(tmp_path / "upgrade-gen3.md"),
+    }
+    assert report.path.read_text() == skipped_upgrade_report(3, Path("work/splits"), 3)
+    assert report.title == "gen3: no new data"
+    assert CycleOutcome(report.record).describe() == (
+        "gen3: no new data snapshot, nothing trained or registered"
     )

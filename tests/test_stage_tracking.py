@@ -103,8 +103,8 @@ def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tra
 
     assert simulated.data.params["backfill.points"] == "3"
     assert simulated.data.params["args.variants.bct"] == "embeddings/sc/gen1-bct"
-    curve = backfill["curves"][0]
-    assert simulated.data.metrics["bct.random.mixed.auc_trapezoid.mAP"] == pytest.approx(curve["auc_trapezoid"]["mAP"])
+    curve = backfill.curves[0]
+    assert simulated.data.metrics["bct.random.mixed.auc_trapezoid.mAP"] == pytest.approx(curve.auc_trapezoid["mAP"])
     assert artifact_paths(store, simulated.info.run_id, "backfill") == {
         "backfill/backfill_summary.json", "backfill/backfill_curves.csv", "backfill/backfill_curves.png"
     }

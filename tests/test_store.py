@@ -123,6 +123,22 @@ def test_backfill_follows_the_policy_order_chunk_by_chunk(tmp_path: Path) -> Non
         assert store.status().items_by_space == {"gen1": 100}
 
 
+def test_the_totals_of_a_backfill_run_in_parts_are_the_stores(tmp_path: Path) -> None:
+    from modelupgrade.store import BackfillReport
+
+    with build_gallery(tmp_path / "s", 100) as store:
+        first = _job(store, chunk=30).run(max_chunks=2)
+        last = _job(store, chunk=30).run()
+        # Each run reports its own chunks; the backfill's totals cover both runs.
+        assert (first.items_written, last.items_written) == (60, 40)
+        whole = BackfillReport.whole_backfill(store.status(), last.status)
+        assert (whole.status, whole.target_space, whole.backfill_id) == ("complete", "gen1", 1)
+        assert (whole.items_written, whole.items_failed, whole.chunks_committed) == (100, 0, 4)
+        backfill = store.status().backfill
+        assert whole.seconds == pytest.approx(backfill["finished_at"] - backfill["started_at"])
+        assert whole.items_per_second == pytest.approx(100 / whole.seconds)
+
+
 def test_chunks_computed_during_a_slow_commit_are_committed_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,8 +9,13 @@ Mapping: ``a_name`` → ``--a-name``; ``bool`` → ``--a-name/--no-a-name``; ``l
 ``Sequence[T]`` → one or more values after the option (the option may also be repeated; with no
 value it gives an empty list); ``Literal[...]`` → choices; ``X | None`` → optional; a parameter
 without a default → a required option. A parameter typed ``Params`` is read from ``--params``
-(default ``params.yaml``) through ``modelupgrade.plugins.load_params``. Every command also takes
-``--json``: its result printed as JSON instead of text (``describe()``).
+(default ``params.yaml``) through ``modelupgrade.plugins.load_params``; one typed ``ParamsFile``
+(a Prefect flow's, which reads the file itself) gets the path given with ``--params``. Every command
+also takes ``--json``: its result printed as JSON instead of text (``describe()``).
+
+A Prefect flow is a command too (``stage_main(flow, shown_as=...)``): its signature and docstring
+are read through the ``Flow`` object, and ``shown_as`` turns the record it returns into a typed
+result to print. Arguments a front end fixes itself (``stage_main(f, name=value)``) are no options.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.config import DEFAULT_PARAMS_PATH, Params
+from modelupgrade.config import DEFAULT_PARAMS_FILE, DEFAULT_PARAMS_PATH, Params, ParamsFile
 from modelupgrade.errors import USER_ERRORS
 from modelupgrade.io import json_default
 
@@ -84,29 +89,33 @@ def _shown(default: Any) -> str:
 
 
 def command_parser(
-    function: Callable[..., Any], prog: str | None = None
+    function: Callable[..., Any], prog: str | None = None, fixed: Collection[str] = ()
 ) -> argparse.ArgumentParser:
-    """The argument parser of ``function``: one option per parameter (see the module docstring)."""
+    """The argument parser of ``function``: one option per parameter (see the module docstring),
+    except the parameters named in ``fixed``."""
     description, helps = command_doc(function)
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     hints = typing.get_type_hints(function)
     for name, parameter in inspect.signature(function).parameters.items():
+        if name in fixed:
+            continue
         where = f"{function.__module__}.{function.__qualname__}({name})"
         annotation = hints.get(name, str)
         flag = "--" + name.replace("_", "-")
         required = parameter.default is inspect.Parameter.empty
         default = None if required else parameter.default
         text = helps.get(name, "")
-        if annotation is Params:
+        if annotation in (Params, ParamsFile):
+            path = DEFAULT_PARAMS_PATH if annotation is Params else default or DEFAULT_PARAMS_FILE
             parser.add_argument(
                 "--params",
                 dest=name,
-                type=Path,
-                default=DEFAULT_PARAMS_PATH,
-                help=(text or "the params file: the validated configuration")
-                + _shown(DEFAULT_PARAMS_PATH),
+                metavar="PARAMS",
+                type=type(path),
+                default=path,
+                help=(text or "the params file: the validated configuration") + _shown(path),
             )
             continue
         base = _unwrap_optional(annotation)
@@ -154,25 +163,34 @@ def command_parser(
 
 
 def parse_command(
-    function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None
+    function: Callable[..., Any],
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """(keyword arguments of ``function``, whether --json was given) from ``argv``.
+    """(keyword arguments of ``function``, whether --json was given) from ``argv`` and ``fixed``.
 
     The params file is not read here: ``run_command`` reads it, where its errors are reported.
     """
-    arguments = vars(command_parser(function, prog).parse_args(argv))
+    fixed = dict(fixed or {})
+    arguments = vars(command_parser(function, prog, fixed).parse_args(argv))
     as_json = arguments.pop(_JSON_DEST)
     for name, parameter in inspect.signature(function).parameters.items():
         if arguments.get(name) is None and parameter.default is not inspect.Parameter.empty:
             arguments[name] = parameter.default
-    return arguments, as_json
+    return {**arguments, **fixed}, as_json
 
 
 def run_command(
-    function: Callable[..., Any], argv: Sequence[str] | None = None, prog: str | None = None
+    function: Callable[..., Any],
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
+    shown_as: Callable[[Any], Any] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Parse ``argv`` for ``function``, call it, print its result; a user error exits with 2."""
-    arguments, as_json = parse_command(function, argv, prog)
+    """Parse ``argv`` for ``function``, call it (with the ``fixed`` arguments too), print its
+    result, through ``shown_as`` when given; a user error exits with 2."""
+    arguments, as_json = parse_command(function, argv, prog, fixed)
     from modelupgrade.runtime import setup_logging  # torch: only once the arguments parse
 
     setup_logging()
@@ -183,6 +201,8 @@ def run_command(
 
                 arguments[name] = load_params(arguments[name])
         result = function(**arguments)
+        if shown_as is not None:
+            result = shown_as(result)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(err.exit_code) from None
@@ -211,14 +231,18 @@ def show(result: Any, as_json: bool) -> None:
         print(json.dumps(result, indent=2, default=json_default))
 
 
-def stage_main(function: Callable[..., Any]) -> Callable[[Sequence[str] | None], Any]:
-    """The ``main`` of a stage module: its command line is ``function``'s."""
+def stage_main(
+    function: Callable[..., Any], shown_as: Callable[[Any], Any] | None = None, **fixed: Any
+) -> Callable[[Sequence[str] | None], Any]:
+    """The ``main`` of a stage or flow module: its command line is ``function``'s (a function or a
+    Prefect flow), without the parameters the module ``fixed`` itself; its result is printed as
+    ``shown_as(result)`` when given."""
 
     def main(argv: Sequence[str] | None = None) -> Any:
         module = sys.modules.get("__main__")
         spec = getattr(module, "__spec__", None)
         prog = f"python -m {spec.name}" if spec is not None else None
-        return run_command(function, argv, prog)
+        return run_command(function, argv, prog, shown_as, fixed)
 
     return main
 

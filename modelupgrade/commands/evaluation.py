@@ -40,6 +40,7 @@ def evaluate(
     plots_root: Path | None = None,
     strategies: Sequence[str] | None = None,
     heads: Sequence[str] | None = None,
+    generations: int | None = None,
 ) -> Evaluation:
     """Cross-model retrieval evaluation: M(query, gallery), Δ↑, Δ↓, negative flips, heatmap.
 
@@ -49,7 +50,8 @@ def evaluate(
     <embeddings>/<sc>/<head>-<strategy>/ when present); they write <metrics>/<sc>/cross_model.*,
     summary.{json,csv} and <plots>/<sc>/cross_model_heatmap.png. The sequential scenario does the
     same per strategy under <metrics>/sequential/<strategy>/, with the compatibility-matrix metrics
-    (AC with < and ≤, AM, BC, FC).
+    (AC with < and ≤, AM, BC, FC). Every summary holds Δ↓ against the oracle strategy
+    (evaluation.oracle_strategy) when it is among the evaluated strategies.
 
     Args:
         params: the params file: the validated configuration of every step
@@ -63,6 +65,8 @@ def evaluate(
         strategies: strategies to evaluate (default: the scenario's strategies in params.yaml)
         heads: head directory names under <heads-root>/<sc>/ (default: every head of the
             evaluated strategies)
+        generations: sequential only: evaluate the chains' gen0..gen<N-1> (default: one
+            generation per snapshot of sequential.fractions)
     """
     from modelupgrade.evaluation.scenario import evaluate_scenario, report_files, summary_metrics
     from modelupgrade.registry import track_stage
@@ -81,12 +85,13 @@ def evaluate(
         "heads_root": layout.heads_root,
         "strategies": strategies,
         "heads": heads,
+        "generations": generations,
     }
     with track_stage("evaluate", params, run_name=f"evaluate@{scenario}", arguments=asked) as stage:
         setting = params.sequential if scenario == SEQUENTIAL else params.scenarios.get(scenario)
         stage.set_tags({"scenario": scenario})
         stage.log_params({"evaluation": params.evaluation, "scenario": setting})
-        summary = evaluate_scenario(params, scenario, layout, strategies, heads)
+        summary = evaluate_scenario(params, scenario, layout, strategies, heads, generations)
         stage.log_metrics(summary_metrics(summary))
         for folder, files in report_files(summary, layout).items():
             stage.log_artifacts(files, folder)

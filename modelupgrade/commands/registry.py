@@ -3,6 +3,7 @@ register stages, the flows' registration task), promote a version, show the line
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ def register(
     splits_root: Path | None = None,
     metrics_root: Path | None = None,
     gate_metrics: Path | None = None,
+    strategies: Sequence[str] | None = None,
+    generations: int | None = None,
+    model: str | None = None,
 ) -> Registration:
     """Register a scenario's generations in the MLflow model registry, gate them, set aliases.
 
@@ -64,6 +68,11 @@ def register(
             data/splits)
         metrics_root: root of the evaluate stage's metrics/<scenario>/ (default: metrics)
         gate_metrics: explicit gate numbers (JSON) that override the measured ones
+        strategies: strategies whose models to register (default: the scenario's strategies in
+            params.yaml)
+        generations: sequential only: register the chains' gen0..gen<N-1> (default: one
+            generation per snapshot of sequential.fractions)
+        model: registered model name (default: <registry.model_name>-<scenario>)
     """
     from modelupgrade.registry.scenario import register_scenario
 
@@ -74,7 +83,16 @@ def register(
         metrics_root=metrics_root,
     )
     out = out or layout.registration(scenario)
-    summary = register_scenario(params, scenario, out, layout, gate_metrics=gate_metrics)
+    summary = register_scenario(
+        params,
+        scenario,
+        out,
+        layout,
+        gate_metrics=gate_metrics,
+        strategies=strategies,
+        generations=generations,
+        model=model,
+    )
     return Registration(summary, out)
 
 

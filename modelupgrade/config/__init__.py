@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NewType
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -35,6 +35,10 @@ from modelupgrade.config.store import StoreParams
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
+# The path of a params file, as text: what a Prefect flow takes (a deployment stores its parameters
+# as JSON, so a flow reads params.yaml itself). Its command-line option is --params.
+ParamsFile = NewType("ParamsFile", str)
+DEFAULT_PARAMS_FILE = ParamsFile(str(DEFAULT_PARAMS_PATH))
 
 __all__ = [
     "ArchitectureParams",
@@ -48,6 +52,7 @@ __all__ = [
     "HeadTraining",
     "Params",
     "ParamsError",
+    "ParamsFile",
     "RegistryParams",
     "ScenarioParams",
     "SequentialParams",

@@ -5,6 +5,7 @@ Public API:
   load_images(frame, dataset_params) -> uint8 (N,C,H,W)
   make_scenario_splits(manifest, scenario, dataset, evaluation, seed) -> Splits
   make_sequential_snapshots(manifest, sequential, dataset, evaluation, seed) -> Splits
+  with_supplied_snapshot(splits, generation, rows, source) -> Splits  (a user's next snapshot)
   read_splits(directory) / write_splits(directory, splits)
   Validator, validate_manifest, validate_splits  (Great Expectations; imported lazily)
 """
@@ -20,6 +21,7 @@ from modelupgrade.data.scenarios import (
     Splits,
     make_scenario_splits,
     make_sequential_snapshots,
+    with_supplied_snapshot,
 )
 from modelupgrade.data.split_files import read_splits, write_splits
 
@@ -40,5 +42,6 @@ __all__ = [
     "make_sequential_snapshots",
     "read_manifest",
     "read_splits",
+    "with_supplied_snapshot",
     "write_splits",
 ]

@@ -249,3 +249,31 @@ def make_sequential_snapshots(
         "max_train_per_class": dataset.max_train_per_class,
     }
     return Splits(frames, info)
+
+
+def with_supplied_snapshot(
+    splits: Splits, generation: int, snapshot: pd.DataFrame, source: str
+) -> Splits:
+    """Sequential ``splits`` with ``snapshot`` (manifest rows from ``source``) as the training
+    data of generation ``generation``. It replaces the planned slices from that generation on
+    (they would not contain it), and like them it must be larger than the generation before it:
+    each generation trains on more data than the one it upgrades."""
+    name = f"gen{generation}"
+    if snapshot.empty:
+        raise UserError(f"the snapshot {source} has no rows")
+    check_manifest_columns(snapshot, source)
+    previous = splits.frames.get(f"gen{generation - 1}") if generation > 0 else None
+    if previous is not None and len(snapshot) <= len(previous):
+        raise UserError(
+            f"the snapshot {source} has {len(snapshot)} images, not more than the "
+            f"{len(previous)} of gen{generation - 1}",
+            hint="each generation trains on more data than the one before it",
+        )
+    frames = {
+        key: rows
+        for key, rows in splits.frames.items()
+        if not (key.startswith("gen") and int(key[3:]) >= generation)
+    }
+    frames[name] = snapshot
+    supplied = {**dict(splits.info.get("supplied_snapshots") or {}), name: source}  # type: ignore[call-overload]
+    return Splits(frames, {**splits.info, "supplied_snapshots": supplied})

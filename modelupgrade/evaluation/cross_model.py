@@ -9,6 +9,7 @@ pair are counted against one reference pair (the old system, old/old).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,19 +103,36 @@ def cross_model_matrix(
     return CrossModelResult(table, {k: r.correct for k, r in results.items()}, {k: r.info for k, r in results.items()})
 
 
+def self_scores(result: CrossModelResult, sets: Iterable[str], metric: str) -> dict[str, float]:
+    """M(set, set) of each embedding set: its self-test."""
+    return {name: result.value(name, name, metric) for name in sets}
+
+
+def delta_down(scores: Mapping[str, float], oracle_scores: Mapping[str, float]) -> dict[str, float]:
+    """Δ↓ (DMU Eq. 7, percent) of each embedding set: its self-test against the oracle's score for
+    it. The one place Δ↓ is computed: a two-model scenario compares every new model with the one
+    oracle model, a sequential chain each generation with the oracle chain's same generation. Sets
+    without an oracle score, or whose Δ↓ cannot be measured (an oracle scoring 0), are left out."""
+    found = {}
+    for name, score in scores.items():
+        if name in oracle_scores:
+            value = degradation(score, oracle_scores[name])
+            if math.isfinite(value):
+                found[name] = value
+    return found
+
+
 def strategy_summary(result: CrossModelResult, old: str, comparisons: Sequence[StrategyComparisons],
-                     oracle: str | None, metric: str) -> pd.DataFrame:
+                     delta_down_pct: Mapping[str, float], metric: str) -> pd.DataFrame:
     """Δ↑ (DMU Eq. 6), Δ↓ (DMU Eq. 7) and the negative-flip rate per strategy and comparison.
 
     Δ↑ compares each way of searching the old gallery with the upgraded model (new/old,
-    new/ψ(old), ψ_rev(new)/old) against old/old; Δ↓ compares new/new with the oracle's self-test.
+    new/ψ(old), ψ_rev(new)/old) against old/old; Δ↓ is the new model's, from ``delta_down``.
     """
     old_self = result.value(old, old, metric)
-    oracle_self = result.value(oracle, oracle, metric) if oracle else float("nan")
     rows = []
     for c in comparisons:
-        new_self = result.value(c.new, c.new, metric)
-        delta_down = degradation(new_self, oracle_self) if oracle else float("nan")
+        delta = delta_down_pct.get(c.new, float("nan"))
         candidates = [("self", c.new, c.new), ("backward", c.new, old)]
         candidates += [("forward-head", c.new, g) for g in c.forward_galleries]
         candidates += [("reverse-head", q, old) for q in c.reverse_queries]
@@ -124,7 +142,7 @@ def strategy_summary(result: CrossModelResult, old: str, comparisons: Sequence[S
                 "strategy": c.strategy, "comparison": comparison, "query_set": q, "gallery_set": g,
                 "metric": metric, "value": value,
                 "delta_up_pct": float("nan") if comparison == "self" else upgrade_gain(value, old_self),
-                "delta_down_pct": delta_down,
+                "delta_down_pct": delta,
                 NFR_METRIC: result.value(q, g, NFR_METRIC),
             })
     return pd.DataFrame(rows)

@@ -14,6 +14,11 @@ files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibi
 (AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
 ``<metrics>/sequential/summary.json``.
 
+Every summary holds Δ↓ (``delta_down_pct``: model → percent) against the oracle strategy
+(``evaluation.oracle_strategy``) when it is evaluated: of each new model against the oracle model
+in a two-model scenario, of each generation against the oracle chain's same generation in the
+sequential one. The registry's gates read Δ↓ from there and nowhere else.
+
 The directories are those of a ``StudyLayout`` (``modelupgrade.layout``). The ``evaluate`` command
 (the DVC stage, the ``modelupgrade`` subcommand and the flows' task) runs ``evaluate_scenario``.
 """
@@ -38,7 +43,9 @@ from modelupgrade.evaluation.cross_model import (
     StrategyComparisons,
     all_compatible_pairs,
     cross_model_matrix,
+    delta_down,
     essential_pairs,
+    self_scores,
     sequential_summary,
     strategy_summary,
     write_heatmap,
@@ -47,6 +54,7 @@ from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protoc
 from modelupgrade.io import file_sha256, save_parquet, write_json, write_text
 from modelupgrade.layout import (
     CROSS_MODEL,
+    DELTA_DOWN,
     GALLERY_SPLIT,
     OLD_MODEL,
     QUERY_SPLIT,
@@ -189,16 +197,23 @@ def evaluate_scenario(
     layout: StudyLayout | None = None,
     strategies: Sequence[str] | None = None,
     heads: Sequence[str] | None = None,
+    generations: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one scenario; returns the summary written to ``<metrics>/<sc>/summary.json``.
 
     The files are read from and written to ``layout`` (the project's by default). ``strategies``
     defaults to the scenario's in params.yaml, ``heads`` (directory names under ``<heads>/<sc>/``)
-    to every head of the evaluated strategies.
+    to every head of the evaluated strategies, ``generations`` (sequential only) to one per
+    snapshot of ``sequential.fractions``.
     """
     layout = layout or StudyLayout()
     if scenario == SEQUENTIAL:
-        return evaluate_sequential(params, layout, strategies)
+        return evaluate_sequential(params, layout, strategies, generations)
+    if generations is not None:
+        raise UserError(
+            f"{scenario} is a two-model scenario: it has no chain of generations to count",
+            hint="give --generations with --scenario sequential only",
+        )
     scenario_params = params.scenario(scenario)
     ev = params.evaluation
     strategies = list(strategies if strategies is not None else scenario_params.strategies)
@@ -275,7 +290,17 @@ def evaluate_scenario(
     result = cross_model_matrix(
         evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL)
     )
-    rows = strategy_summary(result, OLD_MODEL, comparisons, oracle, ev.headline_metric)
+    new_models = [c.new for c in comparisons] + ([oracle] if oracle else [])
+    oracle_self = result.value(oracle, oracle, ev.headline_metric) if oracle else None
+    degradation = (
+        delta_down(
+            self_scores(result, new_models, ev.headline_metric),
+            dict.fromkeys(new_models, oracle_self),
+        )
+        if oracle_self is not None
+        else {}
+    )
+    rows = strategy_summary(result, OLD_MODEL, comparisons, degradation, ev.headline_metric)
 
     summary = {
         "scenario": scenario,
@@ -294,7 +319,9 @@ def evaluate_scenario(
         if len(rows)
         else {},
         "old_self": result.value(OLD_MODEL, OLD_MODEL, ev.headline_metric),
-        "oracle_self": result.value(oracle, oracle, ev.headline_metric) if oracle else None,
+        "oracle_self": oracle_self,
+        # Δ↓ per model: the registry's gates read it here (``modelupgrade.registry.sources``).
+        DELTA_DOWN: degradation,
         "sources": sources,
     }
     write_outputs(
@@ -325,25 +352,35 @@ def evaluate_scenario(
 
 
 def evaluate_sequential(
-    params: Params, layout: StudyLayout, strategies: Sequence[str] | None
+    params: Params,
+    layout: StudyLayout,
+    strategies: Sequence[str] | None,
+    generations: int | None = None,
 ) -> dict[str, Any]:
-    """Compatibility matrices over generations, one per strategy of ``sequential.strategies``."""
+    """Compatibility matrices over generations, one per strategy of ``sequential.strategies``.
+
+    ``generations`` chain models gen0..gen<N-1> are evaluated (default: one per snapshot of
+    ``sequential.fractions``). When the oracle strategy (``evaluation.oracle_strategy``) is among
+    the evaluated chains, each chain's summary holds Δ↓ of every generation against the oracle
+    chain's same generation, as a two-model scenario's summary holds Δ↓ of its new models.
+    """
     ev = params.evaluation
     every_strategy = strategies is None
     strategies = list(strategies if strategies is not None else params.sequential.strategies)
-    indices = range(len(params.sequential.fractions))
-    generations = [model_name(i) for i in indices]
+    count = len(params.sequential.fractions) if generations is None else generations
+    if count < 1:
+        raise UserError(f"a chain has at least one generation (gen0), not {count}")
+    names = [model_name(i) for i in range(count)]
     device = select_device(params.device)
     query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, layout, SEQUENTIAL)
     evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
-    out: dict[str, Any] = {
-        "scenario": SEQUENTIAL,
-        "protocol": evaluator.protocol_description(),
-        "strategies": {},
-    }
-    for strategy in strategies:
+    oracle = ev.oracle_strategy if ev.oracle_strategy in strategies else None
+    oracle_scores: dict[str, float] = {}
+    headline: dict[str, Any] = {}
+    # The oracle chain first: every other chain's Δ↓ needs its self-tests.
+    for strategy in sorted(strategies, key=lambda s: s != oracle):
         query_sets, gallery_sets = {}, {}
-        for i, generation in zip(indices, generations, strict=True):
+        for i, generation in enumerate(names):
             directory = layout.embeddings(SEQUENTIAL, chain_model_name(strategy, i))
             if i == 0 and not directory.is_dir():
                 # One generation 0 shared by every chain (as the pipeline trains it).
@@ -353,24 +390,30 @@ def evaluate_sequential(
             )
         pairs = [
             (q, g)
-            for i, q in enumerate(generations)
-            for g in generations[: i + 1]
+            for i, q in enumerate(names)
+            for g in names[: i + 1]
             if query_sets[q].shape[1] == gallery_sets[g].shape[1]
         ]
         result = cross_model_matrix(
-            evaluator, query_sets, gallery_sets, pairs, reference=(generations[0], generations[0])
+            evaluator, query_sets, gallery_sets, pairs, reference=(names[0], names[0])
         )
+        scores = self_scores(result, names, ev.headline_metric)
+        if strategy == oracle:
+            oracle_scores = scores
         compat = {
-            metric: sequential_summary(result, generations, metric)
+            metric: sequential_summary(result, names, metric)
             for metric in sorted(set(result.table.metric))
             if metric != NFR_METRIC
         }
         summary = {
             "scenario": SEQUENTIAL,
             "strategy": strategy,
-            "protocol": out["protocol"],
+            "protocol": evaluator.protocol_description(),
             "headline_metric": ev.headline_metric,
             "compatibility": compat,
+            "oracle": oracle,
+            # Δ↓ per generation: the registry's gates read it here (``modelupgrade.registry.sources``).
+            DELTA_DOWN: delta_down(scores, oracle_scores),
         }
         rows = pd.DataFrame(
             [
@@ -385,11 +428,16 @@ def evaluate_sequential(
             layout.metrics(SEQUENTIAL, strategy),
             layout.heatmap(SEQUENTIAL, strategy),
             ev.heatmap_metrics,
-            generations,
-            generations,
+            names,
+            names,
             f"sequential / {strategy}: M(gen i, gen j)",
         )
-        out["strategies"][strategy] = compat.get(ev.headline_metric)
+        headline[strategy] = compat.get(ev.headline_metric)
+    out: dict[str, Any] = {
+        "scenario": SEQUENTIAL,
+        "protocol": evaluator.protocol_description(),
+        "strategies": {strategy: headline[strategy] for strategy in strategies},
+    }
     if every_strategy:
         # A run over some chains leaves the summary of all of them alone.
         write_json(layout.metrics(SEQUENTIAL) / f"{SUMMARY}.json", out)

@@ -109,7 +109,8 @@ class GateEvidence:
         A set named ``head(model)`` is ``model``'s embeddings passed through ``head``: a forward
         adapter on a gallery or a reverse transform on queries; it counts as a path between the
         two models. ``negative_flip_rate`` rows of the same set pair go with the pair's score.
-        ``model_key`` maps the evaluation's model names to registry keys.
+        ``model_key`` maps the evaluation's model names, those of the table and of
+        ``degradation_pct`` (Δ↓ per model, from the evaluation's summary), to registry keys.
         """
         missing = {"query_set", "gallery_set", "metric", "value"} - set(table.columns)
         if missing:
@@ -139,9 +140,9 @@ class GateEvidence:
                 if nfr is not None and not math.isnan(nfr):
                     row["negative_flip_rate"] = nfr
                 raw["cross"].append(row)
-        for key, value in (degradation_pct or {}).items():
+        for name, value in (degradation_pct or {}).items():
             if value is not None and not math.isnan(value):
-                raw["models"].setdefault(key, {})["degradation_pct"] = float(value)
+                raw["models"].setdefault(model_key(name), {})["degradation_pct"] = float(value)
         return cls.from_dict(raw, "cross-model table")
 
     def merged(self, other: GateEvidence) -> GateEvidence:

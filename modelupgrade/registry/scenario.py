@@ -7,7 +7,7 @@ The register stage, the ``register`` command and the flows' registration task ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +38,38 @@ def register_scenario(
     gate_metrics: Path | None = None,
     load_model: Callable[[Path], Any] | None = None,
     tracker: Tracker | None = None,
+    strategies: Sequence[str] | None = None,
+    generations: int | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Register ``scenario``'s generations and write what happened to ``out`` (JSON); returns it.
 
     The gates read the scenario's evaluation in ``layout`` (``metrics/<sc>``); ``gate_metrics``
-    overrides measured numbers. ``load_model`` and ``tracker`` default to the saved models and the
-    store params.yaml names.
+    overrides measured numbers. ``strategies`` and ``generations`` say which models (see
+    ``scenario_sources``), ``model`` the registered model (default:
+    ``<registry.model_name>-<scenario>``). ``load_model`` and ``tracker`` default to the saved
+    models and the store params.yaml names.
     """
-    sources = scenario_sources(params, scenario, layout)
+    sources = scenario_sources(params, scenario, layout, strategies, generations)
     evidence = load_evidence(
         params,
         scenario,
         layout.metrics(scenario),
         gate_metrics,
         shares_gen0(sources),
+        strategies,
     )
     tracker = tracker or Tracker.from_params(params)
-    registry = ModelRegistry(tracker, registered_model_name(params.registry.model_name, scenario))
+    registry = ModelRegistry(
+        tracker, model or registered_model_name(params.registry.model_name, scenario)
+    )
     with tracker.stage_run(
         f"register@{scenario}",
-        params={"scenario": scenario, "registry": params.registry},
+        params={
+            "scenario": scenario,
+            "registered_model": registry.name,
+            "registry": params.registry,
+        },
         tags={"scenario": scenario},
     ) as stage:
         outcomes = register_generations(

@@ -20,6 +20,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256, read_json
 from modelupgrade.layout import (
     CROSS_MODEL,
+    DELTA_DOWN,
     OLD_MODEL,
     SEQUENTIAL,
     SUMMARY,
@@ -40,11 +41,28 @@ from modelupgrade.registry.versions import GenerationRecord
 INITIAL_STRATEGY = "initial"
 
 
-def scenario_sources(params: Params, scenario: str, layout: StudyLayout) -> list[GenerationSource]:
-    """The generations of ``scenario`` in registration order (parents first)."""
+def scenario_sources(
+    params: Params,
+    scenario: str,
+    layout: StudyLayout,
+    strategies: Sequence[str] | None = None,
+    generations: int | None = None,
+) -> list[GenerationSource]:
+    """The generations of ``scenario`` in registration order (parents first).
+
+    ``strategies`` defaults to the scenario's in params.yaml; ``generations`` (sequential only:
+    the chains' gen0..gen<N-1>) to one per snapshot of ``sequential.fractions``.
+    """
+    strategies = registered_strategies(params, scenario, strategies)
     if scenario == SEQUENTIAL:
-        return _sequential_sources(params, layout)
-    scenario_params = params.scenario(scenario)
+        count = len(params.sequential.fractions) if generations is None else generations
+        return _sequential_sources(layout, strategies, count)
+    params.scenario(scenario)  # an unknown scenario is an error, whatever the strategies
+    if generations is not None:
+        raise UserError(
+            f"{scenario} is a two-model scenario: it has no chain of generations to count",
+            hint="give --generations with --scenario sequential only",
+        )
     heads = _heads_by_model(layout.heads(scenario))
 
     def source(generation: int, strategy: str | None, parent: str | None) -> GenerationSource:
@@ -62,14 +80,25 @@ def scenario_sources(params: Params, scenario: str, layout: StudyLayout) -> list
 
     return [
         source(0, None, None),
-        *(source(1, strategy, OLD_MODEL) for strategy in scenario_params.strategies),
+        *(source(1, strategy, OLD_MODEL) for strategy in strategies),
     ]
 
 
-def _sequential_sources(params: Params, layout: StudyLayout) -> list[GenerationSource]:
+def registered_strategies(
+    params: Params, scenario: str, strategies: Sequence[str] | None = None
+) -> list[str]:
+    """The strategies whose models ``scenario`` registers: ``strategies``, else params.yaml's."""
+    if strategies is not None:
+        return list(strategies)
+    if scenario == SEQUENTIAL:
+        return list(params.sequential.strategies)
+    return list(params.scenario(scenario).strategies)
+
+
+def _sequential_sources(
+    layout: StudyLayout, strategies: Sequence[str], generations: int
+) -> list[GenerationSource]:
     heads = _heads_by_model(layout.heads(SEQUENTIAL))
-    generations = len(params.sequential.fractions)
-    strategies = params.sequential.strategies
     if not strategies:
         raise UserError("sequential.strategies is empty: there is no chain to register")
 
@@ -196,29 +225,38 @@ def load_evidence(
     metrics_dir: Path,
     gate_metrics: Path | None,
     shared_gen0: bool = True,
+    strategies: Sequence[str] | None = None,
 ) -> GateEvidence:
-    """Gate numbers from the evaluate stage's files in ``metrics_dir`` (``metrics/<sc>``),
-    overridden by an explicit JSON file."""
+    """Gate numbers from the evaluate stage's files in ``metrics_dir`` (``metrics/<sc>``, for the
+    sequential scenario ``metrics/sequential/<strategy>`` of each chain), overridden by an explicit
+    JSON file."""
     metric = params.registry.gate_metric or params.evaluation.headline_metric
     evidence = GateEvidence(metric)
     if scenario == SEQUENTIAL:
-        for strategy in params.sequential.strategies:
-            table_path = metrics_dir / strategy / f"{CROSS_MODEL}.parquet"
-            if table_path.is_file():
-                evidence = evidence.merged(
-                    GateEvidence.from_cross_model_table(
-                        pd.read_parquet(table_path), metric, _sequential_key(strategy, shared_gen0)
-                    )
-                )
+        evaluated = [
+            (metrics_dir / strategy, _sequential_key(strategy, shared_gen0))
+            for strategy in registered_strategies(params, scenario, strategies)
+        ]
     else:
-        table_path = metrics_dir / f"{CROSS_MODEL}.parquet"
+        evaluated = [(metrics_dir, _same_name)]
+    for directory, model_key in evaluated:
+        table_path = directory / f"{CROSS_MODEL}.parquet"
         if table_path.is_file():
-            evidence = GateEvidence.from_cross_model_table(
-                pd.read_parquet(table_path), metric, degradation_pct=_degradation(metrics_dir)
+            evidence = evidence.merged(
+                GateEvidence.from_cross_model_table(
+                    pd.read_parquet(table_path),
+                    metric,
+                    model_key,
+                    degradation_pct=_degradation(directory),
+                )
             )
     if gate_metrics is not None:
         evidence = evidence.merged(GateEvidence.from_file(gate_metrics))
     return evidence
+
+
+def _same_name(name: str) -> str:
+    return name
 
 
 def _sequential_key(strategy: str, shared_gen0: bool) -> Callable[[str], str]:
@@ -231,16 +269,9 @@ def _sequential_key(strategy: str, shared_gen0: bool) -> Callable[[str], str]:
 
 
 def _degradation(metrics_dir: Path) -> dict[str, float]:
-    """Δ↓ per new model from ``summary.json``; the oracle (independent) model is the reference"""
+    """Δ↓ per model of the evaluation in ``metrics_dir``, as its ``summary.json`` holds it (the
+    evaluation's names: ``gen1-bct``; ``gen2`` of a chain)."""
     path = metrics_dir / f"{SUMMARY}.json"
     if not path.is_file():
         return {}
-    summary = read_json(path)
-    found: dict[str, float] = {}
-    if summary.get("oracle"):
-        found[summary["oracle"]] = 0.0
-    for rows in (summary.get("strategies") or {}).values():
-        for row in rows:
-            if row.get("comparison") == "self" and row.get("delta_down_pct") is not None:
-                found[row["query_set"]] = float(row["delta_down_pct"])
-    return found
+    return {name: float(value) for name, value in (read_json(path).get(DELTA_DOWN) or {}).items()}

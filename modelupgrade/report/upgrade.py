@@ -2,8 +2,9 @@
 
 Each report is a markdown document (written with ``modelupgrade.report.document``) saved with a
 JSON record beside it, plus, for the first two, the rows of a metrics table. The Prefect flows
-publish them as artifacts; the functions here only need the chain's registered model and the paths
-of its files.
+publish them as artifacts and return their records; the functions here only need the chain's
+registered model and the paths of its files. ``CycleOutcome``, ``LineageOutcome`` and
+``BackfillOutcome`` tell the same records to a person at the shell (``python -m flows.<name>``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class WrittenReport:
     path: Path
     record: Any
     rows: list[dict[str, Any]] = field(default_factory=list)  # its metrics table, if any
+    title: str = ""  # one line: what the report is about
+    rows_title: str = ""  # one line: what its metrics table holds
 
 
 def json_number(value: Any) -> float | None:
@@ -186,7 +189,14 @@ def write_upgrade_report(
         "report": str(path),
         "metrics": rows,
     }
-    return _write(markdown, path, record, rows)
+    return _write(
+        markdown,
+        path,
+        record,
+        rows,
+        title=f"{model_key} of {registration['registered_model']}",
+        rows_title=f"{model_key}: its queries against every gallery of the chain",
+    )
 
 
 def skipped_upgrade_report(generation: int, splits_dir: Path, planned_generations: int) -> str:
@@ -202,6 +212,21 @@ def skipped_upgrade_report(generation: int, splits_dir: Path, planned_generation
             )
         ],
     )
+
+
+def write_skipped_upgrade_report(
+    generation: int, splits_dir: Path, planned_generations: int, reports_dir: Path
+) -> WrittenReport:
+    """``skipped_upgrade_report``, written as the report of the cycle for ``generation``."""
+    path = reports_dir / f"upgrade-gen{generation}.md"
+    record = {
+        "status": "skipped",
+        "generation": generation,
+        "reason": "no data snapshot",
+        "report": str(path),
+    }
+    markdown = skipped_upgrade_report(generation, splits_dir, planned_generations)
+    return _write(markdown, path, record, title=f"gen{generation}: no new data")
 
 
 def write_lineage_report(chain: Chain) -> WrittenReport:
@@ -235,7 +260,14 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
         "heatmap": str(chain.heatmap),
         "metrics_dir": str(chain.metrics_dir),
     }
-    return _write(markdown, path, record, matrix)
+    return _write(
+        markdown,
+        path,
+        record,
+        matrix,
+        title=registry.name,
+        rows_title=f"{registry.name}: M(query generation, gallery generation), {chain.metric}",
+    )
 
 
 def backfill_report(summary: dict[str, Any]) -> str:
@@ -273,15 +305,99 @@ def backfill_report(summary: dict[str, Any]) -> str:
 
 
 def write_backfill_report(summary: dict[str, Any], reports_dir: Path) -> WrittenReport:
-    return _write(backfill_report(summary), reports_dir / "backfill.md", summary)
+    path = reports_dir / "backfill.md"
+    return _write(backfill_report(summary), path, summary, title=summary["store"])
 
 
 def _write(
-    markdown: str, path: Path, record: Any, rows: list[dict[str, Any]] | None = None
+    markdown: str,
+    path: Path,
+    record: Any,
+    rows: list[dict[str, Any]] | None = None,
+    title: str = "",
+    rows_title: str = "",
 ) -> WrittenReport:
     write_text(path, markdown)
     write_json(path.with_suffix(".json"), record)
-    return WrittenReport(markdown, path, record, rows or [])
+    return WrittenReport(markdown, path, record, rows or [], title, rows_title)
+
+
+@dataclass
+class CycleOutcome:
+    """What one upgrade cycle did: the record of its report (registered, or skipped)."""
+
+    record: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.record
+
+    def describe(self) -> str:
+        r = self.record
+        if r["status"] == "skipped":
+            return f"gen{r['generation']}: no new data snapshot, nothing trained or registered"
+        failed = f", failed: {', '.join(r['failed_gates'])}" if r["failed_gates"] else ""
+        aliases = ", ".join(r["aliases"]) or "none"
+        registered = f"{r['model_key']} as {r['registered_model']} v{r['version']}"
+        lineage = f"modelupgrade lineage --model {r['registered_model']}"
+        return "\n".join(
+            [
+                f"registered {registered} (gates: {r['gates']}{failed}; aliases: {aliases})",
+                f"report:   {r['report']}",
+                f"MLflow:   {r['tracking_uri']}  ({lineage})",
+            ]
+        )
+
+
+@dataclass
+class LineageOutcome:
+    """A chain's lineage and compatibility matrix: the record of ``write_lineage_report``."""
+
+    record: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.record
+
+    def describe(self) -> str:
+        r = self.record
+        rows = r["lineage"]
+        lines = [f"{r['registered_model']} ({r['tracking_uri']}): {len(rows)} versions"]
+        lines += [
+            f"  v{row['version']} {row['model']}  parent={row['parent']}  gates={row['gates']}  "
+            f"compatible_with={row['compatible_with']}  aliases={row['aliases']}"
+            for row in rows
+        ]
+        compat = r["compatibility"]
+        generations = compat["generations"]
+        lines.append(
+            f"compatibility matrix, {compat['metric']} "
+            "(rows: query generation, columns: gallery generation):"
+        )
+        lines.append("        " + "".join(f"{g:>8}" for g in generations))
+        for row in compat["matrix"]:
+            cells = "".join(
+                f"{row[g]:8.4f}" if row[g] is not None else " " * 8 for g in generations
+            )
+            lines.append(f"  {row['query']:<6}{cells}")
+        lines.append(f"report:  {r['report']}")
+        lines.append(f"heatmap: {r['heatmap']}")
+        lines.append(f"metrics: {r['metrics_dir']}")
+        return "\n".join(lines)
+
+
+@dataclass
+class BackfillOutcome:
+    """What keeping the gallery store on the champion did: the record of its backfill report."""
+
+    record: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.record
+
+    def describe(self) -> str:
+        lines = [f"store {self.record['store']}: {self.record['outcome']}"]
+        if "report" in self.record:
+            lines.append(f"report: {self.record['report']}")
+        return "\n".join(lines)
 
 
 def _verdict(outcome: dict[str, Any]) -> str:

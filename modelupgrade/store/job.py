@@ -45,6 +45,7 @@ from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
 from modelupgrade.store.schema import Backfill, Chunk, ChunkCommit
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.status import StoreStatus
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,26 @@ class BackfillReport:
 
     def describe(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
+
+    @classmethod
+    def whole_backfill(cls, status: StoreStatus, run_status: str) -> BackfillReport:
+        """The totals of the store's last backfill, across every run that worked on it (a
+        ``BackfillJob.run`` covers the chunks of one run only), as the store records them;
+        ``run_status`` is how the latest run ended."""
+        backfill = status.backfill
+        if backfill is None:
+            raise UserError(f"the store at {status.path} has not run a backfill")
+        ended = backfill["finished_at"] or time.time()
+        return cls(
+            backfill_id=backfill["id"],
+            target_space=backfill["target_space"],
+            status=run_status,
+            chunks_committed=backfill["chunks_committed"],
+            items_written=backfill["done"],
+            items_failed=backfill["failed"],
+            seconds=ended - backfill["started_at"],
+            failed=list(status.failed),
+        )
 
 
 def start_or_resume(

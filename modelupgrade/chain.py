@@ -1,0 +1,404 @@
+"""An upgrade chain: one retrieval system's embedding model, upgraded one generation at a time.
+
+The Prefect flows (``flows/``) run a chain one step at a time, each step a method here that runs a
+command of ``modelupgrade.commands`` (what ``dvc repro`` runs) on the chain's files: propose,
+validate and commit data snapshots; train a generation, the oracle beside it and the heads between
+it and the generation before; evaluate the chain's compatibility matrix; register the new
+generation gated against the champion; write the cycle's reports; keep the gallery store on the
+champion.
+
+The chain is set by params.yaml's ``flows`` section: its strategy (``flows.strategy``; a chain
+keeps it), the heads trained in each cycle (``flows.heads``), its registered model
+(``<flows.model_name>-sequential``, apart from the study's models) and its work directory
+(``flows.work_dir``). The oracle strategy (``evaluation.oracle_strategy``) trains a chain of its
+own beside it, whose generations give each generation's Δ↓.
+
+The work directory has the study's layout (``StudyLayout(root=work_dir)``), so every command finds
+its inputs under the names it expects. Generation numbers are the registry's: the chain is
+``gen0 → <strategy>/gen1 → <strategy>/gen2 …``, gen0 shared with the oracle chain.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from modelupgrade.config import Params
+from modelupgrade.errors import UserError
+from modelupgrade.layout import (
+    EVALUATION_SPLITS,
+    GALLERY_SPLIT,
+    SEQUENTIAL,
+    StudyLayout,
+    chain_model_name,
+    snapshot_split,
+)
+from modelupgrade.plugins import load_params
+from modelupgrade.registry.chain import ChainChampion, ChainState, read_chain
+from modelupgrade.registry.versions import ModelRegistry, registered_model_name
+
+if TYPE_CHECKING:
+    from modelupgrade.commands.data import Manifest, SplitFiles, Validation
+    from modelupgrade.commands.evaluation import Evaluation
+    from modelupgrade.commands.heads import TrainedHead
+    from modelupgrade.commands.registry import Registration
+    from modelupgrade.commands.results import WrittenFiles
+    from modelupgrade.commands.training import TrainedModel
+    from modelupgrade.report.upgrade import Chain, WrittenReport
+    from modelupgrade.store.follow import FollowedModel, Progress
+
+
+@dataclass(frozen=True)
+class UpgradeChain:
+    """One chain as params.yaml sets it: its strategy, oracle, heads, registered model and files."""
+
+    params_path: Path
+    params: Params
+    layout: StudyLayout  # of the work directory
+    strategy: str
+    # The strategy whose chain gives Δ↓ (evaluation.oracle_strategy), None when not trainable here.
+    oracle: str | None
+    heads: tuple[str, ...]
+    registered_model: str
+
+    @property
+    def reference(self) -> tuple[str, str]:
+        """The params file and the work directory, as text: what a task, or a flow run on another
+        machine, loads this chain again from (``load_chain``)."""
+        return str(self.params_path), str(self.layout.root)
+
+    @property
+    def evaluated_strategies(self) -> list[str]:
+        return [self.strategy] + ([self.oracle] if self.oracle else [])
+
+    # ----- files -------------------------------------------------------------------------------
+    def model_dir(self, generation: int, strategy: str | None = None) -> Path:
+        """The model of ``generation`` in ``strategy``'s chain (default: this chain's)."""
+        name = self.layout.sequential_model_name(strategy or self.strategy, generation)
+        return self.layout.model(SEQUENTIAL, name)
+
+    def embeddings_dir(self, generation: int, strategy: str | None = None) -> Path:
+        name = self.layout.sequential_model_name(strategy or self.strategy, generation)
+        return self.layout.embeddings(SEQUENTIAL, name)
+
+    def snapshot(self, generation: int) -> Path:
+        """The training data of ``generation``."""
+        return self.layout.split_file(SEQUENTIAL, snapshot_split(generation))
+
+    def snapshot_embeddings(self, model_generation: int, snapshot_generation: int) -> Path:
+        """A chain model's embeddings of a training snapshot (what a head trains on)."""
+        name = self.layout.sequential_model_name(self.strategy, model_generation)
+        return self.layout.embedding_file(SEQUENTIAL, name, snapshot_split(snapshot_generation))
+
+    def head_dir(self, generation: int, head: str) -> Path:
+        """Head ``head`` between the chain's generations ``generation - 1`` and ``generation``."""
+        return self.layout.head(SEQUENTIAL, f"{chain_model_name(self.strategy, generation)}/{head}")
+
+    def has_splits(self) -> bool:
+        """Whether validated split files are in place (the first cycle proposes them)."""
+        from modelupgrade.data.split_files import INFO_FILE
+
+        return (self.layout.splits(SEQUENTIAL) / INFO_FILE).is_file()
+
+    def has_snapshot(self, generation: int) -> bool:
+        return self.snapshot(generation).is_file()
+
+    def check_length(self, generations: int) -> None:
+        """Refuse a chain longer than ``sequential.fractions`` plans, or empty."""
+        planned = len(self.params.sequential.fractions)
+        if not 1 <= generations <= planned:
+            raise UserError(
+                f"--generations must lie in 1..{planned}: sequential.fractions plans {planned} "
+                "growing snapshots",
+                hint="list one fraction per generation under sequential.fractions in params.yaml",
+            )
+
+    # ----- registry ----------------------------------------------------------------------------
+    def registry(self) -> ModelRegistry:
+        from modelupgrade.registry.tracker import Tracker
+
+        return ModelRegistry(Tracker.from_params(self.params), self.registered_model)
+
+    def state(self) -> ChainState:
+        """The registered generations, the champion and the next generation (checked against the
+        models in the work directory)."""
+        return read_chain(self.registry(), self.strategy, self.layout)
+
+    # ----- data --------------------------------------------------------------------------------
+    def prepare(self) -> Manifest:
+        from modelupgrade.commands.data import prepare
+
+        return prepare(self.params, self.layout.manifest(self.params.dataset.name))
+
+    def propose_splits(self) -> SplitFiles:
+        """The planned growing snapshots and the evaluation splits, proposed until validated."""
+        from modelupgrade.commands.data import split
+
+        return split(
+            self.params,
+            self.layout.manifest(self.params.dataset.name),
+            self.layout.proposed_splits(SEQUENTIAL),
+            sequential=True,
+        )
+
+    def propose_snapshot(self, generation: int, snapshot: str, extend_proposal: bool) -> Path:
+        """Propose the split files with the manifest rows ``snapshot`` as ``generation``'s training
+        data (``modelupgrade.data.with_supplied_snapshot``), built on the split files in place or,
+        with ``extend_proposal``, on those this cycle proposed already."""
+        # Read through the package: the manifest reader is one, wherever it is called from.
+        from modelupgrade.data import (
+            read_manifest,
+            read_splits,
+            with_supplied_snapshot,
+            write_splits,
+        )
+
+        proposed = self.layout.proposed_splits(SEQUENTIAL)
+        rows = read_manifest(snapshot)
+        base = read_splits(proposed if extend_proposal else self.layout.splits(SEQUENTIAL))
+        source = str(Path(snapshot).resolve())
+        write_splits(proposed, with_supplied_snapshot(base, generation, rows, source))
+        return proposed
+
+    def validate_proposal(self) -> Validation:
+        """Great Expectations over the manifest and the proposed split files; raises on a failure."""
+        from modelupgrade.commands.data import validate
+
+        return validate(
+            self.params,
+            self.layout.manifest(self.params.dataset.name),
+            [self.layout.proposed_splits(SEQUENTIAL)],
+            out_dir=self.layout.proposed_validation,
+        )
+
+    def commit_proposal(self) -> Path:
+        """Put the validated split files (and their reports) where training reads them."""
+        from modelupgrade.io import atomic_path
+
+        pairs = (
+            (self.layout.proposed_splits(SEQUENTIAL), self.layout.splits(SEQUENTIAL)),
+            (self.layout.proposed_validation, self.layout.validation),
+        )
+        for proposed, final in pairs:
+            with atomic_path(final) as tmp:
+                shutil.copytree(proposed, tmp)
+        shutil.rmtree(self.layout.proposals)
+        return self.layout.splits(SEQUENTIAL)
+
+    # ----- training ----------------------------------------------------------------------------
+    def train(self, generation: int, strategy: str) -> TrainedModel:
+        """Train ``strategy``'s model of ``generation`` on its snapshot against the chain's
+        previous generation, then embed the evaluation splits with it."""
+        from modelupgrade.commands.training import train
+        from modelupgrade.training.generation import DEFAULT_ARCHITECTURE
+
+        return train(
+            self.params,
+            generation=generation,
+            strategy=strategy if generation > 0 else None,
+            old=self.model_dir(generation - 1) if generation > 0 else None,
+            split=self.snapshot(generation),
+            architecture=DEFAULT_ARCHITECTURE,
+            out=self.model_dir(generation, strategy),
+            progress=False,
+            embed_split=[self.layout.split_file(SEQUENTIAL, s) for s in EVALUATION_SPLITS],
+            embed_dir=self.embeddings_dir(generation, strategy),
+        )
+
+    def embed_snapshot(self, model_generation: int, snapshot_generation: int) -> WrittenFiles:
+        from modelupgrade.commands.training import embed
+
+        return embed(
+            self.params,
+            self.model_dir(model_generation),
+            split=[self.snapshot(snapshot_generation)],
+            out=self.snapshot_embeddings(model_generation, snapshot_generation),
+        )
+
+    def train_head(self, generation: int, head: str) -> TrainedHead:
+        """Head ``head`` between generations ``generation - 1`` and ``generation``, trained on the
+        new snapshot's embeddings by both."""
+        from modelupgrade.commands.heads import train_heads
+
+        return train_heads(
+            self.params,
+            head,
+            old_embeddings=self.snapshot_embeddings(generation - 1, generation),
+            new_embeddings=self.snapshot_embeddings(generation, generation),
+            labels=self.snapshot(generation),
+            out=self.head_dir(generation, head),
+            new_model=self.model_dir(generation),
+            old_model=self.model_dir(generation - 1),
+        )
+
+    # ----- evaluation and registration ---------------------------------------------------------
+    def evaluate(self, generations: int) -> Evaluation:
+        """The compatibility matrix of the chain's first ``generations`` models, and of the oracle
+        chain beside it: each generation's Δ↓."""
+        from modelupgrade.commands.evaluation import evaluate
+
+        layout = self.layout
+        return evaluate(
+            self.params,
+            SEQUENTIAL,
+            embeddings_root=layout.embeddings_root,
+            splits_root=layout.splits_root,
+            heads_root=layout.heads_root,
+            metrics_root=layout.metrics_root,
+            plots_root=layout.plots_root,
+            strategies=self.evaluated_strategies,
+            generations=generations,
+        )
+
+    def register(self, generations: int) -> Registration:
+        """Register the chain's first ``generations`` models, the newest gated against the
+        champion on the evaluation's numbers."""
+        from modelupgrade.commands.registry import register
+
+        layout = self.layout
+        return register(
+            self.params,
+            SEQUENTIAL,
+            layout.cycle_registration(generations - 1),
+            models_root=layout.models_root,
+            heads_root=layout.heads_root,
+            splits_root=layout.splits_root,
+            metrics_root=layout.metrics_root,
+            strategies=[self.strategy],
+            generations=generations,
+            model=self.registered_model,
+        )
+
+    # ----- reports -----------------------------------------------------------------------------
+    def report_chain(self) -> Chain:
+        """The chain as its reports see it: its registered model and its files."""
+        from modelupgrade.report.upgrade import Chain
+
+        return Chain(
+            registry=self.registry(),
+            strategy=self.strategy,
+            metric=self.params.evaluation.headline_metric,
+            metrics_dir=self.layout.metrics(SEQUENTIAL, self.strategy),
+            heatmap=self.layout.heatmap(SEQUENTIAL, self.strategy),
+            reports_dir=self.layout.reports,
+        )
+
+    def upgrade_report(self, generation: int, registration: dict[str, Any]) -> WrittenReport:
+        """The report of the cycle that registered ``generation`` (``registration``: what
+        ``register`` returned)."""
+        from modelupgrade.report.upgrade import write_upgrade_report
+
+        return write_upgrade_report(
+            self.report_chain(),
+            generation,
+            self.layout.sequential_model_name(self.strategy, generation),
+            registration,
+            snapshot=self.snapshot(generation),
+            registration_file=self.layout.cycle_registration(generation),
+        )
+
+    def skipped_upgrade_report(self, generation: int) -> WrittenReport:
+        """The report of a cycle that found no data snapshot for ``generation``."""
+        from modelupgrade.report.upgrade import write_skipped_upgrade_report
+
+        return write_skipped_upgrade_report(
+            generation,
+            self.layout.splits(SEQUENTIAL),
+            len(self.params.sequential.fractions),
+            self.layout.reports,
+        )
+
+    def lineage_report(self) -> WrittenReport:
+        from modelupgrade.report.upgrade import write_lineage_report
+
+        return write_lineage_report(self.report_chain())
+
+    def backfill_report(self, outcome: dict[str, Any]) -> WrittenReport:
+        """The report of ``follow_champion``'s ``outcome`` (its ``as_dict()``)."""
+        from modelupgrade.report.upgrade import write_backfill_report
+
+        return write_backfill_report(outcome, self.layout.reports)
+
+    # ----- the gallery store -------------------------------------------------------------------
+    def follow_champion(
+        self, store: str | Path | None = None, progress: Progress | None = None
+    ) -> ChampionStore:
+        """Keep the gallery store (default: the work directory's) on the champion: create it with
+        the champion's gallery embeddings, or backfill it with the champion's model
+        (``modelupgrade.store.follow``)."""
+        from modelupgrade.store.follow import follow_model
+
+        store = Path(store) if store else self.layout.champion_store
+        champion = self.state().champion
+        if champion is None:
+            return ChampionStore(store, None, None)
+        name = self.layout.sequential_model_name(self.strategy, champion.generation)
+        followed = follow_model(
+            self.params,
+            store,
+            self.layout.model(SEQUENTIAL, name),
+            items=self.layout.split_file(SEQUENTIAL, GALLERY_SPLIT),
+            vectors=self.layout.embedding_file(SEQUENTIAL, name, GALLERY_SPLIT),
+            progress=progress,
+        )
+        return ChampionStore(store, champion, followed)
+
+
+@dataclass
+class ChampionStore:
+    """What keeping the store on the champion did; nothing when there is no champion yet."""
+
+    store: Path
+    champion: ChainChampion | None
+    followed: FollowedModel | None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.champion is None or self.followed is None:
+            return {
+                "store": str(self.store),
+                "champion_version": None,
+                "champion_key": None,
+                "outcome": "no champion yet: nothing to serve",
+            }
+        return {
+            "store": str(self.store),
+            "champion_version": self.champion.version,
+            "champion_key": self.champion.model_key,
+            **self.followed.as_dict(),
+        }
+
+
+def load_chain(params_path: str | Path, work_dir: str | Path | None = None) -> UpgradeChain:
+    """The chain params.yaml sets, in ``work_dir`` (default: ``flows.work_dir``), after checking
+    the ``flows`` section's references to the other sections."""
+    params_path = Path(params_path).resolve()
+    params = load_params(params_path)
+    flows = params.flows
+    if flows.strategy not in params.strategies:
+        raise UserError(
+            f"flows.strategy is {flows.strategy!r}, which is not defined under 'strategies'",
+            hint=f"defined: {', '.join(params.strategies)}",
+        )
+    unknown = [h for h in flows.heads if h not in params.heads]
+    if unknown:
+        raise UserError(
+            f"flows.heads names {unknown}, not defined under 'heads'",
+            hint=f"defined: {', '.join(params.heads) or 'none'}",
+        )
+    oracle = params.evaluation.oracle_strategy
+    if oracle == flows.strategy or oracle not in params.strategies:
+        oracle = None
+    root = Path(work_dir if work_dir is not None else flows.work_dir).resolve()
+    return UpgradeChain(
+        params_path=params_path,
+        params=params,
+        layout=StudyLayout(root),
+        strategy=flows.strategy,
+        oracle=oracle,
+        heads=tuple(flows.heads),
+        registered_model=registered_model_name(
+            flows.model_name or f"{params.registry.model_name}-flows", SEQUENTIAL
+        ),
+    )

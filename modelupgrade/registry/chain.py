@@ -1,0 +1,100 @@
+"""The registered generations of an upgrade chain: which there are, which serves, which comes next.
+
+An upgrade chain (``modelupgrade.chain``) registers ``gen0 → <strategy>/gen1 → <strategy>/gen2 …``
+into one registered model, one cycle at a time. Before a cycle trains the next generation it reads
+the chain back here and checks that every registered generation is the model in the chain's work
+directory (the same checkpoint): the next generation trains against them and the evaluation reads
+their embeddings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from modelupgrade.errors import UserError
+from modelupgrade.io import file_sha256
+from modelupgrade.layout import SEQUENTIAL, StudyLayout, chain_generation
+from modelupgrade.models.persistence import WEIGHTS_FILE
+from modelupgrade.registry.versions import TAG_CHECKPOINT, ModelRegistry, VersionInfo
+
+
+@dataclass(frozen=True)
+class ChainChampion:
+    """The version that serves, and the generation of the chain it is."""
+
+    version: int
+    model_key: str
+    generation: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "model_key": self.model_key, "generation": self.generation}
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """The chain's registered generations (0, 1, …, without gaps) and its champion."""
+
+    registered_model: str
+    tracking_uri: str
+    generations: list[int]
+    champion: ChainChampion | None
+
+    @property
+    def next_generation(self) -> int:
+        return len(self.generations)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "registered_model": self.registered_model,
+            "tracking_uri": self.tracking_uri,
+            "generations": self.generations,
+            "next_generation": self.next_generation,
+            "champion": None if self.champion is None else self.champion.as_dict(),
+        }
+
+
+def read_chain(registry: ModelRegistry, strategy: str, layout: StudyLayout) -> ChainState:
+    """The state of ``strategy``'s chain registered in ``registry``, its models in ``layout``.
+
+    Refuses a registered model holding versions of another chain, versions whose checkpoint is not
+    the model in ``layout``, and a chain with gaps.
+    """
+    newest: dict[int, VersionInfo] = {}
+    for version in registry.versions():
+        generation = chain_generation(version.model_key, strategy)
+        if generation is None:
+            raise UserError(
+                f"registered model {registry.name!r} holds {version.model_key!r} "
+                f"(v{version.version}), which is not in the {strategy!r} chain",
+                hint="a chain keeps its strategy: set flows.strategy back, or flows.model_name to "
+                "start a new one",
+            )
+        newest[generation] = version  # versions come oldest first: a re-registration wins
+    for generation, version in sorted(newest.items()):
+        model_dir = layout.model(SEQUENTIAL, layout.sequential_model_name(strategy, generation))
+        checkpoint = model_dir / WEIGHTS_FILE
+        if not checkpoint.is_file() or file_sha256(checkpoint) != version.tags.get(TAG_CHECKPOINT):
+            raise UserError(
+                f"{registry.name!r} v{version.version} ({version.model_key}) is not the model in "
+                f"{model_dir}",
+                hint="run with the --work-dir that trained this chain, or set flows.model_name to "
+                "start a new chain",
+            )
+    generations = sorted(newest)
+    if generations != list(range(len(generations))):
+        raise UserError(f"{registry.name!r} has generations {generations}, with gaps in the chain")
+    champion = registry.champion()
+    return ChainState(
+        registered_model=registry.name,
+        tracking_uri=registry.tracker.config.tracking_uri,
+        generations=generations,
+        champion=None
+        if champion is None
+        else ChainChampion(
+            champion.version,
+            champion.model_key,
+            # Every registered key is in the chain (checked above).
+            chain_generation(champion.model_key, strategy),  # type: ignore[arg-type]
+        ),
+    )
