@@ -48,9 +48,6 @@ NEW_TRAIN_SPLIT = "new_train"
 LOGITS_SUFFIX = "_logits"
 CROSS_MODEL = "cross_model"  # .parquet, .csv, .json
 SUMMARY = "summary"  # .json, .csv
-# The key of an evaluation summary holding Δ↓ per model: {model: percent}. The evaluation writes it,
-# the registry's gates read it.
-DELTA_DOWN = "delta_down_pct"
 BACKFILL_CURVES = "backfill_curves"  # .parquet, .csv (metrics); .png (plots)
 BACKFILL_SUMMARY_FILE = "backfill_summary.json"
 BACKFILL_PLOTS_DIR = "backfill_plots"

@@ -15,25 +15,41 @@ from modelupgrade.evaluation import RetrievalEvaluator, resolve_protocol
 from modelupgrade.metrics import cmc_topk, mean_average_precision, pairwise_scores
 
 
-def _clustered(n: int, dim: int, classes: int, rng: np.random.Generator, noise: float,
-               centres: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clustered(
+    n: int,
+    dim: int,
+    classes: int,
+    rng: np.random.Generator,
+    noise: float,
+    centres: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     centres = rng.standard_normal((classes, dim)) if centres is None else centres
     labels = np.arange(n) % classes
-    return (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32), labels, centres
+    return (
+        (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32),
+        labels,
+        centres,
+    )
 
 
 @pytest.mark.parametrize("leave_one_out", [False, True])
 def test_evaluator_faiss_topk_agrees_with_exact_ranking(leave_one_out: bool) -> None:
     rng = np.random.default_rng(0)
     gallery, gl, centres = _clustered(300, 16, 6, rng, 1.5)
-    query, ql, _ = (gallery, gl, None) if leave_one_out else _clustered(80, 16, 6, rng, 1.5, centres)
-    evaluator = RetrievalEvaluator(EvaluationParams(topk=[1, 5], map_at_k=10), ql, gl, leave_one_out)
+    query, ql, _ = (
+        (gallery, gl, None) if leave_one_out else _clustered(80, 16, 6, rng, 1.5, centres)
+    )
+    evaluator = RetrievalEvaluator(
+        EvaluationParams(topk=[1, 5], map_at_k=10), ql, gl, leave_one_out
+    )
     result = evaluator.evaluate(query, gallery)
     scores = pairwise_scores(query, gallery, "cosine")
     expected = cmc_topk(scores, ql, gl, (1, 5), leave_one_out=leave_one_out)
     assert result.metrics["top1"] == pytest.approx(expected[1])
     assert result.metrics["top5"] == pytest.approx(expected[5])
-    assert result.metrics["mAP"] == pytest.approx(mean_average_precision(scores, ql, gl, leave_one_out=leave_one_out))
+    assert result.metrics["mAP"] == pytest.approx(
+        mean_average_precision(scores, ql, gl, leave_one_out=leave_one_out)
+    )
     assert 0.0 <= result.metrics["mAP@10"] <= 1.0
     assert result.correct.shape == (len(query),)
 
@@ -58,12 +74,18 @@ def _write_scenario(root: Path) -> None:
         frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
         (root / "data/splits/sc").mkdir(parents=True, exist_ok=True)
         frame.to_parquet(root / f"data/splits/sc/{split}.parquet")
-        spaces = {"gen0": (centres_old, 1.2), "gen1-independent": (centres_new, 0.8),
-                  "gen1-bct": (centres_old, 0.9)}
+        spaces = {
+            "gen0": (centres_old, 1.2),
+            "gen1-independent": (centres_new, 0.8),
+            "gen1-bct": (centres_old, 0.9),
+        }
         for model, (centres, noise) in spaces.items():
             out = root / "embeddings/sc" / model
             out.mkdir(parents=True, exist_ok=True)
-            np.save(out / f"{split}.npy", (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32))
+            np.save(
+                out / f"{split}.npy",
+                (centres[labels] + noise * rng.standard_normal((n, dim))).astype(np.float32),
+            )
 
 
 def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> None:
@@ -74,20 +96,37 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     save_head(build_head("fct", 12, 12, 16, 2), tmp_path / "heads/sc/fct-bct", name="fct")
     save_head(build_head("rqt", 12, 12, 16, 2), tmp_path / "heads/sc/rqt-bct", name="rqt")
     save_head(build_head("fct", 12, 12, 16, 2), tmp_path / "heads/sc/fct-independent", name="fct")
-    params = parse_params({
-        "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
-        "architectures": {"default": {}},
-        "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
-        "sequential": {"strategies": []},
-        "evaluation": {"map_at_k": 20},
-    })
+    params = parse_params(
+        {
+            "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
+            "architectures": {"default": {}},
+            "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+            "sequential": {"strategies": []},
+            "evaluation": {"map_at_k": 20},
+        }
+    )
     import yaml
 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json")))
-    r = lambda p: str(tmp_path / p)  # noqa: E731
-    main(["--params", r("params.yaml"), "--scenario", "sc", "--embeddings-root", r("embeddings"),
-          "--splits-root", r("data/splits"), "--heads-root", r("heads"), "--metrics-root", r("metrics"),
-          "--plots-root", r("plots")])
+    r = lambda p: str(tmp_path / p)
+    main(
+        [
+            "--params",
+            r("params.yaml"),
+            "--scenario",
+            "sc",
+            "--embeddings-root",
+            r("embeddings"),
+            "--splits-root",
+            r("data/splits"),
+            "--heads-root",
+            r("heads"),
+            "--metrics-root",
+            r("metrics"),
+            "--plots-root",
+            r("plots"),
+        ]
+    )
     table = pd.read_parquet(tmp_path / "metrics/sc/cross_model.parquet")
     assert list(table.columns) == ["query_set", "gallery_set", "metric", "value"]
     assert {"fct-bct(gen0)"} <= set(table.gallery_set)
@@ -102,9 +141,13 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     assert set(rows) == {"self", "backward", "forward-head", "reverse-head"}
     old_self = summary["old_self"]
     backward = rows["backward"]
-    assert backward["delta_up_pct"] == pytest.approx((backward["value"] - old_self) / old_self * 100)
+    assert backward["delta_up_pct"] == pytest.approx(
+        (backward["value"] - old_self) / old_self * 100
+    )
     oracle_self = summary["oracle_self"]
-    assert rows["self"]["delta_down_pct"] == pytest.approx((oracle_self - rows["self"]["value"]) / oracle_self * 100)
+    assert rows["self"]["delta_down_pct"] == pytest.approx(
+        (oracle_self - rows["self"]["value"]) / oracle_self * 100
+    )
     assert 0.0 <= backward["negative_flip_rate"] <= 1.0
     # The oracle is summarised only because a head pairs with it; its own Δ↓ is zero.
     oracle_rows = {row["comparison"]: row for row in summary["strategies"]["independent"]}
@@ -116,7 +159,9 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
     )
 
 
-def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_evaluate_stage_missing_embeddings_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from stages.evaluate import main
 
     _write_scenario(tmp_path)
@@ -128,10 +173,24 @@ def test_evaluate_stage_missing_embeddings_is_a_clean_error(tmp_path: Path, caps
         "sequential: {strategies: []}\n"
     )
     with pytest.raises(SystemExit):
-        main(["--params", str(tmp_path / "params.yaml"), "--scenario", "sc",
-              "--embeddings-root", str(tmp_path / "embeddings"), "--splits-root", str(tmp_path / "data/splits"),
-              "--heads-root", str(tmp_path / "heads"), "--metrics-root", str(tmp_path / "m"),
-              "--plots-root", str(tmp_path / "p")])
+        main(
+            [
+                "--params",
+                str(tmp_path / "params.yaml"),
+                "--scenario",
+                "sc",
+                "--embeddings-root",
+                str(tmp_path / "embeddings"),
+                "--splits-root",
+                str(tmp_path / "data/splits"),
+                "--heads-root",
+                str(tmp_path / "heads"),
+                "--metrics-root",
+                str(tmp_path / "m"),
+                "--plots-root",
+                str(tmp_path / "p"),
+            ]
+        )
     assert "run the embed stage first" in capsys.readouterr().err
 
 
@@ -159,17 +218,26 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
             out.mkdir(parents=True, exist_ok=True)
             vectors = centres[labels] + noise * rng.standard_normal((n, dim))
             np.save(out / f"{split}.npy", vectors.astype(np.float32))
-    params = parse_params({
-        "scenarios": {},
-        "architectures": {"default": {}},
-        "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
-        "sequential": {"strategies": ["bct"], "fractions": [0.25, 0.5, 1.0]},
-    })
+    params = parse_params(
+        {
+            "scenarios": {},
+            "architectures": {"default": {}},
+            "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+            "sequential": {"strategies": ["bct"], "fractions": [0.25, 0.5, 1.0]},
+        }
+    )
     layout = StudyLayout(tmp_path)
     # Two generations of three planned: bct/gen2 exists but is not part of this evaluation.
-    evaluate(params, "sequential", embeddings_root=layout.embeddings_root,
-             splits_root=layout.splits_root, metrics_root=layout.metrics_root,
-             plots_root=layout.plots_root, strategies=["bct", "independent"], generations=2)
+    evaluate(
+        params,
+        "sequential",
+        embeddings_root=layout.embeddings_root,
+        splits_root=layout.splits_root,
+        metrics_root=layout.metrics_root,
+        plots_root=layout.plots_root,
+        strategies=["bct", "independent"],
+        generations=2,
+    )
     import json
 
     summary = json.loads((tmp_path / "metrics/sequential/bct/summary.json").read_text())
@@ -178,7 +246,9 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
     oracle = pd.read_parquet(tmp_path / "metrics/sequential/independent/cross_model.parquet")
 
     def self_map(frame: pd.DataFrame, name: str) -> float:
-        row = frame[(frame.query_set == name) & (frame.gallery_set == name) & (frame.metric == "mAP")]
+        row = frame[
+            (frame.query_set == name) & (frame.gallery_set == name) & (frame.metric == "mAP")
+        ]
         return float(row.value.iloc[0])
 
     ours, theirs = self_map(table, "gen1"), self_map(oracle, "gen1")
@@ -187,7 +257,9 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
     assert summary["delta_down_pct"] == pytest.approx(
         {"gen0": 0.0, "gen1": (theirs - ours) / theirs * 100}
     )
-    evidence = load_evidence(params, "sequential", layout.metrics("sequential"), None, True, ["bct"])
+    evidence = load_evidence(
+        params, "sequential", layout.metrics("sequential"), None, True, ["bct"]
+    )
     assert evidence.degradation_pct == pytest.approx(
         {"gen0": 0.0, "bct/gen1": summary["delta_down_pct"]["gen1"]}
     )
@@ -196,11 +268,13 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
 def test_a_two_model_scenario_has_no_generations_to_count() -> None:
     from modelupgrade.evaluation.scenario import evaluate_scenario
 
-    params = parse_params({
-        "scenarios": {"sc": {"kind": "extended-data", "strategies": ["bct"]}},
-        "architectures": {"default": {}},
-        "strategies": {"bct": {"kind": "bct"}},
-        "sequential": {"strategies": ["bct"]},
-    })
+    params = parse_params(
+        {
+            "scenarios": {"sc": {"kind": "extended-data", "strategies": ["bct"]}},
+            "architectures": {"default": {}},
+            "strategies": {"bct": {"kind": "bct"}},
+            "sequential": {"strategies": ["bct"]},
+        }
+    )
     with pytest.raises(UserError, match="two-model scenario"):
         evaluate_scenario(params, "sc", generations=2)

@@ -1,4 +1,5 @@
-"""MLflow tracking, registration with lineage, gates, promotion and the round trip, on temp stores."""
+"""MLflow tracking, registration with lineage, gates, promotion and the round
+trip, on temp stores."""
 
 from __future__ import annotations
 
@@ -12,12 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.registry_support import (
-    fresh_tracker,
-    image_batch,
-    seed_study,
-)
-
 from modelupgrade.errors import UserError
 from modelupgrade.registry import (
     PARENT_RUN_ENV,
@@ -28,6 +23,11 @@ from modelupgrade.registry import (
     promote,
 )
 from modelupgrade.registry import tracker as tracker_module
+from tests.registry_support import (
+    fresh_tracker,
+    image_batch,
+    seed_study,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def template_db(fresh_store: tuple[Path, Tracker]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def study(template_db: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def study(template_db: Path, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("study")
     tracker = fresh_tracker(template_db, root)
     registry, outcomes, models = seed_study(tracker, "toy-retrieval", root / "models")
@@ -102,7 +102,9 @@ def test_stage_runs_nest_under_one_parent_per_execution(
     assert {"git_commit", "dvc_data_hash", "user"} <= set(parent.data.tags)
     assert runs[first.run_id].data.params == {"training.lr": "0.1"}
     assert runs[first.run_id].data.metrics == {"loss": 0.5}
-    assert [a.path for a in tracker.client.list_artifacts(first.run_id, "reports")] == ["reports/report.md"]
+    assert [a.path for a in tracker.client.list_artifacts(first.run_id, "reports")] == [
+        "reports/report.md"
+    ]
     assert runs[second.run_id].info.status == "FINISHED"
 
     # A new `dvc repro` is a new dvc process: it gets a new parent.
@@ -122,8 +124,8 @@ def test_stage_runs_nest_under_one_parent_per_execution(
     assert tracker.client.get_run(failing.run_id).info.status == "FAILED"
 
 
-def test_registration_tags_lineage_and_aliases(study) -> None:  # noqa: ANN001
-    tracker, registry, outcomes, _ = study
+def test_registration_tags_lineage_and_aliases(study) -> None:
+    _tracker, registry, outcomes, _ = study
     by_key = {o.model_key: o for o in outcomes}
     assert by_key["gen0"].gates == "first-generation"
     assert by_key["gen1-bct"].gates == "pass"
@@ -153,7 +155,7 @@ def test_registration_tags_lineage_and_aliases(study) -> None:  # noqa: ANN001
     assert "gates=FAIL(compatibility,negative_flips)" in tree
 
 
-def test_load_round_trip_by_alias_and_version(study, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_load_round_trip_by_alias_and_version(study, monkeypatch: pytest.MonkeyPatch) -> None:
     import mlflow
     import mlflow.pytorch
 
@@ -190,7 +192,9 @@ def test_promotion_refuses_failed_gates_and_records_forced_promotion(
     with pytest.raises(UserError, match="needs a reason"):
         promote(registry, bct, "  ")
 
-    result = promote(registry, independent, "re-index the gallery tonight", force=True, user="alice")
+    result = promote(
+        registry, independent, "re-index the gallery tonight", force=True, user="alice"
+    )
     assert result.forced and result.previous_champion == gen0
     info = registry.version(independent)
     assert info.aliases == ["champion"]
@@ -210,10 +214,11 @@ def test_promotion_refuses_failed_gates_and_records_forced_promotion(
         promote(registry, 99, "missing")
 
 
-def test_reregistering_the_same_checkpoint_adds_no_version(template_db: Path, tmp_path: Path) -> None:
-    from tests.registry_support import TinyEmbedder
-
+def test_reregistering_the_same_checkpoint_adds_no_version(
+    template_db: Path, tmp_path: Path
+) -> None:
     from modelupgrade.registry import GenerationRecord
+    from tests.registry_support import TinyEmbedder
 
     tracker = fresh_tracker(template_db, tmp_path)
     registry = ModelRegistry(tracker, "idempotent")
@@ -223,7 +228,9 @@ def test_reregistering_the_same_checkpoint_adds_no_version(template_db: Path, tm
         again = registry.register(TinyEmbedder(), record, run)
         with pytest.raises(UserError, match="not registered"):
             registry.register(
-                TinyEmbedder(), GenerationRecord("gen2", "gen2", "bct", "toy", parent_key="gen1"), run
+                TinyEmbedder(),
+                GenerationRecord("gen2", "gen2", "bct", "toy", parent_key="gen1"),
+                run,
             )
     assert again.version == first.version and len(registry.versions()) == 1
 
@@ -253,7 +260,10 @@ def test_two_processes_write_to_one_store_concurrently(template_db: Path, tmp_pa
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, str(db), str(tmp_path / "mlartifacts"), name],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for name in ("a", "b")
     ]
@@ -284,8 +294,11 @@ def test_cli_lineage_and_promote(
                 "architectures": {"default": {}},
                 "strategies": {"bct": {"kind": "bct"}},
                 "sequential": {"strategies": ["bct"]},
-                "registry": {"model_name": "toy", "experiment": "test",
-                             "artifact_root": str(tracker.config.artifact_root)},
+                "registry": {
+                    "model_name": "toy",
+                    "experiment": "test",
+                    "artifact_root": str(tracker.config.artifact_root),
+                },
             }
         )
     )
@@ -314,8 +327,12 @@ def _toy_study(root: Path) -> None:
         write_json(root / "models/toy" / key / "card.json", {"strategy": key})
     from modelupgrade.heads import build_head, save_head
 
-    save_head(build_head("bict", 4, 4, 8, 2), root / "heads/toy/bict-bct", name="bict",
-              sources={"new_model": {"path": "models/toy/gen1-bct"}})
+    save_head(
+        build_head("bict", 4, 4, 8, 2),
+        root / "heads/toy/bict-bct",
+        name="bict",
+        sources={"new_model": {"path": "models/toy/gen1-bct"}},
+    )
     rows = [
         ("gen0", "gen0", 0.50, None),
         ("gen1-independent", "gen1-independent", 0.70, None),
@@ -330,25 +347,49 @@ def _toy_study(root: Path) -> None:
     pd.DataFrame(table, columns=["query_set", "gallery_set", "metric", "value"]).to_parquet(
         root / "metrics/toy/cross_model.parquet"
     )
+
+    def summary_row(comparison: str, gallery: str, value: float) -> dict[str, object]:
+        return {
+            "comparison": comparison,
+            "query_set": "gen1-bct",
+            "gallery_set": gallery,
+            "metric": "mAP",
+            "value": value,
+            "delta_up_pct": 0.0,
+            "delta_down_pct": 5.7,
+            "negative_flip_rate": 0.05,
+        }
+
     write_json(
         root / "metrics/toy/summary.json",
-        {"oracle": "gen1-independent", "delta_down_pct": {"gen1-independent": 0.0, "gen1-bct": 5.7},
-         "strategies": {"bct": [
-            {"comparison": "self", "query_set": "gen1-bct", "delta_down_pct": 5.7},
-            {"comparison": "backward", "query_set": "gen1-bct", "delta_down_pct": 5.7},
-        ]}},
+        {
+            "scenario": "toy",
+            "protocol": {"protocol": "query-gallery"},
+            "headline_metric": "mAP",
+            "old_model": "gen0",
+            "oracle": "gen1-independent",
+            "device": "cpu",
+            "old_self": 0.50,
+            "oracle_self": 0.70,
+            "delta_down_pct": {"gen1-independent": 0.0, "gen1-bct": 5.7},
+            "strategies": {
+                "bct": [
+                    summary_row("self", "gen1-bct", 0.66),
+                    summary_row("backward", "gen0", 0.52),
+                ]
+            },
+        },
     )
 
 
 def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.registry_support import TinyEmbedder
-
     from modelupgrade.config import parse_params
     from modelupgrade.layout import StudyLayout
     from modelupgrade.registry.scenario import register_scenario
     from modelupgrade.registry.sources import scenario_sources
+    from tests.registry_support import TinyEmbedder
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(PARENT_RUN_ENV, "")
@@ -380,10 +421,12 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     assert summary["champion"] == by_key["gen0"]["version"] and summary["candidate"] is None
     registry = ModelRegistry(tracker, "study-toy")
     bct = registry.by_key("gen1-bct")
-    assert bct.tags["heads"] == "bict-bct" and bct.tags["compatible_with"] == str(summary["champion"])
-    assert [a.path for a in tracker.client.list_artifacts(bct.run_id, "gen1-bct/heads/bict-bct")] == [
-        "gen1-bct/heads/bict-bct/card.json", "gen1-bct/heads/bict-bct/head.pt"
-    ]
+    assert bct.tags["heads"] == "bict-bct" and bct.tags["compatible_with"] == str(
+        summary["champion"]
+    )
+    assert [
+        a.path for a in tracker.client.list_artifacts(bct.run_id, "gen1-bct/heads/bict-bct")
+    ] == ["gen1-bct/heads/bict-bct/card.json", "gen1-bct/heads/bict-bct/head.pt"]
 
     # Explicit numbers override measured ones; the same checkpoints are not registered twice.
     override = tmp_path / "gates.json"
@@ -391,27 +434,34 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     again = register_scenario(
         params, "toy", out, StudyLayout(), load_model=load, tracker=tracker, gate_metrics=override
     )
-    assert [g["version"] for g in again["generations"]] == [g["version"] for g in summary["generations"]]
+    assert [g["version"] for g in again["generations"]] == [
+        g["version"] for g in summary["generations"]
+    ]
     assert again["candidate"] == bct.version
     assert registry.version(bct.version).tags["gates.passed"] == "true"
 
     with pytest.raises(UserError, match="gen1-dmu/checkpoint.pt does not exist"):
         scenario_sources(
-            params.model_copy(update={"scenarios": {"toy": params.scenarios["toy"].model_copy(
-                update={"strategies": ["dmu"]})}}),
-            "toy", StudyLayout(),
+            params.model_copy(
+                update={
+                    "scenarios": {
+                        "toy": params.scenarios["toy"].model_copy(update={"strategies": ["dmu"]})
+                    }
+                }
+            ),
+            "toy",
+            StudyLayout(),
         )
 
 
 def test_a_chain_read_back_from_the_registry_is_checked_against_its_work_directory(
     template_db: Path, tmp_path: Path
 ) -> None:
-    from tests.registry_support import TinyEmbedder
-
     from modelupgrade.io import file_sha256
     from modelupgrade.layout import StudyLayout
     from modelupgrade.registry import GenerationRecord
     from modelupgrade.registry.chain import read_chain
+    from tests.registry_support import TinyEmbedder
 
     layout = StudyLayout(tmp_path / "work")
     tracker = fresh_tracker(template_db, tmp_path / "store")
@@ -431,8 +481,14 @@ def test_a_chain_read_back_from_the_registry_is_checked_against_its_work_directo
         return file_sha256(directory / "checkpoint.pt")
 
     def record(key: str, parent: str | None) -> GenerationRecord:
-        return GenerationRecord(key, key.split("/")[-1], "bct", "sequential", parent_key=parent,
-                                checkpoint_sha256=checkpoint(key))
+        return GenerationRecord(
+            key,
+            key.split("/")[-1],
+            "bct",
+            "sequential",
+            parent_key=parent,
+            checkpoint_sha256=checkpoint(key),
+        )
 
     with tracker.stage_run("register") as run:
         first = registry.register(TinyEmbedder(), record("gen0", None), run)
@@ -440,7 +496,11 @@ def test_a_chain_read_back_from_the_registry_is_checked_against_its_work_directo
     registry.set_alias("champion", first.version)
     state = read_chain(registry, "bct", layout)
     assert (state.generations, state.next_generation) == ([0, 1], 2)
-    assert state.champion.as_dict() == {"version": first.version, "model_key": "gen0", "generation": 0}
+    assert state.champion.as_dict() == {
+        "version": first.version,
+        "model_key": "gen0",
+        "generation": 0,
+    }
 
     # Another chain's view of the same registered model, another work directory, a changed model.
     with pytest.raises(UserError, match="'bct/gen1' .* which is not in the 'dmu' chain"):

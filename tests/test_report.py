@@ -134,17 +134,32 @@ def row(
     down: float,
     flips: float | None = None,
 ) -> dict[str, Any]:
-    found = {
+    return {
         "comparison": comparison,
         "query_set": query,
         "gallery_set": gallery,
+        "metric": "mAP",
         "value": value,
         "delta_up_pct": up,
         "delta_down_pct": down,
+        "negative_flip_rate": float("nan") if flips is None else flips,
     }
-    if flips is not None:
-        found["negative_flip_rate"] = flips
-    return found
+
+
+def evaluation_summary(
+    scenario: str, strategies: dict[str, list[dict[str, Any]]], **values: float
+) -> dict:
+    """A two-model scenario's summary.json as the evaluate stage writes it."""
+    return {
+        "scenario": scenario,
+        "protocol": {"name": "sampled", "description": "sampled query-gallery"},
+        "headline_metric": "mAP",
+        "old_model": "gen0",
+        "oracle": "gen1-independent",
+        "device": "cpu",
+        "strategies": strategies,
+        **values,
+    }
 
 
 def curve(
@@ -170,7 +185,10 @@ def curve(
                 "largest_drop": 0.0 if monotone else 0.0321,
             }
         },
-        **{part: {"mAP": auc} for part in ("start", "end", "start_single_system", "end_single_system", "new_new")},
+        **{
+            part: {"mAP": auc}
+            for part in ("start", "end", "start_single_system", "end_single_system", "new_new")
+        },
         "endpoints_match": True,
         "max_negative_flip_rate": 0.01,
     }
@@ -181,14 +199,11 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
     has its numbers, and each holds) and ``other`` (evaluation only)."""
     sc = root / "metrics" / "sc"
     sc.mkdir(parents=True)
-    evaluation = {
-        "headline_metric": "mAP",
-        "protocol": {"name": "sampled", "description": "sampled query-gallery"},
-        "old_self": 0.40,
-        "oracle_self": 0.70,
-        "oracle": "gen1-independent",
-        "device": "cpu",
-        "strategies": {
+    evaluation = evaluation_summary(
+        "sc",
+        old_self=0.40,
+        oracle_self=0.70,
+        strategies={
             "independent": [
                 row("self", "gen1-independent", "gen1-independent", 0.70, 75.0, 0.0),
                 row("backward", "gen1-independent", "gen0", 0.02, -95.0, 0.0, 0.9),
@@ -204,7 +219,7 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
                 row("forward-head", "gen1-dmu", "dmu(gen0)", 0.55, 37.5, 1.43),
             ],
         },
-    }
+    )
     (sc / "summary.json").write_text(json.dumps(evaluation))
     curves = [
         curve(bct_name, "random", "mixed", 0.50),
@@ -243,19 +258,17 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
     other.mkdir(parents=True)
     (other / "summary.json").write_text(
         json.dumps(
-            {
-                "headline_metric": "mAP",
-                "protocol": "legacy",
-                "old_self": 0.30,
-                "oracle_self": 0.60,
-                "oracle": "gen1-independent",
-                "strategies": {
+            evaluation_summary(
+                "other",
+                old_self=0.30,
+                oracle_self=0.60,
+                strategies={
                     bct_name: [
                         row("self", f"gen1-{bct_name}", f"gen1-{bct_name}", 0.55, 80.0, 8.3),
                         row("backward", f"gen1-{bct_name}", "gen0", 0.35, 16.7, 8.3, 0.05),
                     ]
                 },
-            }
+            )
         )
     )
     sequential = root / "metrics" / "sequential" / bct_name
@@ -263,10 +276,14 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
     (sequential / "summary.json").write_text(
         json.dumps(
             {
+                "strategy": bct_name,
+                "protocol": {"protocol": "query-gallery"},
+                "oracle": None,
                 "headline_metric": "mAP",
                 "compatibility": {
                     "mAP": {
                         "generations": ["gen0", "gen1", "gen2"],
+                        "metric": "mAP",
                         "matrix": [[0.4, 0.0, 0.0], [0.42, 0.5, 0.0], [0.45, 0.52, 0.6]],
                         "ac_lt": 1.0,
                         "ac_le": 1.0,
@@ -288,7 +305,11 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
 
 
 def claims_of(root: Path, params: Params) -> list[Any]:
-    return check_claims(collect_results(params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")))
+    return check_claims(
+        collect_results(
+            params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")
+        )
+    )
 
 
 def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
@@ -340,7 +361,8 @@ def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Pa
 def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) -> None:
     write_study(tmp_path)
     study = collect_results(
-        study_params(), StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots")
+        study_params(),
+        StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots"),
     )
     written = write_report(study, {"git commit": "abc"}, {"evaluate@sc": 4.25}, tmp_path / "out")
     assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
@@ -440,9 +462,15 @@ def write_chain(root: Path) -> Chain:
     (metrics / "summary.json").write_text(
         json.dumps(
             {
+                "scenario": "sequential",
+                "strategy": "bct",
+                "protocol": {"protocol": "query-gallery"},
+                "headline_metric": "mAP",
+                "oracle": None,
                 "compatibility": {
                     "mAP": {
                         "generations": ["gen0", "gen1"],
+                        "metric": "mAP",
                         "matrix": [[0.4, 0.0], [0.42, 0.5]],
                         "ac_lt": 1.0,
                         "ac_le": 1.0,
@@ -450,7 +478,7 @@ def write_chain(root: Path) -> Chain:
                         "bc": 0.02,
                         "fc": None,
                     }
-                }
+                },
             }
         )
     )

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.registry_support import fresh_tracker, make_template
-from tests.test_evaluation import _write_scenario
-
 from modelupgrade.config import Params, parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.registry import PARENT_RUN_ENV, StageLog, StageRecord, Tracker
 from modelupgrade.registry.spool import spool_record
+from tests.registry_support import fresh_tracker, make_template
+from tests.test_evaluation import _write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +39,16 @@ def store(template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def scenario_params(tracker: Tracker) -> Params:
     """A two-model scenario ``sc`` that logs to ``tracker``'s store."""
-    return parse_params({
-        "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
-        "architectures": {"default": {}},
-        "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
-        "sequential": {"strategies": []},
-        "backfill": {"points": 3, "policies": ["random"], "serving_modes": ["mixed"]},
-        "registry": {"experiment": "test", "artifact_root": str(tracker.config.artifact_root)},
-    })
+    return parse_params(
+        {
+            "scenarios": {"sc": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
+            "architectures": {"default": {}},
+            "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+            "sequential": {"strategies": []},
+            "backfill": {"points": 3, "policies": ["random"], "serving_modes": ["mixed"]},
+            "registry": {"experiment": "test", "artifact_root": str(tracker.config.artifact_root)},
+        }
+    )
 
 
 @pytest.fixture
@@ -69,7 +70,9 @@ def artifact_paths(tracker: Tracker, run_id: str, folder: str) -> set[str]:
     return {a.path for a in tracker.client.list_artifacts(run_id, folder)}
 
 
-def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tracker, scenario: Params) -> None:
+def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(
+    store: Tracker, scenario: Params
+) -> None:
     from modelupgrade.commands.backfill import simulate_backfill
     from modelupgrade.commands.evaluation import evaluate
 
@@ -79,8 +82,16 @@ def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tra
     ).summary
 
     runs = runs_by_stage(store)
-    (evaluated,), (simulated,), (parent,) = runs["evaluate"], runs["simulate_backfill"], runs["parent"]
-    assert evaluated.data.tags["mlflow.parentRunId"] == simulated.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    (evaluated,), (simulated,), (parent,) = (
+        runs["evaluate"],
+        runs["simulate_backfill"],
+        runs["parent"],
+    )
+    assert (
+        evaluated.data.tags["mlflow.parentRunId"]
+        == simulated.data.tags["mlflow.parentRunId"]
+        == parent.info.run_id
+    )
     assert {"git_commit", "dvc_data_hash", "params_hash", "user"} <= set(parent.data.tags)
     assert evaluated.info.run_name == evaluated.data.tags["stage"] == "evaluate@sc"
     assert evaluated.info.status == "FINISHED" and evaluated.data.tags["scenario"] == "sc"
@@ -89,36 +100,47 @@ def test_evaluate_and_backfill_stages_log_child_runs_under_one_parent(store: Tra
     assert evaluated.data.params["scenario.strategies"] == "['independent', 'bct']"
     assert evaluated.data.params["args.scenario"] == "sc"
     metrics = evaluated.data.metrics
-    backward = next(r for r in summary["strategies"]["bct"] if r["comparison"] == "backward")
-    assert metrics["bct.backward.mAP"] == pytest.approx(backward["value"])
-    assert metrics["bct.backward.delta_up_pct"] == pytest.approx(backward["delta_up_pct"])
-    assert metrics["bct.backward.negative_flip_rate"] == pytest.approx(backward["negative_flip_rate"])
-    assert metrics["bct.delta_down_pct"] == pytest.approx(backward["delta_down_pct"])
-    assert metrics["old_self.mAP"] == pytest.approx(summary["old_self"])
-    assert "bct.self.delta_up_pct" not in metrics  # NaN: Δ↑ of a model against itself does not apply
+    backward = summary.row("bct", "backward")
+    assert metrics["bct.backward.mAP"] == pytest.approx(backward.value)
+    assert metrics["bct.backward.delta_up_pct"] == pytest.approx(backward.delta_up_pct)
+    assert metrics["bct.backward.negative_flip_rate"] == pytest.approx(backward.negative_flip_rate)
+    assert metrics["bct.delta_down_pct"] == pytest.approx(backward.delta_down_pct)
+    assert metrics["old_self.mAP"] == pytest.approx(summary.old_self)
+    # NaN: Δ↑ of a model against itself does not apply
+    assert "bct.self.delta_up_pct" not in metrics
     assert artifact_paths(store, evaluated.info.run_id, "evaluation") == {
-        f"evaluation/{name}" for name in
-        ("summary.json", "summary.csv", "cross_model.csv", "cross_model_heatmap.png")
+        f"evaluation/{name}"
+        for name in ("summary.json", "summary.csv", "cross_model.csv", "cross_model_heatmap.png")
     }
 
     assert simulated.data.params["backfill.points"] == "3"
     assert simulated.data.params["args.variants.bct"] == "embeddings/sc/gen1-bct"
     curve = backfill.curves[0]
-    assert simulated.data.metrics["bct.random.mixed.auc_trapezoid.mAP"] == pytest.approx(curve.auc_trapezoid["mAP"])
+    assert simulated.data.metrics["bct.random.mixed.auc_trapezoid.mAP"] == pytest.approx(
+        curve.auc_trapezoid["mAP"]
+    )
     assert artifact_paths(store, simulated.info.run_id, "backfill") == {
-        "backfill/backfill_summary.json", "backfill/backfill_curves.csv", "backfill/backfill_curves.png"
+        "backfill/backfill_summary.json",
+        "backfill/backfill_curves.csv",
+        "backfill/backfill_curves.png",
     }
 
 
-def test_tracking_leaves_the_outputs_as_the_library_writes_them(scenario: Params, tmp_path: Path) -> None:
+def test_tracking_leaves_the_outputs_as_the_library_writes_them(
+    scenario: Params, tmp_path: Path
+) -> None:
     from modelupgrade.commands.evaluation import evaluate
     from modelupgrade.evaluation.scenario import evaluate_scenario
     from modelupgrade.layout import StudyLayout
 
     evaluate(scenario, "sc", metrics_root=Path("tracked"), plots_root=Path("tracked-plots"))
-    evaluate_scenario(scenario, "sc", StudyLayout(metrics_root="untracked", plots_root="untracked-plots"))
+    evaluate_scenario(
+        scenario, "sc", StudyLayout(metrics_root="untracked", plots_root="untracked-plots")
+    )
     for name in ("summary.json", "cross_model.csv", "cross_model.json", "summary.csv"):
-        assert (tmp_path / "tracked/sc" / name).read_bytes() == (tmp_path / "untracked/sc" / name).read_bytes()
+        assert (tmp_path / "tracked/sc" / name).read_bytes() == (
+            tmp_path / "untracked/sc" / name
+        ).read_bytes()
     assert sorted(p.name for p in (tmp_path / "tracked/sc").iterdir()) == sorted(
         p.name for p in (tmp_path / "untracked/sc").iterdir()
     )
@@ -138,8 +160,11 @@ def test_a_failing_stage_is_a_failed_run_that_names_the_error(
     assert failed.data.params["evaluation.headline_metric"] == "mAP"
 
 
-def test_a_spooled_record_is_written_with_its_artifacts_as_they_were(store: Tracker, tmp_path: Path) -> None:
-    """A stage without MLflow loaded leaves its record in the spool; any tracker that opens writes it."""
+def test_a_spooled_record_is_written_with_its_artifacts_as_they_were(
+    store: Tracker, tmp_path: Path
+) -> None:
+    """A stage without MLflow loaded leaves its record in the spool; any tracker
+    that opens writes it."""
     report = tmp_path / "report.md"
     report.write_text("# as the stage wrote it\n")
     record = StageRecord("validate", "validate", "process:1:1", params_hash="abc")
@@ -153,15 +178,22 @@ def test_a_spooled_record_is_written_with_its_artifacts_as_they_were(store: Trac
     assert Tracker(store.config).write_pending_stages() == 0  # opening the tracker wrote it already
     assert not spooled.exists() and not spooled.with_suffix("").exists()
     (run,) = runs_by_stage(store)["validate"]
-    assert run.data.params == {"dataset.name": "tiny"} and run.data.metrics == {"tiny.failed": 0.0, "mAP_10": 0.5}
+    assert run.data.params == {"dataset.name": "tiny"} and run.data.metrics == {
+        "tiny.failed": 0.0,
+        "mAP_10": 0.5,
+    }
     assert run.info.start_time == record.started_ms and run.info.end_time == record.ended_ms
     parent = store.client.get_run(run.data.tags["mlflow.parentRunId"])
     assert parent.data.tags["params_hash"] == "abc"
-    local = store.client.download_artifacts(run.info.run_id, "validation/report.md", str(tmp_path / "download"))
+    local = store.client.download_artifacts(
+        run.info.run_id, "validation/report.md", str(tmp_path / "download")
+    )
     assert Path(local).read_text() == "# as the stage wrote it\n"
 
 
-def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(store: Tracker, tmp_path: Path) -> None:
+def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(
+    store: Tracker, tmp_path: Path
+) -> None:
     """``python -m stages.evaluate`` as DVC runs it: the stage never loads MLflow and does not wait
     for it; the writer process it leaves behind writes the run under the orchestrator's parent."""
     _write_scenario(tmp_path)
@@ -169,10 +201,18 @@ def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(store: Tr
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json")))
     parent = store.start_pipeline_run("prefect-flow")
     env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT_RUN_ENV: parent}
-    probe = "import runpy, sys; runpy.run_module('stages.evaluate', run_name='__main__'); print('mlflow' in sys.modules)"
+    probe = (
+        "import runpy, sys; runpy.run_module('stages.evaluate', run_name='__main__'); "
+        "print('mlflow' in sys.modules)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", probe, "--params", "params.yaml", "--scenario", "sc"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     # The stage prints what it did, then the probe whether the stage process ever imported MLflow.
@@ -186,7 +226,9 @@ def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(store: Tr
     assert not list(spool.glob("*.json")), (spool / "writer.log").read_text()
     (evaluated,) = runs_by_stage(store)["evaluate"]
     assert evaluated.data.tags["mlflow.parentRunId"] == parent
-    assert evaluated.info.status == "FINISHED" and evaluated.info.end_time >= evaluated.info.start_time
+    assert (
+        evaluated.info.status == "FINISHED" and evaluated.info.end_time >= evaluated.info.start_time
+    )
     summary = json.loads((tmp_path / "metrics/sc/summary.json").read_text())
     assert evaluated.data.metrics["old_self.mAP"] == pytest.approx(summary["old_self"])
     assert "evaluation/summary.json" in artifact_paths(store, evaluated.info.run_id, "evaluation")
@@ -199,8 +241,9 @@ def test_a_live_run_and_a_stage_record_log_the_same_run(store: Tracker, tmp_path
 
     def log(stage: StageLog) -> None:
         stage.log_params({"training": {"lr": 0.1, "schedule": None}, "name": "x"})
-        stage.log_metrics({"mAP@10": 0.5, "nan": float("nan"), "inf": float("inf"), "note": "text",
-                           "flag": True})
+        stage.log_metrics(
+            {"mAP@10": 0.5, "nan": float("nan"), "inf": float("inf"), "note": "text", "flag": True}
+        )
         stage.set_tags({"scenario": "sc"})
         stage.log_artifacts([report], "reports")
         stage.log_dict({"lineage": ["v1", "v2"]}, "registry/lineage.json")
@@ -220,5 +263,7 @@ def test_a_live_run_and_a_stage_record_log_the_same_run(store: Tracker, tmp_path
         assert run.data.tags["scenario"] == "sc", name
         assert artifact_paths(store, run.info.run_id, "reports") == {"reports/report.md"}, name
         local = tmp_path / name
-        lineage = store.client.download_artifacts(run.info.run_id, "registry/lineage.json", str(local))
+        lineage = store.client.download_artifacts(
+            run.info.run_id, "registry/lineage.json", str(local)
+        )
         assert json.loads(Path(lineage).read_text()) == {"lineage": ["v1", "v2"]}, name

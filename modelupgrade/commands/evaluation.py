@@ -10,6 +10,7 @@ from typing import Any
 
 from modelupgrade.commands.results import metric_lines
 from modelupgrade.config import Params
+from modelupgrade.evaluation.summary import ScenarioEvaluation, SequentialEvaluation
 from modelupgrade.layout import SEQUENTIAL, StudyLayout
 
 
@@ -17,17 +18,15 @@ from modelupgrade.layout import SEQUENTIAL, StudyLayout
 class Evaluation:
     """An evaluation's summary (``summary.json``) and where its files went."""
 
-    summary: dict[str, Any]
+    summary: ScenarioEvaluation | SequentialEvaluation
     metrics_dir: Path
 
     def as_dict(self) -> dict[str, Any]:
-        return self.summary
+        return self.summary.as_dict()
 
     def describe(self) -> str:
-        from modelupgrade.evaluation.scenario import summary_metrics
-
-        headline = f"{self.summary['scenario']}: evaluation written to {self.metrics_dir}"
-        return "\n".join([headline, *metric_lines(summary_metrics(self.summary))])
+        headline = f"{self.summary.scenario}: evaluation written to {self.metrics_dir}"
+        return "\n".join([headline, *metric_lines(self.summary.headline_metrics())])
 
 
 def evaluate(
@@ -68,7 +67,7 @@ def evaluate(
         generations: sequential only: evaluate the chains' gen0..gen<N-1> (default: one
             generation per snapshot of sequential.fractions)
     """
-    from modelupgrade.evaluation.scenario import evaluate_scenario, report_files, summary_metrics
+    from modelupgrade.evaluation.scenario import evaluate_scenario, report_files
     from modelupgrade.registry import track_stage
 
     layout = StudyLayout(
@@ -92,7 +91,7 @@ def evaluate(
         stage.set_tags({"scenario": scenario})
         stage.log_params({"evaluation": params.evaluation, "scenario": setting})
         summary = evaluate_scenario(params, scenario, layout, strategies, heads, generations)
-        stage.log_metrics(summary_metrics(summary))
+        stage.log_metrics(summary.headline_metrics())
         for folder, files in report_files(summary, layout).items():
             stage.log_artifacts(files, folder)
     return Evaluation(summary, layout.metrics(scenario))

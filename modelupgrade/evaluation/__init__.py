@@ -16,19 +16,33 @@ from modelupgrade.evaluation.cross_model import (
     write_heatmap,
 )
 from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator, resolve_protocol
+from modelupgrade.evaluation.summary import (
+    ChainEvaluation,
+    ComparisonRow,
+    Compatibility,
+    ScenarioEvaluation,
+    SequentialEvaluation,
+    read_evaluation,
+)
 
 __all__ = [
     "MATRIX_COLUMNS",
     "NFR_METRIC",
+    "ChainEvaluation",
+    "ComparisonRow",
+    "Compatibility",
     "CrossModelResult",
     "PairResult",
     "RetrievalEvaluator",
+    "ScenarioEvaluation",
+    "SequentialEvaluation",
     "StrategyComparisons",
     "all_compatible_pairs",
     "compatibility_matrix",
     "cross_model_matrix",
     "delta_down",
     "essential_pairs",
+    "read_evaluation",
     "resolve_protocol",
     "self_scores",
     "sequential_summary",

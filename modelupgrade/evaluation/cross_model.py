@@ -20,7 +20,12 @@ import pandas as pd
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator
 from modelupgrade.io import atomic_path
-from modelupgrade.metrics import compatibility_summary, degradation, negative_flip_rate, upgrade_gain
+from modelupgrade.metrics import (
+    compatibility_summary,
+    degradation,
+    negative_flip_rate,
+    upgrade_gain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +39,8 @@ class StrategyComparisons:
 
     strategy: str
     new: str
-    forward_galleries: tuple[str, ...] = ()   # ψ(old) gallery sets queried by ``new``
-    reverse_queries: tuple[str, ...] = ()     # ψ_rev(new) query sets against the old gallery
+    forward_galleries: tuple[str, ...] = ()  # ψ(old) gallery sets queried by ``new``
+    reverse_queries: tuple[str, ...] = ()  # ψ_rev(new) query sets against the old gallery
 
 
 @dataclass
@@ -46,24 +51,34 @@ class CrossModelResult:
 
     def value(self, query_set: str, gallery_set: str, metric: str) -> float:
         rows = self.table[
-            (self.table.query_set == query_set) & (self.table.gallery_set == gallery_set)
+            (self.table.query_set == query_set)
+            & (self.table.gallery_set == gallery_set)
             & (self.table.metric == metric)
         ]
         return float(rows.value.iloc[0]) if len(rows) else float("nan")
 
     def wide(self) -> pd.DataFrame:
         """One row per pair, one column per metric."""
-        return self.table.pivot_table(index=["query_set", "gallery_set"], columns="metric",
-                                      values="value", sort=False).reset_index()
+        return self.table.pivot_table(
+            index=["query_set", "gallery_set"], columns="metric", values="value", sort=False
+        ).reset_index()
 
 
-def all_compatible_pairs(query_sets: Mapping[str, np.ndarray],
-                         gallery_sets: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
+def all_compatible_pairs(
+    query_sets: Mapping[str, np.ndarray], gallery_sets: Mapping[str, np.ndarray]
+) -> list[tuple[str, str]]:
     """Every (query set, gallery set) whose embedding dimensions agree."""
-    return [(q, g) for q, qv in query_sets.items() for g, gv in gallery_sets.items() if qv.shape[1] == gv.shape[1]]
+    return [
+        (q, g)
+        for q, qv in query_sets.items()
+        for g, gv in gallery_sets.items()
+        if qv.shape[1] == gv.shape[1]
+    ]
 
 
-def essential_pairs(old: str, comparisons: Sequence[StrategyComparisons], oracle: str | None) -> list[tuple[str, str]]:
+def essential_pairs(
+    old: str, comparisons: Sequence[StrategyComparisons], oracle: str | None
+) -> list[tuple[str, str]]:
     pairs = [(old, old)]
     for c in comparisons:
         pairs += [(c.new, c.new), (c.new, old)]
@@ -81,7 +96,8 @@ def cross_model_matrix(
     pairs: Iterable[tuple[str, str]],
     reference: tuple[str, str] | None = None,
 ) -> CrossModelResult:
-    """Evaluate each pair; with ``reference`` also the negative-flip rate of every pair against it."""
+    """Evaluate each pair; with ``reference`` also the negative-flip rate of
+    every pair against it."""
     pairs = list(dict.fromkeys(pairs))
     if reference is not None and reference not in pairs:
         pairs.insert(0, reference)
@@ -90,17 +106,24 @@ def cross_model_matrix(
     for q, g in pairs:
         if q not in query_sets or g not in gallery_sets:
             missing = q if q not in query_sets else g
-            raise UserError(f"no embedding set named {missing!r}",
-                            hint=f"query sets: {sorted(query_sets)}; gallery sets: {sorted(gallery_sets)}")
+            raise UserError(
+                f"no embedding set named {missing!r}",
+                hint=f"query sets: {sorted(query_sets)}; gallery sets: {sorted(gallery_sets)}",
+            )
         result = evaluator.evaluate(query_sets[q], gallery_sets[g])
         results[(q, g)] = result
         rows += [(q, g, name, float(value)) for name, value in result.metrics.items()]
         log.info("%s → %s: %s", q, g, ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items()))
     if reference is not None:
         baseline = results[reference].correct
-        rows += [(q, g, NFR_METRIC, negative_flip_rate(baseline, r.correct)) for (q, g), r in results.items()]
+        rows += [
+            (q, g, NFR_METRIC, negative_flip_rate(baseline, r.correct))
+            for (q, g), r in results.items()
+        ]
     table = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
-    return CrossModelResult(table, {k: r.correct for k, r in results.items()}, {k: r.info for k, r in results.items()})
+    return CrossModelResult(
+        table, {k: r.correct for k, r in results.items()}, {k: r.info for k, r in results.items()}
+    )
 
 
 def self_scores(result: CrossModelResult, sets: Iterable[str], metric: str) -> dict[str, float]:
@@ -122,8 +145,13 @@ def delta_down(scores: Mapping[str, float], oracle_scores: Mapping[str, float]) 
     return found
 
 
-def strategy_summary(result: CrossModelResult, old: str, comparisons: Sequence[StrategyComparisons],
-                     delta_down_pct: Mapping[str, float], metric: str) -> pd.DataFrame:
+def strategy_summary(
+    result: CrossModelResult,
+    old: str,
+    comparisons: Sequence[StrategyComparisons],
+    delta_down_pct: Mapping[str, float],
+    metric: str,
+) -> pd.DataFrame:
     """Δ↑ (DMU Eq. 6), Δ↓ (DMU Eq. 7) and the negative-flip rate per strategy and comparison.
 
     Δ↑ compares each way of searching the old gallery with the upgraded model (new/old,
@@ -138,17 +166,27 @@ def strategy_summary(result: CrossModelResult, old: str, comparisons: Sequence[S
         candidates += [("reverse-head", q, old) for q in c.reverse_queries]
         for comparison, q, g in candidates:
             value = result.value(q, g, metric)
-            rows.append({
-                "strategy": c.strategy, "comparison": comparison, "query_set": q, "gallery_set": g,
-                "metric": metric, "value": value,
-                "delta_up_pct": float("nan") if comparison == "self" else upgrade_gain(value, old_self),
-                "delta_down_pct": delta,
-                NFR_METRIC: result.value(q, g, NFR_METRIC),
-            })
+            rows.append(
+                {
+                    "strategy": c.strategy,
+                    "comparison": comparison,
+                    "query_set": q,
+                    "gallery_set": g,
+                    "metric": metric,
+                    "value": value,
+                    "delta_up_pct": float("nan")
+                    if comparison == "self"
+                    else upgrade_gain(value, old_self),
+                    "delta_down_pct": delta,
+                    NFR_METRIC: result.value(q, g, NFR_METRIC),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def compatibility_matrix(result: CrossModelResult, generations: Sequence[str], metric: str) -> np.ndarray:
+def compatibility_matrix(
+    result: CrossModelResult, generations: Sequence[str], metric: str
+) -> np.ndarray:
     """T × T matrix M[i, j] = metric(query generation i, gallery generation j), j ≤ i (0 above)."""
     t = len(generations)
     matrix = np.zeros((t, t))
@@ -160,14 +198,24 @@ def compatibility_matrix(result: CrossModelResult, generations: Sequence[str], m
 
 def sequential_summary(result: CrossModelResult, generations: Sequence[str], metric: str) -> dict:
     matrix = compatibility_matrix(result, generations, metric)
-    return {"generations": list(generations), "metric": metric, "matrix": matrix.tolist(),
-            **compatibility_summary(matrix)}
+    return {
+        "generations": list(generations),
+        "metric": metric,
+        "matrix": matrix.tolist(),
+        **compatibility_summary(matrix),
+    }
 
 
-def write_heatmap(result: CrossModelResult, metrics: Sequence[str], path: str | Path,
-                  query_order: Sequence[str] | None = None, gallery_order: Sequence[str] | None = None,
-                  title: str = "") -> None:
-    """One heatmap panel per metric: rows = query sets, columns = gallery sets, blank = not evaluated."""
+def write_heatmap(
+    result: CrossModelResult,
+    metrics: Sequence[str],
+    path: str | Path,
+    query_order: Sequence[str] | None = None,
+    gallery_order: Sequence[str] | None = None,
+    title: str = "",
+) -> None:
+    """One heatmap panel per metric: rows = query sets, columns = gallery sets,
+    blank = not evaluated."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,15 +224,24 @@ def write_heatmap(result: CrossModelResult, metrics: Sequence[str], path: str | 
     table = result.table
     metrics = [m for m in metrics if m in set(table.metric)]
     if not metrics:
-        raise UserError("none of the heatmap metrics was computed",
-                        hint=f"computed metrics: {sorted(set(table.metric))}")
+        raise UserError(
+            "none of the heatmap metrics was computed",
+            hint=f"computed metrics: {sorted(set(table.metric))}",
+        )
     queries = list(query_order or dict.fromkeys(table.query_set))
     galleries = list(gallery_order or dict.fromkeys(table.gallery_set))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(1.2 + 1.1 * len(galleries) * len(metrics) + 2,
-                                                     1.5 + 0.55 * len(queries)), squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(metrics),
+        figsize=(1.2 + 1.1 * len(galleries) * len(metrics) + 2, 1.5 + 0.55 * len(queries)),
+        squeeze=False,
+    )
     for ax, metric in zip(axes[0], metrics, strict=True):
-        grid = (table[table.metric == metric].pivot(index="query_set", columns="gallery_set", values="value")
-                .reindex(index=queries, columns=galleries))
+        grid = (
+            table[table.metric == metric]
+            .pivot(index="query_set", columns="gallery_set", values="value")
+            .reindex(index=queries, columns=galleries)
+        )
         values = grid.to_numpy(dtype=float)
         image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(galleries)), galleries, rotation=45, ha="right", fontsize=8)

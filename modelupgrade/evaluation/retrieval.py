@@ -44,15 +44,17 @@ def resolve_protocol(requested: str, query_ids: np.ndarray, gallery_ids: np.ndar
         if not same:
             raise UserError(
                 "evaluation.protocol is leave-one-out but the query and gallery splits differ",
-                hint="leave-one-out needs query.parquet and gallery.parquet to list the same items in order",
+                hint="leave-one-out needs query.parquet and gallery.parquet to list "
+                "the same items in order",
             )
         return True
     if requested == "query-gallery":
         if overlap:
             raise UserError(
-                f"{overlap} items are both queries and gallery items; under query-gallery they would "
-                "retrieve themselves",
-                hint="set evaluation.protocol to leave-one-out or auto, or make the splits disjoint",
+                f"{overlap} items are both queries and gallery items; under query-gallery they "
+                "would retrieve themselves",
+                hint="set evaluation.protocol to leave-one-out or auto, or "
+                "make the splits disjoint",
             )
         return False
     if same:
@@ -68,8 +70,14 @@ def resolve_protocol(requested: str, query_ids: np.ndarray, gallery_ids: np.ndar
 class RetrievalEvaluator:
     """Scores query/gallery embedding pairs against fixed labels under one protocol."""
 
-    def __init__(self, params: EvaluationParams, query_labels: np.ndarray, gallery_labels: np.ndarray,
-                 leave_one_out: bool, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        params: EvaluationParams,
+        query_labels: np.ndarray,
+        gallery_labels: np.ndarray,
+        leave_one_out: bool,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.params = params
         self.query_labels = np.asarray(query_labels, dtype=np.int64)
         self.gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
@@ -77,8 +85,11 @@ class RetrievalEvaluator:
         self.device = torch.device(device)
         if leave_one_out and not np.array_equal(self.query_labels, self.gallery_labels):
             raise UserError("leave-one-out needs identical query and gallery labels")
-        counts = np.bincount(self.gallery_labels, minlength=int(max(self.query_labels.max(initial=0),
-                                                                     self.gallery_labels.max(initial=0))) + 1)
+        counts = np.bincount(
+            self.gallery_labels,
+            minlength=int(max(self.query_labels.max(initial=0), self.gallery_labels.max(initial=0)))
+            + 1,
+        )
         self.num_positives = counts[self.query_labels] - (1 if leave_one_out else 0)
         self.search_options = SearchOptions.from_params(params.search)
         self.max_k = max([*params.topk, params.flip_k, params.map_at_k or 0])
@@ -89,15 +100,22 @@ class RetrievalEvaluator:
             "protocol": "leave-one-out" if self.leave_one_out else "query-gallery",
             "similarity": p.similarity,
             "cmc": f"CMC top-k, queries without positives: {p.cmc_no_positive}",
-            "mAP": "step AP (sklearn average_precision_score) over the whole ranking; queries without "
-                   "positives excluded" if p.full_map else None,
+            "mAP": (
+                "step AP (sklearn average_precision_score) over the whole ranking; queries "
+                "without positives excluded"
+                if p.full_map
+                else None
+            ),
             "mAP@k": f"GLDv2 AP@{p.map_at_k} over all queries" if p.map_at_k else None,
             "num_queries": len(self.query_labels),
             "num_gallery": len(self.gallery_labels),
         }
 
-    def _topk_from_search(self, query: np.ndarray, gallery: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        """Gallery ids of the ``max_k`` best results per query (self excluded under leave-one-out)."""
+    def _topk_from_search(
+        self, query: np.ndarray, gallery: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Gallery ids of the ``max_k`` best results per query (self excluded
+        under leave-one-out)."""
         searcher = GallerySearcher(gallery, self.search_options)
         k = min(self.max_k + (1 if self.leave_one_out else 0), len(gallery))
         scores, ids = searcher.search(query, k)
@@ -110,26 +128,35 @@ class RetrievalEvaluator:
         first = np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
         ap_k = (
             truncated_average_precision(hits, self.num_positives, self.params.map_at_k)
-            if self.params.map_at_k else np.full(len(ids), np.nan)
+            if self.params.map_at_k
+            else np.full(len(ids), np.nan)
         )
-        return PerQueryRanking(first.astype(np.int64), np.full(len(ids), np.nan), ap_k, self.num_positives)
+        return PerQueryRanking(
+            first.astype(np.int64), np.full(len(ids), np.nan), ap_k, self.num_positives
+        )
 
     def evaluate(self, query: np.ndarray, gallery: np.ndarray) -> PairResult:
         p = self.params
         if len(query) != len(self.query_labels) or len(gallery) != len(self.gallery_labels):
             raise UserError(
-                f"{len(query)} query and {len(gallery)} gallery vectors for {len(self.query_labels)} "
-                f"query and {len(self.gallery_labels)} gallery labels",
+                f"{len(query)} query and {len(gallery)} gallery vectors for "
+                f"{len(self.query_labels)} query and {len(self.gallery_labels)} gallery labels",
                 hint="embeddings must be computed on the split files, row for row",
             )
         info: dict[str, Any] = {}
         full: PerQueryRanking | None = None
         if p.full_map or p.similarity != "cosine":
             full = rank_features(
-                query, gallery, self.query_labels, self.gallery_labels, similarity=p.similarity,
-                leave_one_out=self.leave_one_out, full_ap=p.full_map,
+                query,
+                gallery,
+                self.query_labels,
+                self.gallery_labels,
+                similarity=p.similarity,
+                leave_one_out=self.leave_one_out,
+                full_ap=p.full_map,
                 ap_k=p.map_at_k if p.similarity != "cosine" else None,
-                memory_bytes=p.ranking_memory_mb * 1024 * 1024, device=self.device,
+                memory_bytes=p.ranking_memory_mb * 1024 * 1024,
+                device=self.device,
             )
         if p.similarity == "cosine":
             ids, info["search"] = self._topk_from_search(query, gallery)
@@ -138,7 +165,8 @@ class RetrievalEvaluator:
             assert full is not None
             topk_ranking, info["search"] = full, {"index": "exact blocked ranking", "exact": True}
         metrics: dict[str, float] = {
-            f"top{k}": v for k, v in cmc_from_ranking(topk_ranking, p.topk, p.cmc_no_positive).items()
+            f"top{k}": v
+            for k, v in cmc_from_ranking(topk_ranking, p.topk, p.cmc_no_positive).items()
         }
         if p.full_map and full is not None:
             metrics["mAP"] = map_from_ranking(full)

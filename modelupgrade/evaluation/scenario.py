@@ -8,10 +8,10 @@ gallery (ψ(old)), a reverse head maps the new queries (ψ_rev(new)); pre-comput
 ``<metrics>/<sc>/cross_model.{parquet,csv,json}``, ``<metrics>/<sc>/summary.{json,csv}`` and
 ``<plots>/<sc>/cross_model_heatmap.png``.
 
-The ``sequential`` scenario reads ``<embeddings>/sequential/<strategy>/gen<i>/`` for every generation
-(generation 0 from ``<embeddings>/sequential/gen0/`` when the chains share it) and writes the same
-files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibility-matrix metrics
-(AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
+The ``sequential`` scenario reads ``<embeddings>/sequential/<strategy>/gen<i>/`` for every
+generation (generation 0 from ``<embeddings>/sequential/gen0/`` when the chains share it) and writes
+the same files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibility-matrix
+metrics (AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
 ``<metrics>/sequential/summary.json``.
 
 Every summary holds Δ↓ (``delta_down_pct``: model → percent) against the oracle strategy
@@ -26,8 +26,6 @@ The directories are those of a ``StudyLayout`` (``modelupgrade.layout``). The ``
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,6 @@ import pandas as pd
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.heads.card import HeadCard
 from modelupgrade.evaluation.cross_model import (
     NFR_METRIC,
     StrategyComparisons,
@@ -51,10 +48,15 @@ from modelupgrade.evaluation.cross_model import (
     write_heatmap,
 )
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protocol
+from modelupgrade.evaluation.summary import (
+    ChainEvaluation,
+    ScenarioEvaluation,
+    SequentialEvaluation,
+)
+from modelupgrade.heads.card import HeadCard
 from modelupgrade.io import file_sha256, save_parquet, write_json, write_text
 from modelupgrade.layout import (
     CROSS_MODEL,
-    DELTA_DOWN,
     GALLERY_SPLIT,
     OLD_MODEL,
     QUERY_SPLIT,
@@ -105,7 +107,8 @@ def head_strategy(head_dir: Path, card: HeadCard) -> str:
     prefix = f"{name}-"
     if not name or not head_dir.name.startswith(prefix):
         raise UserError(
-            f"head directory {head_dir} is not named <head>-<strategy> after its card name {name!r}",
+            f"head directory {head_dir} is not named <head>-<strategy> after "
+            f"its card name {name!r}",
             hint="train heads with stages.train_heads --out heads/<scenario>/<head>-<strategy>",
         )
     return head_dir.name[len(prefix) :]
@@ -132,7 +135,8 @@ def head_outputs(
     new_query: np.ndarray,
     device: Any,
 ) -> tuple[str, np.ndarray]:
-    """(direction, transformed vectors): ψ(old gallery) for forward heads, ψ_rev(new query) for reverse."""
+    """(direction, transformed vectors): ψ(old gallery) for forward heads,
+    ψ_rev(new query) for reverse."""
     from modelupgrade.heads import apply, load_chain, load_head, read_head_card
 
     card = read_head_card(head_dir)
@@ -151,7 +155,7 @@ def head_outputs(
 def write_outputs(
     result: Any,
     summary_rows: pd.DataFrame,
-    summary: dict[str, Any],
+    summary: ScenarioEvaluation | ChainEvaluation,
     out_dir: Path,
     plot_path: Path,
     heatmap_metrics: Sequence[str],
@@ -164,13 +168,13 @@ def write_outputs(
     write_json(
         out_dir / f"{CROSS_MODEL}.json",
         {
-            "protocol": summary["protocol"],
+            "protocol": summary.protocol,
             "matrix": result.wide().to_dict(orient="records"),
             "search": {f"{q} -> {g}": info.get("search") for (q, g), info in result.info.items()},
         },
     )
     write_text(out_dir / f"{SUMMARY}.csv", summary_rows.to_csv(index=False))
-    write_json(out_dir / f"{SUMMARY}.json", summary)
+    write_json(out_dir / f"{SUMMARY}.json", summary.as_dict())
     write_heatmap(result, heatmap_metrics, plot_path, queries, galleries, title)
 
 
@@ -198,7 +202,7 @@ def evaluate_scenario(
     strategies: Sequence[str] | None = None,
     heads: Sequence[str] | None = None,
     generations: int | None = None,
-) -> dict[str, Any]:
+) -> ScenarioEvaluation | SequentialEvaluation:
     """Evaluate one scenario; returns the summary written to ``<metrics>/<sc>/summary.json``.
 
     The files are read from and written to ``layout`` (the project's by default). ``strategies``
@@ -243,7 +247,8 @@ def evaluate_scenario(
         if strategy not in strategies:
             if heads is not None:
                 raise UserError(
-                    f"head {head_dir.name} belongs to strategy {strategy!r}, which is not evaluated",
+                    f"head {head_dir.name} belongs to strategy {strategy!r}, "
+                    "which is not evaluated",
                     hint=f"evaluated strategies: {', '.join(strategies)}",
                 )
             continue
@@ -252,7 +257,8 @@ def evaluate_scenario(
             if not stored.is_file():
                 raise UserError(
                     f"head {head_dir.name} needs side information to transform the gallery",
-                    hint=f"write its transformed gallery to {stored} (or leave it out with --heads)",
+                    hint=f"write its transformed gallery to {stored} (or leave "
+                    "it out with --heads)",
                 )
         new = new_model_name(strategy)
         direction, vectors = head_outputs(
@@ -302,28 +308,31 @@ def evaluate_scenario(
     )
     rows = strategy_summary(result, OLD_MODEL, comparisons, degradation, ev.headline_metric)
 
-    summary = {
-        "scenario": scenario,
-        "protocol": {
+    summary = ScenarioEvaluation(
+        scenario=scenario,
+        protocol={
             **evaluator.protocol_description(),
-            "negative_flips": f"top-{ev.flip_k} right under {OLD_MODEL}/{OLD_MODEL}, wrong under the pair; rate over all queries",
+            "negative_flips": (
+                f"top-{ev.flip_k} right under {OLD_MODEL}/{OLD_MODEL}, wrong under the pair; "
+                "rate over all queries"
+            ),
         },
-        "headline_metric": ev.headline_metric,
-        "old_model": OLD_MODEL,
-        "oracle": oracle,
-        "device": describe_device(device),
-        "strategies": {
+        headline_metric=ev.headline_metric,
+        old_model=OLD_MODEL,
+        oracle=oracle,
+        device=describe_device(device),
+        strategies={
             s: rows[rows.strategy == s].drop(columns="strategy").to_dict(orient="records")
             for s in dict.fromkeys(rows.strategy)
         }
         if len(rows)
         else {},
-        "old_self": result.value(OLD_MODEL, OLD_MODEL, ev.headline_metric),
-        "oracle_self": oracle_self,
+        old_self=result.value(OLD_MODEL, OLD_MODEL, ev.headline_metric),
+        oracle_self=oracle_self,
         # Δ↓ per model: the registry's gates read it here (``modelupgrade.registry.sources``).
-        DELTA_DOWN: degradation,
-        "sources": sources,
-    }
+        delta_down_pct=degradation,
+        sources=sources,
+    )
     write_outputs(
         result,
         rows,
@@ -356,7 +365,7 @@ def evaluate_sequential(
     layout: StudyLayout,
     strategies: Sequence[str] | None,
     generations: int | None = None,
-) -> dict[str, Any]:
+) -> SequentialEvaluation:
     """Compatibility matrices over generations, one per strategy of ``sequential.strategies``.
 
     ``generations`` chain models gen0..gen<N-1> are evaluated (default: one per snapshot of
@@ -405,16 +414,16 @@ def evaluate_sequential(
             for metric in sorted(set(result.table.metric))
             if metric != NFR_METRIC
         }
-        summary = {
-            "scenario": SEQUENTIAL,
-            "strategy": strategy,
-            "protocol": evaluator.protocol_description(),
-            "headline_metric": ev.headline_metric,
-            "compatibility": compat,
-            "oracle": oracle,
-            # Δ↓ per generation: the registry's gates read it here (``modelupgrade.registry.sources``).
-            DELTA_DOWN: delta_down(scores, oracle_scores),
-        }
+        summary = ChainEvaluation(
+            strategy=strategy,
+            protocol=evaluator.protocol_description(),
+            headline_metric=ev.headline_metric,
+            compatibility=compat,
+            oracle=oracle,
+            # Δ↓ per generation: the registry's gates read it here
+            # (``modelupgrade.registry.sources``).
+            delta_down_pct=delta_down(scores, oracle_scores),
+        )
         rows = pd.DataFrame(
             [
                 {"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
@@ -433,23 +442,24 @@ def evaluate_sequential(
             f"sequential / {strategy}: M(gen i, gen j)",
         )
         headline[strategy] = compat.get(ev.headline_metric)
-    out: dict[str, Any] = {
-        "scenario": SEQUENTIAL,
-        "protocol": evaluator.protocol_description(),
-        "strategies": {strategy: headline[strategy] for strategy in strategies},
-    }
+    out = SequentialEvaluation(
+        protocol=evaluator.protocol_description(),
+        strategies={strategy: headline[strategy] for strategy in strategies},
+    )
     if every_strategy:
         # A run over some chains leaves the summary of all of them alone.
-        write_json(layout.metrics(SEQUENTIAL) / f"{SUMMARY}.json", out)
+        write_json(layout.metrics(SEQUENTIAL) / f"{SUMMARY}.json", out.as_dict())
     return out
 
 
-def report_files(summary: dict[str, Any], layout: StudyLayout) -> dict[str, list[Path]]:
+def report_files(
+    summary: ScenarioEvaluation | SequentialEvaluation, layout: StudyLayout
+) -> dict[str, list[Path]]:
     """The files of an evaluation that a person reads (summaries, the matrix as CSV, the heatmaps),
     by the folder they go to among a run's artifacts: ``evaluation``, or ``evaluation/<strategy>``
     for the sequential scenario's chains."""
-    scenario = summary["scenario"]
-    parts = [None] if scenario != SEQUENTIAL else list(summary["strategies"])
+    scenario = summary.scenario
+    parts = [None] if scenario != SEQUENTIAL else list(summary.strategies)
     return {
         "evaluation" if part is None else f"evaluation/{part}": [
             *(layout.metrics(scenario, part) / name for name in REPORT_FILES),
@@ -457,42 +467,3 @@ def report_files(summary: dict[str, Any], layout: StudyLayout) -> dict[str, list
         ]
         for part in parts
     }
-
-
-def _comparison_key(row: dict[str, Any]) -> str:
-    """``backward``; a head's comparison also names the head: ``forward-head.bict-bct``."""
-    head_set = {"forward-head": row["gallery_set"], "reverse-head": row["query_set"]}.get(
-        row["comparison"]
-    )
-    return (
-        row["comparison"] if head_set is None else f"{row['comparison']}.{head_set.split('(')[0]}"
-    )
-
-
-def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of a summary, flat: M per comparison, Δ↑, Δ↓ and the negative-flip rate
-    (two-model scenarios), or AC/AM/BC/FC per strategy (sequential). Values that are not
-    applicable (NaN, e.g. Δ↑ of a model against itself) are left out."""
-    metrics: dict[str, float] = {}
-    if summary["scenario"] == SEQUENTIAL:
-        for strategy, compat in summary["strategies"].items():
-            metrics.update(
-                {f"{strategy}.{k}": v for k, v in (compat or {}).items() if _is_number(v)}
-            )
-        return metrics
-    headline = summary["headline_metric"]
-    for name in ("old_self", "oracle_self"):
-        if _is_number(summary.get(name)):
-            metrics[f"{name}.{headline}"] = summary[name]
-    for strategy, rows in summary["strategies"].items():
-        for row in rows:
-            key = f"{strategy}.{_comparison_key(row)}"
-            metrics[f"{key}.{headline}"] = row["value"]
-            metrics[f"{key}.delta_up_pct"] = row["delta_up_pct"]
-            metrics[f"{key}.{NFR_METRIC}"] = row[NFR_METRIC]
-            metrics[f"{strategy}.delta_down_pct"] = row["delta_down_pct"]
-    return {k: float(v) for k, v in metrics.items() if _is_number(v)}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)

@@ -17,10 +17,11 @@ import pandas as pd
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.io import file_sha256, read_json
+from modelupgrade.evaluation.summary import read_evaluation
+from modelupgrade.heads.persistence import read_head_card
+from modelupgrade.io import file_sha256
 from modelupgrade.layout import (
     CROSS_MODEL,
-    DELTA_DOWN,
     OLD_MODEL,
     SEQUENTIAL,
     SUMMARY,
@@ -30,7 +31,6 @@ from modelupgrade.layout import (
     snapshot_split,
     training_split,
 )
-from modelupgrade.heads.persistence import read_head_card
 from modelupgrade.models.persistence import CARD_FILE, WEIGHTS_FILE
 from modelupgrade.registry.evidence import GateEvidence
 from modelupgrade.registry.provenance import data_hash_of
@@ -274,4 +274,4 @@ def _degradation(metrics_dir: Path) -> dict[str, float]:
     path = metrics_dir / f"{SUMMARY}.json"
     if not path.is_file():
         return {}
-    return {name: float(value) for name, value in (read_json(path).get(DELTA_DOWN) or {}).items()}
+    return read_evaluation(path).delta_down_pct

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from modelupgrade.config import Params, params_hash
+from modelupgrade.evaluation.summary import BACKWARD, HEAD_COMPARISONS, SELF
 from modelupgrade.io import atomic_path
 from modelupgrade.registry.provenance import dvc_data_hash, git_commit
 from modelupgrade.report.claims import Claim, check_claims
@@ -27,15 +28,7 @@ from modelupgrade.report.document import (
     render_html,
     render_markdown,
 )
-from modelupgrade.report.results import (
-    BACKWARD,
-    CURVE_METRIC,
-    HEAD_COMPARISONS,
-    REVERSE_HEAD,
-    SELF,
-    ScenarioResults,
-    StudyResults,
-)
+from modelupgrade.report.results import CURVE_METRIC, ScenarioResults, StudyResults
 
 
 def _fmt(value: float | None) -> str:
@@ -44,37 +37,29 @@ def _fmt(value: float | None) -> str:
 
 def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]:
     ev = sc.evaluation
-    protocol = ev.get("protocol")
-    old_self, oracle_self = _fmt(ev.get("old_self")), _fmt(ev.get("oracle_self"))
-    if isinstance(protocol, dict):
-        described = protocol.get("description", protocol.get("name", "query-gallery"))
-        intro = Paragraph(
-            f"{sc.metric} over the {described} protocol. M(old, old) = {old_self}; the "
-            "independently trained new model (the oracle of Δ↓) reaches M(new, new) = "
-            f"{oracle_self}."
-        )
-    else:
-        intro = Paragraph(f"M(old, old) = {old_self}; independent M(new, new) = {oracle_self}.")
+    old_self, oracle_self = _fmt(ev.old_self), _fmt(ev.oracle_self)
+    described = ev.protocol.get("description", ev.protocol.get("name", "query-gallery"))
+    intro = Paragraph(
+        f"{sc.metric} over the {described} protocol. M(old, old) = {old_self}; the "
+        "independently trained new model (the oracle of Δ↓) reaches M(new, new) = "
+        f"{oracle_self}."
+    )
     blocks: list[Block] = [Heading(f"Scenario {sc.name}", 2), intro]
     rows = []
-    for strategy in ev["strategies"]:
-        heads = [r for r in sc.rows(strategy) if r["comparison"] in HEAD_COMPARISONS]
-        best_head = max(heads, key=lambda r: r["value"]) if heads else None
+    for strategy in ev.strategies:
+        heads = [r for r in sc.rows(strategy) if r.comparison in HEAD_COMPARISONS]
+        best_head = max(heads, key=lambda r: r.value) if heads else None
         self_row, backward = sc.row(strategy, SELF), sc.row(strategy, BACKWARD)
-        head_name = None
-        if best_head is not None:
-            reverse = best_head["comparison"] == REVERSE_HEAD
-            head_name = best_head["query_set"] if reverse else best_head["gallery_set"]
         rows.append(
             [
                 strategy,
-                self_row["value"] if self_row else None,
-                backward["value"] if backward else None,
-                best_head["value"] if best_head else None,
-                head_name,
-                max([r["delta_up_pct"] for r in [backward, best_head] if r], default=None),
-                self_row["delta_down_pct"] if self_row else None,
-                backward.get("negative_flip_rate") if backward else None,
+                self_row.value if self_row else None,
+                backward.value if backward else None,
+                best_head.value if best_head else None,
+                best_head.head_set if best_head else None,
+                max([r.delta_up_pct for r in [backward, best_head] if r], default=None),
+                self_row.delta_down_pct if self_row else None,
+                backward.negative_flip_rate if backward else None,
             ]
         )
     columns = [
@@ -156,16 +141,16 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
         ),
     ]
     for strategy, summary in study.sequential.items():
-        metric = summary["headline_metric"]
-        compat = summary["compatibility"][metric]
-        generations = compat["generations"]
+        metric = summary.headline_metric
+        compat = summary.compatibility[metric]
+        generations = compat.generations
         rows = [
-            [q, *[compat["matrix"][i][j] if j <= i else None for j in range(len(generations))]]
+            [q, *[compat.matrix[i][j] if j <= i else None for j in range(len(generations))]]
             for i, q in enumerate(generations)
         ]
         blocks.append(Heading(f"{strategy} ({metric})", 3))
         blocks.append(Table(["query \\ gallery", *generations], rows))
-        scalars = {k: v for k, v in compat.items() if k not in ("matrix", "generations", "metric")}
+        scalars = dict(sorted(compat.numbers().items()))
         blocks.append(Table(list(scalars), [list(scalars.values())]))
         if strategy in study.sequential_plots:
             plot = images[study.sequential_plots[strategy]]
@@ -209,9 +194,7 @@ def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -
 def run_metadata(params: Params, study: StudyResults) -> dict[str, str]:
     """What the report says about the run: git commit, params and DVC data hashes, seeds, the
     device the evaluations ran on, the dataset."""
-    devices = sorted(
-        {str(sc.evaluation["device"]) for sc in study.scenarios if sc.evaluation.get("device")}
-    )
+    devices = sorted({sc.evaluation.device for sc in study.scenarios if sc.evaluation.device})
     return {
         "git commit": git_commit(),
         "params hash": params_hash(params),

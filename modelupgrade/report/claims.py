@@ -10,14 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modelupgrade.report.results import (
-    BACKWARD,
-    CURVE_METRIC,
-    FORWARD_HEAD,
-    SELF,
-    ScenarioResults,
-    StudyResults,
-)
+from modelupgrade.evaluation.summary import BACKWARD, FORWARD_HEAD, SELF
+from modelupgrade.report.results import CURVE_METRIC, ScenarioResults, StudyResults
 
 # The strategy kinds (``strategies.<name>.kind``) the claims are about.
 BCT_KIND = "bct"
@@ -63,7 +57,7 @@ def _label(strategy: str) -> str:
 def bct_is_backward_compatible(study: StudyResults) -> Claim:
     checks: Evidence = []
     for sc in study.scenarios:
-        old_self = sc.evaluation.get("old_self")
+        old_self = sc.evaluation.old_self
         for bct in study.strategies_of_kind(BCT_KIND):
             cross = sc.value(bct, BACKWARD)
             if cross is not None and old_self is not None:
@@ -82,7 +76,7 @@ def bct_is_backward_compatible(study: StudyResults) -> Claim:
 def bct_loses_new_to_new_accuracy(study: StudyResults) -> Claim:
     checks: Evidence = []
     for sc in study.scenarios:
-        oracle_self = sc.evaluation.get("oracle_self")
+        oracle_self = sc.evaluation.oracle_self
         for bct in study.strategies_of_kind(BCT_KIND):
             bct_self = sc.value(bct, SELF)
             if bct_self is not None and oracle_self is not None:
@@ -107,7 +101,7 @@ def dmu_narrows_bct_loss(study: StudyResults) -> Claim:
                 bct, dmu = sc.row(bct_name, SELF), sc.row(dmu_name, SELF)
                 if bct is None or dmu is None:
                     continue
-                ours, theirs = dmu["delta_down_pct"], bct["delta_down_pct"]
+                ours, theirs = dmu.delta_down_pct, bct.delta_down_pct
                 evidence = (
                     f"{sc.name}: Δ↓ {_label(dmu_name)} {ours:.2f}% vs "
                     f"{_label(bct_name)} {theirs:.2f}%"
@@ -121,24 +115,24 @@ def dmu_narrows_bct_loss(study: StudyResults) -> Claim:
 def forward_adapters_raise_new_to_old(study: StudyResults) -> Claim:
     checks: Evidence = []
     for sc in study.scenarios:
-        old_self = sc.evaluation.get("old_self")
-        for strategy in sc.evaluation["strategies"]:
+        old_self = sc.evaluation.old_self
+        for strategy in sc.evaluation.strategies:
             backward = sc.value(strategy, BACKWARD)
             if backward is None or old_self is None:
                 continue
             for row in sc.rows(strategy):
-                if row["comparison"] != FORWARD_HEAD:
+                if row.comparison != FORWARD_HEAD:
                     continue
                 # An incompatible (independent) new model is measured against old/old, as FCT does.
-                if sc.evaluation.get("oracle") == row["query_set"]:
+                if sc.evaluation.oracle == row.query_set:
                     reference, label = old_self, "M(old, old)"
                 else:
                     reference, label = backward, f"M({strategy}, old)"
                 evidence = (
-                    f"{sc.name}: M({row['query_set']}, {row['gallery_set']}) = "
-                    f"{row['value']:.4f} vs {label} = {reference:.4f}"
+                    f"{sc.name}: M({row.query_set}, {row.gallery_set}) = "
+                    f"{row.value:.4f} vs {label} = {reference:.4f}"
                 )
-                checks.append((row["value"] > reference, evidence))
+                checks.append((row.value > reference, evidence))
     return _claim(
         "Forward adapters ψ raise new-to-old retrieval: M(new, ψ(old)) above M(new, old) for "
         "compatible new models, and above M(old, old) for an independent one (FCT).",
@@ -176,7 +170,9 @@ def rank_merge_is_monotone(study: StudyResults) -> Claim:
             if curve.mode != RANK_MERGE or not curve.deployable:
                 continue
             conditions = curve.conditions[CURVE_METRIC]
-            shape = "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
+            shape = (
+                "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
+            )
             evidence = f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
             checks.append((conditions.monotone, evidence))
     return _claim(

@@ -7,14 +7,13 @@ strategies and heads come from params. The report computes nothing new from them
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modelupgrade.backfill.summary import BackfillSummary, CurveSummary
 from modelupgrade.config import Params
-from modelupgrade.errors import UserError
+from modelupgrade.evaluation.summary import ChainEvaluation, ComparisonRow, ScenarioEvaluation
 from modelupgrade.layout import (
     BACKFILL_CURVES,
     BACKFILL_SUMMARY_FILE,
@@ -24,14 +23,6 @@ from modelupgrade.layout import (
     head_name,
 )
 
-# The comparisons of an evaluation summary's rows (modelupgrade.evaluation): a new model against
-# itself, its queries against the old gallery, through a forward head (ψ(old) gallery) or a
-# reverse head (transformed queries).
-SELF = "self"
-BACKWARD = "backward"
-FORWARD_HEAD = "forward-head"
-REVERSE_HEAD = "reverse-head"
-HEAD_COMPARISONS = (FORWARD_HEAD, REVERSE_HEAD)
 # The metric the backfill curves are summarised in.
 CURVE_METRIC = "mAP"
 
@@ -39,7 +30,7 @@ CURVE_METRIC = "mAP"
 @dataclass
 class ScenarioResults:
     name: str
-    evaluation: dict[str, Any]
+    evaluation: ScenarioEvaluation
     backfill: BackfillSummary | None
     heatmap: Path | None
     curves_plot: Path | None
@@ -49,17 +40,17 @@ class ScenarioResults:
 
     @property
     def metric(self) -> str:
-        return str(self.evaluation["headline_metric"])
+        return self.evaluation.headline_metric
 
-    def rows(self, strategy: str) -> list[dict[str, Any]]:
-        return list(self.evaluation["strategies"].get(strategy, []))
+    def rows(self, strategy: str) -> list[ComparisonRow]:
+        return self.evaluation.rows(strategy)
 
     def value(self, strategy: str, comparison: str) -> float | None:
-        values = [r["value"] for r in self.rows(strategy) if r["comparison"] == comparison]
+        values = [r.value for r in self.rows(strategy) if r.comparison == comparison]
         return max(values) if values else None
 
-    def row(self, strategy: str, comparison: str) -> dict[str, Any] | None:
-        return next((r for r in self.rows(strategy) if r["comparison"] == comparison), None)
+    def row(self, strategy: str, comparison: str) -> ComparisonRow | None:
+        return self.evaluation.row(strategy, comparison)
 
     def curve(self, strategy: str, policy: str, mode: str) -> CurveSummary | None:
         """One backfill curve's summary (AUCs, Seo et al.'s conditions), None if not simulated."""
@@ -89,7 +80,7 @@ class ScenarioResults:
 @dataclass
 class StudyResults:
     scenarios: list[ScenarioResults]
-    sequential: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sequential: dict[str, ChainEvaluation] = field(default_factory=dict)
     sequential_plots: dict[str, Path] = field(default_factory=dict)
     strategy_kinds: dict[str, str] = field(default_factory=dict)  # strategy name → its kind
 
@@ -111,7 +102,7 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
         scenarios.append(
             ScenarioResults(
                 name=name,
-                evaluation=_read_json(metrics / f"{SUMMARY}.json"),
+                evaluation=ScenarioEvaluation.read(metrics / f"{SUMMARY}.json"),
                 backfill=BackfillSummary.read(backfill) if backfill.is_file() else None,
                 heatmap=heatmap if heatmap.is_file() else None,
                 curves_plot=curves_plot if curves_plot.is_file() else None,
@@ -125,17 +116,8 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
     for strategy in params.sequential.strategies:
         summary = layout.metrics(SEQUENTIAL, strategy) / f"{SUMMARY}.json"
         if summary.is_file():
-            study.sequential[strategy] = _read_json(summary)
+            study.sequential[strategy] = ChainEvaluation.read(summary)
             plot = layout.heatmap(SEQUENTIAL, strategy)
             if plot.is_file():
                 study.sequential_plots[strategy] = plot
     return study
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(
-            f"{path} does not exist",
-            hint="run the evaluate and simulate_backfill stages first (dvc repro)",
-        )
-    return json.loads(path.read_text(encoding="utf-8"))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.io import read_json, write_json, write_text
+from modelupgrade.evaluation.summary import ChainEvaluation
+from modelupgrade.io import write_json, write_text
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
 from modelupgrade.registry.versions import TAG_GATES_AGAINST
@@ -74,8 +75,8 @@ def json_number(value: Any) -> float | None:
 
 def chain_compatibility(chain: Chain) -> dict[str, Any]:
     """The chain's compatibility matrix and its summary numbers in the headline metric."""
-    summary = read_json(chain.metrics_dir / f"{SUMMARY}.json")
-    return {"metric": chain.metric, **summary["compatibility"][chain.metric]}
+    summary = ChainEvaluation.read(chain.metrics_dir / f"{SUMMARY}.json")
+    return {**summary.compatibility[chain.metric].model_dump(), "metric": chain.metric}
 
 
 def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
