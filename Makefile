@@ -11,11 +11,12 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser repro test test-slow ui benchmarks gpu-study help
+.PHONY: install dataset browser repro lint test test-slow ui benchmarks gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
-	@echo "make test   - install what is missing, then run the fast test suite"
+	@echo "make lint   - ruff check and ruff format --check over the whole tree"
+	@echo "make test   - install what is missing, then run lint and the fast test suite"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
 	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
@@ -49,7 +50,12 @@ dataset: $(DATASET)
 repro: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
-test: install browser
+# ruff's lint rules and formatting (pyproject.toml: [tool.ruff]); a finding fails `make test`.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install browser lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-slow: install

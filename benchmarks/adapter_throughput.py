@@ -5,10 +5,12 @@
 For each device (CPU, and CUDA when present) it measures, in the same run:
 
 * the float32 matmul rate of a large square GEMM (GFLOP/s), taken as the attainable peak;
-* embeddings/s of the head (3 × [fc-bn-relu] + fc, hidden 1024) through ``inference_copy`` (BN folded,
-  batched, inference mode), and end to end through ``modelupgrade.heads.apply`` (numpy in and out);
+* embeddings/s of the head (3 × [fc-bn-relu] + fc, hidden 1024) through ``inference_copy`` (BN
+  folded, batched, inference mode), and end to end through ``modelupgrade.heads.apply``
+  (numpy in and out);
 * the ratio of the head's rate to the rate its FLOP count allows at that peak
-  (peak FLOP/s ÷ FLOPs per embedding), median over interleaved (peak, head) pairs. ``--check`` exits non-zero when it is below 0.5.
+  (peak FLOP/s ÷ FLOPs per embedding), median over interleaved (peak, head) pairs. ``--check`` exits
+  non-zero when it is below 0.5.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int, min_seconds: float = 0.2) -> float:
+def best_seconds(
+    fn: Callable[[], object], device: torch.device, repeats: int, min_seconds: float = 0.2
+) -> float:
     """Median over ``repeats`` of the time per call, each repeat looping until ``min_seconds``."""
     fn()
     _synchronize(device)
@@ -86,7 +90,9 @@ def benchmark_device(device: torch.device, args: argparse.Namespace) -> dict[str
             seconds = best_seconds(run_batches, device, 1)
             pairs.append((peak, args.rows / seconds))
     end_to_end_seconds = best_seconds(
-        lambda: apply(head, vectors, batch_size=args.batch_size, device=device), device, args.repeats
+        lambda: apply(head, vectors, batch_size=args.batch_size, device=device),
+        device,
+        args.repeats,
     )
     peak_after = matmul_gflops(device, args.matmul_size, 1)
     ratios = [rate * flops_per_row / (peak * 1e9) for peak, rate in pairs]
@@ -96,7 +102,8 @@ def benchmark_device(device: torch.device, args: argparse.Namespace) -> dict[str
     return {
         "macs": macs,
         "peak_gflops": peak,
-        "peak_spread": (max(p for p, _ in pairs) - min(p for p, _ in pairs)) / max(p for p, _ in pairs),
+        "peak_spread": (max(p for p, _ in pairs) - min(p for p, _ in pairs))
+        / max(p for p, _ in pairs),
         "rate": rate,
         "end_to_end_rate": args.rows / end_to_end_seconds,
         "allowed_rate": allowed,
@@ -113,9 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=4, help="linear layers (DMU: 4)")
     parser.add_argument("--rows", type=int, default=131072, help="embeddings per timed pass")
     parser.add_argument("--batch-size", type=int, default=8192)
-    parser.add_argument("--matmul-size", type=int, default=2048, help="square GEMM size for the peak")
+    parser.add_argument(
+        "--matmul-size", type=int, default=2048, help="square GEMM size for the peak"
+    )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
+    )
     parser.add_argument("--device", choices=["all", "cpu", "cuda"], default="all")
     parser.add_argument("--check", action="store_true", help="exit 1 if a ratio is below 0.5")
     args = parser.parse_args(argv)
@@ -133,15 +144,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     ok = True
     for device in devices:
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+        name = (
+            torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else f"cpu ({torch.get_num_threads()} threads)"
+        )
         r = benchmark_device(device, args)
         print(f"[{name}]")
         print(f"  MACs per embedding          {r['macs']:>14,d}  ({2 * r['macs']:,d} FLOPs)")
-        print(f"  matmul peak (fp32 GEMM)     {r['peak_gflops']:>14.1f} GFLOP/s  (median pair; spread over pairs {r['peak_spread']:.1%})")
+        print(
+            f"  matmul peak (fp32 GEMM)     {r['peak_gflops']:>14.1f} GFLOP/s  (median pair; "
+            f"spread over pairs {r['peak_spread']:.1%})"
+        )
         print(f"  rate allowed at that peak   {r['allowed_rate']:>14,.0f} embeddings/s")
-        print(f"  head (folded, batched)      {r['rate']:>14,.0f} embeddings/s  = {r['head_gflops']:.1f} GFLOP/s")
+        print(
+            f"  head (folded, batched)      {r['rate']:>14,.0f} embeddings/s  = "
+            f"{r['head_gflops']:.1f} GFLOP/s"
+        )
         print(f"  apply() end to end (numpy)  {r['end_to_end_rate']:>14,.0f} embeddings/s")
-        print(f"  ratio head / allowed        {r['ratio']:>14.2f}   (end to end {r['end_to_end_ratio']:.2f}; target >= 0.50)")
+        print(
+            f"  ratio head / allowed        {r['ratio']:>14.2f}   (end to end "
+            f"{r['end_to_end_ratio']:.2f}; target >= 0.50)"
+        )
         ok &= r["ratio"] >= 0.5
     if args.check and not ok:
         print("FAIL: the head reaches less than 50% of the rate its FLOPs allow", file=sys.stderr)

@@ -17,10 +17,18 @@ import time
 import numpy as np
 import torch
 
-from modelupgrade.backfill import SearchSystems, backfill_curve, evaluate_state, fastfill_grid, naive_curve
+from modelupgrade.backfill import (
+    SearchSystems,
+    backfill_curve,
+    evaluate_state,
+    fastfill_grid,
+    naive_curve,
+)
 
 
-def synthetic(n: int, per_class: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def synthetic(
+    n: int, per_class: int, dim: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     classes = max(1, n // per_class)
     labels = rng.integers(0, classes, n)
@@ -43,14 +51,20 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20_000)
-    parser.add_argument("--steps", type=int, default=20, help="FastFill's B: the curve has B + 2 points")
+    parser.add_argument(
+        "--steps", type=int, default=20, help="FastFill's B: the curve has B + 2 points"
+    )
     parser.add_argument("--per-class", type=int, default=50, help="gallery images per class")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--distance", choices=["l2", "cosine"], default="l2")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--naive-points", type=int, default=0, help="0 = time the naive loop on every point")
+    parser.add_argument(
+        "--naive-points", type=int, default=0, help="0 = time the naive loop on every point"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0 = torch's default)"
+    )
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -59,27 +73,48 @@ def main(argv: list[str] | None = None) -> None:
     ordering = np.random.default_rng(args.seed + 1).permutation(args.n)
     grid = fastfill_grid(args.steps, args.n)
     systems = SearchSystems(new, old, new, new)
-    print(f"n = {args.n} leave-one-out, d = {args.dim}, {args.per_class} per class, K = {len(grid)} points, "
-          f"{args.distance}, torch threads = {torch.get_num_threads()}")
+    print(
+        f"n = {args.n} leave-one-out, d = {args.dim}, {args.per_class} per class, K = {len(grid)} "
+        f"points, {args.distance}, torch threads = {torch.get_num_threads()}"
+    )
 
     single_s, _ = timed(lambda: evaluate_state(new, new, labels, True, args.distance), args.repeats)
     print(f"single evaluation (one gallery state):   {single_s:8.2f} s")
     curve_s, curve = timed(
-        lambda: backfill_curve(systems, labels, labels, ordering, grid.cutoffs, grid.t,
-                               self_index=np.arange(args.n), distance=args.distance), args.repeats)
+        lambda: backfill_curve(
+            systems,
+            labels,
+            labels,
+            ordering,
+            grid.cutoffs,
+            grid.t,
+            self_index=np.arange(args.n),
+            distance=args.distance,
+        ),
+        args.repeats,
+    )
     print(f"one-pass curve ({len(grid)} points):            {curve_s:8.2f} s")
 
     points = len(grid) if args.naive_points <= 0 else min(args.naive_points, len(grid))
     subset = type(grid)(grid.t[:points], grid.cutoffs[:points])
     naive_s, naive = timed(
-        lambda: naive_curve(systems, labels, labels, ordering, subset, leave_one_out=True,
-                            distance=args.distance), 1)
+        lambda: naive_curve(
+            systems, labels, labels, ordering, subset, leave_one_out=True, distance=args.distance
+        ),
+        1,
+    )
     naive_full_s = naive_s * len(grid) / points
     scaled = "" if points == len(grid) else f" (measured on {points} points, scaled)"
     print(f"naive loop ({len(grid)} points):                {naive_full_s:8.2f} s{scaled}")
-    agree = max(float(np.max(np.abs(curve.as_dict()[k][:points] - naive[k]))) for k in ("top1", "top5", "mAP"))
+    agree = max(
+        float(np.max(np.abs(curve.as_dict()[k][:points] - naive[k])))
+        for k in ("top1", "top5", "mAP")
+    )
     print(f"max |curve − naive| over top1/top5/mAP:  {agree:.2e}")
-    print(f"curve / single evaluation:               {curve_s / single_s:8.2f}   (target ≤ 3.0; naive ≈ {len(grid)})")
+    print(
+        f"curve / single evaluation:               {curve_s / single_s:8.2f}   (target ≤ 3.0; "
+        f"naive ≈ {len(grid)})"
+    )
     print(f"naive loop / single evaluation:          {naive_full_s / single_s:8.2f}")
     print(f"naive loop / curve (speed-up):           {naive_full_s / curve_s:8.2f}")
 

@@ -8,7 +8,8 @@ Prints items/s for
   overlaps the next chunks' compute and groups the chunks that finished meanwhile (group commit);
 * the same chunks and ψ *without* crash safety: one thread, vectors never synced, one state
   transaction at the end — the ratio of the two is the cost of crash safety (target ≤ 1.10);
-* re-embedding images with a small real EmbeddingModel (ResNet-18, 28×28, CPU; and CUDA when present).
+* re-embedding images with a small real EmbeddingModel (ResNet-18, 28×28, CPU; and
+  CUDA when present).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ from modelupgrade.store import (
 def _gallery(path: Path, n: int, space: SpaceSpec, seed: int = 0) -> GalleryStore:
     store = GalleryStore.create(path)
     rng = np.random.default_rng(seed)
-    store.ingest([f"i{i}" for i in range(n)], rng.normal(size=(n, space.dim)).astype(np.float32), space,
-                 scores={"old-confidence": rng.random(n)})
+    store.ingest(
+        [f"i{i}" for i in range(n)],
+        rng.normal(size=(n, space.dim)).astype(np.float32),
+        space,
+        scores={"old-confidence": rng.random(n)},
+    )
     return store
 
 
@@ -53,27 +58,44 @@ def _psi(dim: int, hidden: int, depth: int, device: str):  # type: ignore[no-unt
 def _crash_safe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi) -> float:  # type: ignore[no-untyped-def]
     with _gallery(path, n, old) as store:
         started = time.perf_counter()
-        report = BackfillJob(store, new, TransformStored(psi), build_ordering("old-confidence"), chunk, progress=False).run()
+        report = BackfillJob(
+            store,
+            new,
+            TransformStored(psi),
+            build_ordering("old-confidence"),
+            chunk,
+            progress=False,
+        ).run()
         if report.status != "complete":
             raise RuntimeError(f"benchmark backfill ended {report.status}: {report.as_dict()}")
         return time.perf_counter() - started
 
 
 def _unsafe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi) -> float:  # type: ignore[no-untyped-def]
-    """The same chunks and ψ, with nothing made durable until one commit of every state at the end."""
+    """The same chunks and ψ, with nothing made durable until one commit of
+    every state at the end."""
     with _gallery(path, n, old) as store:
         started = time.perf_counter()
         backfill = start_or_resume(store, new, "transform", build_ordering("old-confidence"), chunk)
         source = TransformStored(psi)
         results = []
-        for chunk_rows in store.backfills.next_chunks(backfill, limit=None):  # nothing committed in between
+        # nothing committed in between
+        for chunk_rows in store.backfills.next_chunks(backfill, limit=None):
             result = source.compute(store, chunk_rows, new)
             store.write_vectors(new.name, result.slots, result.vectors, durable=False)
             results.append((chunk_rows, result))
-        store.backfills.commit_chunks(new.name, [  # every state in one transaction
-            ChunkCommit(chunk_rows, result.slots, result.failures, vectors_digest(result.slots, result.vectors))
-            for chunk_rows, result in results
-        ])
+        store.backfills.commit_chunks(
+            new.name,
+            [  # every state in one transaction
+                ChunkCommit(
+                    chunk_rows,
+                    result.slots,
+                    result.failures,
+                    vectors_digest(result.slots, result.vectors),
+                )
+                for chunk_rows, result in results
+            ],
+        )
         store.sync_vectors(new.name)
         store.backfills.finish(backfill)
         return time.perf_counter() - started
@@ -93,19 +115,29 @@ def _re_embed(path: Path, n: int, chunk: int, device: str) -> float:
     from modelupgrade.config.training import ArchitectureParams
     from modelupgrade.models import EmbeddingModel, embed
 
-    model = EmbeddingModel(ArchitectureParams(backbone="resnet18", embedding_dim=128), 1, 10, 28).eval().to(device)
+    model = (
+        EmbeddingModel(ArchitectureParams(backbone="resnet18", embedding_dim=128), 1, 10, 28)
+        .eval()
+        .to(device)
+    )
     old, new = SpaceSpec("gen0", 128), SpaceSpec("gen1", 128, upgrades_from=("gen0",))
     with _gallery(path, n, old) as store:
-        source = ReEmbedImages(_SyntheticImages((1, 28, 28)),
-                               lambda images: embed(model, torch.from_numpy(images), 256, device))
+        source = ReEmbedImages(
+            _SyntheticImages((1, 28, 28)),
+            lambda images: embed(model, torch.from_numpy(images), 256, device),
+        )
         started = time.perf_counter()
-        report = BackfillJob(store, new, source, build_ordering("random"), chunk, progress=False).run()
+        report = BackfillJob(
+            store, new, source, build_ordering("random"), chunk, progress=False
+        ).run()
         assert report.status == "complete"
         return n / (time.perf_counter() - started)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--items", type=int, default=20000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--chunk-size", type=int, default=512)
@@ -122,17 +154,51 @@ def main() -> None:
             psi = _psi(args.dim, args.head_hidden, args.head_depth, device)
             safe, unsafe = [], []
             for repeat in range(args.repeats):  # interleaved so machine load hits both alike
-                safe.append(_crash_safe(Path(tmp) / f"safe-{device}{repeat}", args.items, old, new, args.chunk_size, psi))
-                unsafe.append(_unsafe(Path(tmp) / f"unsafe-{device}{repeat}", args.items, old, new, args.chunk_size, psi))
+                safe.append(
+                    _crash_safe(
+                        Path(tmp) / f"safe-{device}{repeat}",
+                        args.items,
+                        old,
+                        new,
+                        args.chunk_size,
+                        psi,
+                    )
+                )
+                unsafe.append(
+                    _unsafe(
+                        Path(tmp) / f"unsafe-{device}{repeat}",
+                        args.items,
+                        old,
+                        new,
+                        args.chunk_size,
+                        psi,
+                    )
+                )
             best_safe, best_unsafe = min(safe), min(unsafe)
-            print(f"ψ on stored vectors (bict head {args.head_depth}×{args.head_hidden}, d={args.dim}, {args.items} items, "
-                  f"chunks of {args.chunk_size}, ψ on {device}):")
-            print(f"  crash-safe job : {args.items / best_safe:10.0f} items/s  ({best_safe:.3f} s, best of {args.repeats})")
-            print(f"  without        : {args.items / best_unsafe:10.0f} items/s  ({best_unsafe:.3f} s)")
+            print(
+                f"ψ on stored vectors (bict head {args.head_depth}×{args.head_hidden}, "
+                f"d={args.dim}, {args.items} items, chunks of {args.chunk_size}, ψ on {device}):"
+            )
+            print(
+                f"  crash-safe job : {args.items / best_safe:10.0f} items/s  ({best_safe:.3f} s, "
+                f"best of {args.repeats})"
+            )
+            print(
+                f"  without        : {args.items / best_unsafe:10.0f} items/s  "
+                f"({best_unsafe:.3f} s)"
+            )
             print(f"  cost of crash safety: {best_safe / best_unsafe:.3f}x (target ≤ 1.10)")
         for device in devices:
-            rate = _re_embed(Path(tmp) / f"embed-{device}", args.images, min(args.chunk_size, args.images), device)
-            print(f"re-embedding images (ResNet-18, 1×28×28 → 128-d, {args.images} items, {device}): {rate:.1f} items/s")
+            rate = _re_embed(
+                Path(tmp) / f"embed-{device}",
+                args.images,
+                min(args.chunk_size, args.images),
+                device,
+            )
+            print(
+                f"re-embedding images (ResNet-18, 1×28×28 → 128-d, {args.images} items, "
+                f"{device}): {rate:.1f} items/s"
+            )
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
-"""modelupgrade: compatible embedding-model upgrades, transformation heads and online backfilling."""
+"""modelupgrade: compatible embedding-model upgrades, transformation heads
+and online backfilling."""
 
 __version__ = "0.1.0"

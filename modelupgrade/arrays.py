@@ -20,7 +20,9 @@ def load_array(path: str | Path, what: str, ndim: int | None = 2, mmap: bool = F
     ``UserError`` naming ``what`` it should hold. Pickled object arrays are never loaded."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{what} file {path} does not exist", hint="run the step that produces it first")
+        raise UserError(
+            f"{what} file {path} does not exist", hint="run the step that produces it first"
+        )
     try:
         array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except ValueError as err:
@@ -32,13 +34,17 @@ def load_array(path: str | Path, what: str, ndim: int | None = 2, mmap: bool = F
     except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise UserError(f"{what} file {path} is not a readable .npy file: {err}") from None
     if not isinstance(array, np.ndarray):
-        raise UserError(f"{what} file {path} is an .npz archive, not one array", hint="pass an .npy file")
+        raise UserError(
+            f"{what} file {path} is an .npz archive, not one array", hint="pass an .npy file"
+        )
     if ndim is not None and array.ndim != ndim:
         raise UserError(f"{what} file {path} must hold a {ndim}-D array, got shape {array.shape}")
     return array
 
 
-def vector_rows(array: np.ndarray, what: str, dim: int | None = None, rows: int | None = None) -> np.ndarray:
+def vector_rows(
+    array: np.ndarray, what: str, dim: int | None = None, rows: int | None = None
+) -> np.ndarray:
     """``array`` as C-contiguous float32 rows (N, D), or a ``UserError`` saying what is wrong.
 
     ``dim`` and ``rows``, when given, are the width and the number of rows the caller needs.
@@ -57,5 +63,7 @@ def vector_rows(array: np.ndarray, what: str, dim: int | None = None, rows: int 
         )
     array = np.ascontiguousarray(array, dtype=np.float32)
     if not np.isfinite(array).all():
-        raise UserError(f"{what} contain NaN or infinite values", hint="re-run the step that produced them")
+        raise UserError(
+            f"{what} contain NaN or infinite values", hint="re-run the step that produced them"
+        )
     return array

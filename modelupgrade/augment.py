@@ -4,8 +4,8 @@ Used by the training engine and, sharded over processes, by ``modelupgrade.scale
 (which the engine imports, so this module lives outside the ``training`` package).
 
 One affine sampling grid per image, all images resampled in a single ``grid_sample`` call, so the
-hot loop has no per-sample Python. Random numbers come from a CPU generator (bit-identical streams on
-CPU and GPU, and resumable by seeding per epoch) and are moved to the images' device.
+hot loop has no per-sample Python. Random numbers come from a CPU generator (bit-identical streams
+on CPU and GPU, and resumable by seeding per epoch) and are moved to the images' device.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class BatchAugment:
         self.hflip = hflip
 
     def crop_parameters(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Affine matrices (n, 2, 3) mapping output coordinates into the source image ([-1, 1] units)."""
+        """Affine matrices (n, 2, 3) mapping output coordinates into the source
+        image ([-1, 1] units)."""
         uniform = torch.rand(n, 5, generator=generator)
         area = self.crop_scale[0] + (self.crop_scale[1] - self.crop_scale[0]) * uniform[:, 0]
         ratio = torch.exp(

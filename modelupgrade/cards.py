@@ -51,7 +51,9 @@ class Card(BaseModel):
 
 
 def save_card_directory(
-    out_dir: str | Path, weights: Mapping[str, Mapping[str, torch.Tensor]], card_of: Callable[[dict[str, str]], C]
+    out_dir: str | Path,
+    weights: Mapping[str, Mapping[str, torch.Tensor]],
+    card_of: Callable[[dict[str, str]], C],
 ) -> C:
     """Write the ``weights`` files (name → state dict) and the card ``card_of(their sha256s)`` into
     ``out_dir``, atomically; returns the card."""
@@ -59,7 +61,9 @@ def save_card_directory(
         tmp.mkdir()
         hashes = {}
         for file_name, state in weights.items():
-            torch.save({name: tensor.detach().cpu() for name, tensor in state.items()}, tmp / file_name)
+            torch.save(
+                {name: tensor.detach().cpu() for name, tensor in state.items()}, tmp / file_name
+            )
             hashes[file_name] = file_sha256(tmp / file_name)
         card = card_of(hashes)
         write_json(tmp / CARD_FILE, card.as_dict())
@@ -71,41 +75,63 @@ def read_card(directory: str | Path, card_class: type[C]) -> C:
     path = Path(directory) / CARD_FILE
     what = card_class.WHAT
     if not path.is_file():
-        raise UserError(f"{path} does not exist", hint=f"{directory} is not a saved {what} directory")
+        raise UserError(
+            f"{path} does not exist", hint=f"{directory} is not a saved {what} directory"
+        )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{path} is not valid JSON ({err})", hint=f"the {what} directory is damaged; save it again") from None
+        raise UserError(
+            f"{path} is not valid JSON ({err})",
+            hint=f"the {what} directory is damaged; save it again",
+        ) from None
     if not isinstance(raw, dict) or raw.get("format") != card_class.FORMAT:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
-        raise UserError(f"{path} is not a {what} card (format {found!r}, expected {card_class.FORMAT!r})")
+        raise UserError(
+            f"{path} is not a {what} card (format {found!r}, expected {card_class.FORMAT!r})"
+        )
     try:
         return card_class.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5])
-        raise UserError(f"{path} is not a valid {what} card: {problems}",
-                        hint=f"the {what} directory is damaged or was written by another version") from None
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5]
+        )
+        raise UserError(
+            f"{path} is not a valid {what} card: {problems}",
+            hint=f"the {what} directory is damaged or was written by another version",
+        ) from None
 
 
-def load_weights(directory: str | Path, card: Card, file_name: str | None = None,
-                 map_location: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def load_weights(
+    directory: str | Path,
+    card: Card,
+    file_name: str | None = None,
+    map_location: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
     """The state dict in ``file_name`` (default: the card's main weights), after checking that the
     file is the one the card hashed."""
     file_name = file_name or card.WEIGHTS_FILE
     path = Path(directory) / file_name
     if not path.is_file():
-        raise UserError(f"{path} does not exist", hint=f"the {card.WHAT} directory is incomplete; save it again")
+        raise UserError(
+            f"{path} does not exist", hint=f"the {card.WHAT} directory is incomplete; save it again"
+        )
     expected = card.weights_sha256.get(file_name)
     if expected is None:
-        raise UserError(f"the card in {directory} does not hash {file_name}", hint="save the directory again")
+        raise UserError(
+            f"the card in {directory} does not hash {file_name}", hint="save the directory again"
+        )
     if file_sha256(path) != expected:
         raise UserError(
             f"{path} is not the file its card describes (sha256 differs)",
-            hint=f"the weights were replaced or damaged; restore them, or save the {card.WHAT} again",
+            hint="the weights were replaced or damaged; restore them, or save "
+            f"the {card.WHAT} again",
         )
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path} cannot be loaded as weights: {first_line}",
-                        hint="only plain tensors are loaded (weights_only); save the weights again") from None
+        raise UserError(
+            f"{path} cannot be loaded as weights: {first_line}",
+            hint="only plain tensors are loaded (weights_only); save the weights again",
+        ) from None

@@ -163,7 +163,8 @@ class UpgradeChain:
         return proposed
 
     def validate_proposal(self) -> Validation:
-        """Great Expectations over the manifest and the proposed split files; raises on a failure."""
+        """Great Expectations over the manifest and the proposed split files;
+        raises on a failure."""
         from modelupgrade.commands.data import validate
 
         return validate(

@@ -32,8 +32,8 @@ class DataValidationError(UserError):
     """A data expectation failed; nothing downstream may run on this data."""
 
 
-# Bad input the user controls (a bad params file is one): reported as one error line and exit code 2,
-# never retried.
+# Bad input the user controls (a bad params file is one): reported as one error line and exit code
+# 2, never retried.
 USER_ERRORS: tuple[type[HintedError], ...] = (HintedError,)
 
 

@@ -52,9 +52,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, array, allow_pickle=False)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, array, allow_pickle=False)
 
 
 def save_parquet(path: str | os.PathLike[str], frame: Any) -> None:

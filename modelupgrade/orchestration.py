@@ -48,7 +48,8 @@ def flow_task(name: str) -> Callable[[Callable[..., Any]], Task]:
 
 
 def with_retries(stage: Task, params: Params) -> Task:
-    """``stage`` retrying as params.yaml says (``flows.retries`` after ``flows.retry_delay_seconds``)."""
+    """``stage`` retrying as params.yaml says (``flows.retries`` after
+    ``flows.retry_delay_seconds``)."""
     return stage.with_options(
         retries=params.flows.retries, retry_delay_seconds=params.flows.retry_delay_seconds
     )

@@ -33,7 +33,8 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
 
 
 def set_arguments(overlay: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """``-S key.sub=value`` pairs for every leaf; lists and new mappings are set whole (JSON is YAML)."""
+    """``-S key.sub=value`` pairs for every leaf; lists and new mappings are set
+    whole (JSON is YAML)."""
     arguments: list[str] = []
     for key, value in overlay.items():
         name = f"{prefix}{key}"

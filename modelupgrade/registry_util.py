@@ -1,4 +1,5 @@
-"""A tiny name → class registry, used by every pluggable family (strategies, heads, policies, modes).
+"""A tiny name → class registry, used by every pluggable family (strategies,
+heads, policies, modes).
 
 Adding a method is one file with a decorated class; nothing else in the code branches on its name.
 """

@@ -8,7 +8,9 @@ import os
 os.environ.setdefault("MODELUPGRADE_DEVICE", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///:memory:")
-os.environ.setdefault("PREFECT_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelupgrade-prefect-tests"))
+os.environ.setdefault(
+    "PREFECT_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelupgrade-prefect-tests")
+)
 
 import pytest
 import torch

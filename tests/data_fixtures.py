@@ -28,8 +28,16 @@ def write_idx(path: Path, array: np.ndarray, compress: bool = True) -> Path:
     return path
 
 
-def write_idx_dataset(root: Path, train: int = 40, test: int = 20, classes: int = 4, size: int = 6,
-                      compress: bool = True, seed: int = 0, prefix: str = "") -> dict[str, np.ndarray]:
+def write_idx_dataset(
+    root: Path,
+    train: int = 40,
+    test: int = 20,
+    classes: int = 4,
+    size: int = 6,
+    compress: bool = True,
+    seed: int = 0,
+    prefix: str = "",
+) -> dict[str, np.ndarray]:
     """IDX pairs for train and t10k; labels cycle through the classes."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -52,7 +60,9 @@ def write_png(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = 
     return path
 
 
-def write_cifar100(root: Path, train: int = 12, test: int = 6, classes: int = 3, seed: int = 0) -> dict[str, Any]:
+def write_cifar100(
+    root: Path, train: int = 12, test: int = 6, classes: int = 3, seed: int = 0
+) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     base = root / "cifar-100-python"
     base.mkdir(parents=True)
@@ -74,11 +84,23 @@ def make_params(root: Path | str, **dataset: Any) -> Params:
     """Params for the data tests: all five scenarios, a small minimum of images per class."""
     raw: dict[str, Any] = {
         "seed": 7,
-        "dataset": {"name": "tiny", "loader": "idx", "root": str(root), "min_images_per_class": 2, **dataset},
+        "dataset": {
+            "name": "tiny",
+            "loader": "idx",
+            "root": str(root),
+            "min_images_per_class": 2,
+            **dataset,
+        },
         "evaluation_split": {"queries_per_class": 2},
         "scenarios": {
             kind: {"kind": kind, "old_fraction": 0.5, "strategies": []}
-            for kind in ("extended-data", "open-data", "extended-class", "open-class", "identical-data")
+            for kind in (
+                "extended-data",
+                "open-data",
+                "extended-class",
+                "open-class",
+                "identical-data",
+            )
         },
         "architectures": {"default": {"backbone": "resnet18"}},
         "strategies": {},

@@ -40,8 +40,13 @@ EVIDENCE = {
     "cross": [
         {"query": "gen1-independent", "gallery": "gen0", "value": 0.02, "negative_flip_rate": 0.9},
         {"query": "gen1-bct", "gallery": "gen0", "value": 0.55, "negative_flip_rate": 0.04},
-        {"query": "gen1-dmu", "gallery": "gen0", "value": 0.58, "via": "dmu-forward",
-         "negative_flip_rate": 0.25},
+        {
+            "query": "gen1-dmu",
+            "gallery": "gen0",
+            "value": 0.58,
+            "via": "dmu-forward",
+            "negative_flip_rate": 0.25,
+        },
     ],
 }
 STRATEGIES = ("independent", "bct", "dmu")
@@ -60,7 +65,9 @@ class TinyEmbedder(nn.Module):
 
 
 def image_batch(n: int = 5) -> torch.Tensor:
-    return torch.randint(0, 256, (n, 1, 8, 8), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    return torch.randint(
+        0, 256, (n, 1, 8, 8), generator=torch.Generator().manual_seed(1), dtype=torch.uint8
+    )
 
 
 def make_template(root: Path) -> Path:
@@ -80,14 +87,18 @@ def fresh_tracker(template_db: Path, root: Path, experiment: str = "test") -> Tr
 def seed_study(tracker: Tracker, name: str, model_root: Path) -> tuple[ModelRegistry, list, dict]:
     """Register gen0 and three gen1 models with the gate evidence above."""
     models: dict[str, TinyEmbedder] = {}
-    sources = [GenerationSource(GenerationRecord("gen0", "gen0", "initial", "toy"), model_root / "gen0")]
+    sources = [
+        GenerationSource(GenerationRecord("gen0", "gen0", "initial", "toy"), model_root / "gen0")
+    ]
     models["gen0"] = TinyEmbedder()
     for strategy in STRATEGIES:
         key = f"gen1-{strategy}"
         models[key] = TinyEmbedder()
         sources.append(
             GenerationSource(
-                GenerationRecord(key, "gen1", strategy, "toy", parent_key="gen0", data_hash="sha256:abc"),
+                GenerationRecord(
+                    key, "gen1", strategy, "toy", parent_key="gen0", data_hash="sha256:abc"
+                ),
                 model_root / key,
             )
         )

@@ -32,14 +32,29 @@ def build_gallery(path: Path, n: int, seed: int = 0) -> GalleryStore:
     rng = np.random.default_rng(seed)
     store = GalleryStore.create(path)
     store.ingest(
-        [f"item-{i:05d}" for i in range(n)], rng.normal(size=(n, OLD.dim)).astype(np.float32), OLD,
+        [f"item-{i:05d}" for i in range(n)],
+        rng.normal(size=(n, OLD.dim)).astype(np.float32),
+        OLD,
         scores={"old-confidence": rng.random(n)},
     )
     return store
 
 
-def psi_job(store: GalleryStore, policy: str = "old-confidence", chunk: int = 32, target: SpaceSpec = NEW,
-            seed: int = 3) -> BackfillJob:
+def psi_job(
+    store: GalleryStore,
+    policy: str = "old-confidence",
+    chunk: int = 32,
+    target: SpaceSpec = NEW,
+    seed: int = 3,
+) -> BackfillJob:
     from modelupgrade.ordering import build_ordering
 
-    return BackfillJob(store, target, TransformStored(psi), build_ordering(policy), chunk, seed=seed, progress=False)
+    return BackfillJob(
+        store,
+        target,
+        TransformStored(psi),
+        build_ordering(policy),
+        chunk,
+        seed=seed,
+        progress=False,
+    )

@@ -1,4 +1,5 @@
-"""AUCs, Seo et al.'s conditions, the serving arrays of the simulator and the simulate_backfill stage.
+"""AUCs, Seo et al.'s conditions, the serving arrays of the simulator and the
+simulate_backfill stage.
 
 The ordering policies and serving modes themselves are tested in tests/test_ordering_serving.py.
 """
@@ -12,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.backfill import (
     ServingArrays,
     auc_mean,
@@ -21,6 +21,7 @@ from modelupgrade.backfill import (
     evaluate_state,
     simulate_curve,
 )
+from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.config import parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.serving import build_serving_mode
@@ -29,9 +30,18 @@ from modelupgrade.serving import build_serving_mode
 def serving_arrays(rng, nq=12, n=30, d=5):
     def r(m):
         return rng.normal(size=(m, d)).astype(np.float32)
-    return ServingArrays(old_query=r(nq), new_query=r(nq), old_gallery=r(n), new_gallery=r(n),
-                         forward_gallery=r(n), reverse_query=r(nq), rho_query=r(nq), rho_gallery=r(n),
-                         rho_reverse_query=r(nq))
+
+    return ServingArrays(
+        old_query=r(nq),
+        new_query=r(nq),
+        old_gallery=r(n),
+        new_gallery=r(n),
+        forward_gallery=r(n),
+        reverse_query=r(nq),
+        rho_query=r(nq),
+        rho_gallery=r(n),
+        rho_reverse_query=r(nq),
+    )
 
 
 def systems_of(mode, arrays):
@@ -43,8 +53,10 @@ def test_each_serving_mode_reads_the_documented_simulator_arrays():
     mixed = systems_of("mixed", a)
     assert mixed.query_old_side is a.new_query and mixed.gallery_old_side is a.forward_gallery
     assert mixed.query_new_side is a.new_query and mixed.gallery_new_side is a.new_gallery
-    no_head = systems_of("mixed", ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery,
-                                                old_gallery=a.old_gallery))
+    no_head = systems_of(
+        "mixed",
+        ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery, old_gallery=a.old_gallery),
+    )
     assert no_head.gallery_old_side is a.old_gallery
     merge = systems_of("rank-merge", a)
     assert merge.query_old_side is a.old_query and merge.gallery_old_side is a.old_gallery
@@ -52,23 +64,39 @@ def test_each_serving_mode_reads_the_documented_simulator_arrays():
     rqt = systems_of("rank-merge-rqt", a)
     assert rqt.query_old_side is a.reverse_query and rqt.gallery_old_side is a.old_gallery
     full = systems_of("rank-merge-full", a)
-    assert (full.query_old_side is a.rho_reverse_query and full.query_new_side is a.rho_query
-            and full.gallery_new_side is a.rho_gallery and full.gallery_old_side is a.old_gallery)
+    assert (
+        full.query_old_side is a.rho_reverse_query
+        and full.query_new_side is a.rho_query
+        and full.gallery_new_side is a.rho_gallery
+        and full.gallery_old_side is a.old_gallery
+    )
     with pytest.raises(UserError, match="rank-merge-full"):
-        systems_of("rank-merge-full", ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery))
+        systems_of(
+            "rank-merge-full", ServingArrays(new_query=a.new_query, new_gallery=a.new_gallery)
+        )
 
 
 def test_rank_merge_end_points_are_old_old_and_new_new():
     rng = np.random.default_rng(2)
     a = serving_arrays(rng, nq=30, n=30)
     labels = rng.integers(0, 4, 30)
-    curve = simulate_curve(a.old_gallery, a.new_gallery, a.new_query, labels, rng.permutation(30), steps=[0, 0.5, 1],
-                           old_side_query=a.old_query, distance="cosine")
+    curve = simulate_curve(
+        a.old_gallery,
+        a.new_gallery,
+        a.new_query,
+        labels,
+        rng.permutation(30),
+        steps=[0, 0.5, 1],
+        old_side_query=a.old_query,
+        distance="cosine",
+    )
     old_old = evaluate_state(a.old_query, a.old_gallery, labels, distance="cosine")
     new_new = evaluate_state(a.new_query, a.new_gallery, labels, distance="cosine")
     assert curve.mAP[0] == pytest.approx(old_old.mAP[0], abs=1e-7)
     assert curve.mAP[-1] == pytest.approx(new_new.mAP[0], abs=1e-7)
-    assert curve.top1[0] == pytest.approx(old_old.top1[0]) and curve.top1[-1] == pytest.approx(new_new.top1[0])
+    assert curve.top1[0] == pytest.approx(old_old.top1[0]) and curve.top1[-1] == pytest.approx(
+        new_new.top1[0]
+    )
 
 
 def test_auc_rules():
@@ -110,15 +138,28 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     np.save(tmp_path / "sigma2.npy", rng.random(n).astype(np.float32))
     np.save(tmp_path / "forward.npy", rng.normal(size=(n, d)).astype(np.float32))
     np.save(tmp_path / "logits.npy", rng.normal(size=(n, 4)).astype(np.float32))
-    params = parse_params({
-        "scenarios": {"sc": {"kind": "extended-data", "strategies": []}},
-        "architectures": {"default": {}}, "strategies": {}, "sequential": {"strategies": []},
-        "backfill": {"points": 5, "policies": ["random", "fastfill-uncertainty", "old-confidence", "oracle"],
-                     "serving_modes": ["mixed", "rank-merge", "rank-merge-rqt"]},
-    })
+    params = parse_params(
+        {
+            "scenarios": {"sc": {"kind": "extended-data", "strategies": []}},
+            "architectures": {"default": {}},
+            "strategies": {},
+            "sequential": {"strategies": []},
+            "backfill": {
+                "points": 5,
+                "policies": ["random", "fastfill-uncertainty", "old-confidence", "oracle"],
+                "serving_modes": ["mixed", "rank-merge", "rank-merge-rqt"],
+            },
+        }
+    )
     summary = simulate_backfill(
-        params, "sc", old=Path(old), variant=[f"bct={new}", f"fastfill={new}"],
-        array=[f"fastfill:forward_gallery={tmp_path / 'forward.npy'}", f"fastfill:sigma2={tmp_path / 'sigma2.npy'}"],
+        params,
+        "sc",
+        old=Path(old),
+        variant=[f"bct={new}", f"fastfill={new}"],
+        array=[
+            f"fastfill:forward_gallery={tmp_path / 'forward.npy'}",
+            f"fastfill:sigma2={tmp_path / 'sigma2.npy'}",
+        ],
         old_logits=tmp_path / "logits.npy",
     ).summary
     tidy = pd.read_parquet(tmp_path / "metrics/sc/backfill_curves.parquet")
@@ -131,7 +172,9 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     oracle = [c for c in summary.curves if c.policy == "oracle"]
     assert oracle and not any(c.deployable for c in oracle)
     written = json.loads((tmp_path / "metrics/sc/backfill_summary.json").read_text())
-    assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(summary.curves[0].auc_trapezoid["mAP"])
+    assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(
+        summary.curves[0].auc_trapezoid["mAP"]
+    )
     assert BackfillSummary.read(tmp_path / "metrics/sc/backfill_summary.json") == summary
     assert (tmp_path / "plots/sc/backfill_curves.png").stat().st_size > 1000
     assert len(list((tmp_path / "metrics/sc/backfill_plots").glob("*.csv"))) == len(combos)
@@ -145,7 +188,9 @@ def test_stage_cli_reports_bad_input(tmp_path, capsys):
     from stages import simulate_backfill
 
     with pytest.raises(SystemExit):
-        simulate_backfill.main(["--params", str(tmp_path / "missing.yaml"), "--scenario", "x", "--old", "y"])
+        simulate_backfill.main(
+            ["--params", str(tmp_path / "missing.yaml"), "--scenario", "x", "--old", "y"]
+        )
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(UserError, match="NAME=VALUE"):
         parse_pairs(["bct"], "variant")

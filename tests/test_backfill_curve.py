@@ -20,11 +20,13 @@ from modelupgrade.backfill import (
 )
 from modelupgrade.errors import UserError
 
-ORACLE = Path(__file__).resolve().parent / "oracles" / "backfill_leave_one_out.npz"  # a copy of shared/oracles
+# a copy of shared/oracles
+ORACLE = Path(__file__).resolve().parent / "oracles" / "backfill_leave_one_out.npz"
 
 
 def step_ap(relevant, distances):
-    """scikit-learn's step AP from its definition: precision at each positive's threshold d ≤ d_j."""
+    """scikit-learn's step AP from its definition: precision at each
+    positive's threshold d ≤ d_j."""
     at_or_before = distances[None, :] <= distances[relevant][:, None]
     return float(np.mean(at_or_before[:, relevant].sum(1) / at_or_before.sum(1)))
 
@@ -33,12 +35,25 @@ def test_step_ap_helper_is_sklearns_average_precision():
     rng = np.random.default_rng(0)
     relevant = rng.random(40) < 0.3
     distances = np.round(rng.random(40) * 5)  # heavy ties
-    assert step_ap(relevant, distances) == pytest.approx(average_precision_score(relevant, -distances), abs=1e-12)
+    assert step_ap(relevant, distances) == pytest.approx(
+        average_precision_score(relevant, -distances), abs=1e-12
+    )
 
 
-def reference_point(query_old, gallery_old, query_new, gallery_new, q_labels, g_labels, new_mask,
-                    self_index, distance, map_k):
+def reference_point(
+    query_old,
+    gallery_old,
+    query_new,
+    gallery_new,
+    q_labels,
+    g_labels,
+    new_mask,
+    self_index,
+    distance,
+    map_k,
+):
     """One gallery state, written the obvious way: full distance rows, stable sort, sklearn AP."""
+
     def dist(q, g):
         q = q.astype(np.float64)
         g = g.astype(np.float64)
@@ -76,14 +91,23 @@ def random_case(seed, n=60, nq=None, d=6, classes=5, quantise=False):
     if quantise:  # coarse values: many exactly tied distances
         arrays = [np.round(a).astype(np.float32) + 0.5 for a in arrays]
     g_labels = rng.integers(0, classes, n)
-    q_labels = g_labels if nq == n else rng.integers(0, classes + 1, nq)  # one label may lack positives
+    # one label may lack positives
+    q_labels = g_labels if nq == n else rng.integers(0, classes + 1, nq)
     return SearchSystems(*arrays), q_labels, g_labels, rng.permutation(n)
 
 
 def test_reproduces_fastfill_leave_one_out_oracle():
     z = np.load(ORACLE)
-    curve = simulate_curve(z["old"], z["new"], z["new"], z["labels"], z["ordering"], int(z["steps"]),
-                           leave_one_out=True, distance="l2")
+    curve = simulate_curve(
+        z["old"],
+        z["new"],
+        z["new"],
+        z["labels"],
+        z["ordering"],
+        int(z["steps"]),
+        leave_one_out=True,
+        distance="l2",
+    )
     assert len(curve.t) == int(z["steps"]) + 2
     np.testing.assert_allclose(curve.top1, z["top1"], atol=1e-6, rtol=0)
     np.testing.assert_allclose(curve.top5, z["top5"], atol=1e-6, rtol=0)
@@ -109,26 +133,52 @@ def test_one_pass_curve_equals_per_point_recomputation(distance, merge, leave_on
     # holds two distances within float32 rounding, which the float64 reference orders differently.
     seed = zlib.crc32(repr((distance, merge, leave_one_out, quantise)).encode()) % 1000
     systems, q_labels, g_labels, ordering = random_case(
-        seed=seed, nq=None if leave_one_out else 25,
+        seed=seed,
+        nq=None if leave_one_out else 25,
         quantise=quantise,
     )
     if not merge:
-        systems = SearchSystems(systems.query_new_side, systems.gallery_old_side,
-                                systems.query_new_side, systems.gallery_new_side)
+        systems = SearchSystems(
+            systems.query_new_side,
+            systems.gallery_old_side,
+            systems.query_new_side,
+            systems.gallery_new_side,
+        )
     n = len(g_labels)
     grid = uniform_grid(7, n)
     self_index = np.arange(n) if leave_one_out else np.full(len(q_labels), -1)
-    curve = backfill_curve(systems, q_labels, g_labels, ordering, grid.cutoffs, grid.t,
-                           self_index=self_index, distance=distance, topk=(1, 3, 5), map_at_k=4,
-                           memory_bytes=150_000)  # small budget: several row blocks
+    curve = backfill_curve(
+        systems,
+        q_labels,
+        g_labels,
+        ordering,
+        grid.cutoffs,
+        grid.t,
+        self_index=self_index,
+        distance=distance,
+        topk=(1, 3, 5),
+        map_at_k=4,
+        memory_bytes=150_000,  # small budget: several row blocks
+    )
     for i, cutoff in enumerate(grid.cutoffs):
         mask = np.zeros(n, dtype=bool)
         mask[ordering[:cutoff]] = True
         first, aps, apks = reference_point(
-            systems.query_old_side, systems.gallery_old_side, systems.query_new_side,
-            systems.gallery_new_side, q_labels, g_labels, mask, self_index, distance, 4)
+            systems.query_old_side,
+            systems.gallery_old_side,
+            systems.query_new_side,
+            systems.gallery_new_side,
+            q_labels,
+            g_labels,
+            mask,
+            self_index,
+            distance,
+            4,
+        )
         np.testing.assert_array_equal(curve.per_query.first_hit[:, i], first)
-        np.testing.assert_allclose(curve.per_query.average_precision[:, i], aps, atol=1e-7, equal_nan=True)
+        np.testing.assert_allclose(
+            curve.per_query.average_precision[:, i], aps, atol=1e-7, equal_nan=True
+        )
         np.testing.assert_allclose(curve.per_query.ap_at_k[:, i], apks, atol=1e-7)
         for k in (1, 3, 5):
             assert curve.topk[k][i] == pytest.approx(np.mean((first >= 0) & (first < k)), abs=1e-12)
@@ -137,11 +187,23 @@ def test_one_pass_curve_equals_per_point_recomputation(distance, merge, leave_on
 
 def test_fast_curve_equals_naive_loop_of_single_evaluations():
     systems, _, labels, ordering = random_case(seed=3, n=80)
-    systems = SearchSystems(systems.query_new_side, systems.gallery_old_side,
-                            systems.query_new_side, systems.gallery_new_side)
+    systems = SearchSystems(
+        systems.query_new_side,
+        systems.gallery_old_side,
+        systems.query_new_side,
+        systems.gallery_new_side,
+    )
     grid = fastfill_grid(5, 80)
-    fast = backfill_curve(systems, labels, labels, ordering, grid.cutoffs, grid.t,
-                          self_index=np.arange(80), map_at_k=10)
+    fast = backfill_curve(
+        systems,
+        labels,
+        labels,
+        ordering,
+        grid.cutoffs,
+        grid.t,
+        self_index=np.arange(80),
+        map_at_k=10,
+    )
     naive = naive_curve(systems, labels, labels, ordering, grid, leave_one_out=True, map_at_k=10)
     for name in ("top1", "top5", "mAP", "mAP@10"):
         np.testing.assert_allclose(fast.as_dict()[name], naive[name], atol=1e-7)
@@ -151,7 +213,9 @@ def test_end_points_are_the_cross_model_evaluations():
     systems, _, labels, ordering = random_case(seed=11, n=70)
     old_state, new_state = systems.gallery_old_side, systems.gallery_new_side
     query = systems.query_new_side
-    curve = simulate_curve(old_state, new_state, query, labels, ordering, steps=[0.0, 0.5, 1.0], map_at_k=5)
+    curve = simulate_curve(
+        old_state, new_state, query, labels, ordering, steps=[0.0, 0.5, 1.0], map_at_k=5
+    )
     at_start = evaluate_state(query, old_state, labels, map_at_k=5)
     at_end = evaluate_state(query, new_state, labels, map_at_k=5)
     for name in ("top1", "top5", "mAP", "mAP@5"):
@@ -166,10 +230,14 @@ def test_end_points_match_the_metrics_package_when_present():
 
     systems, _, labels, ordering = random_case(seed=5, n=90)
     query, new_state = systems.query_new_side, systems.gallery_new_side
-    curve = simulate_curve(systems.gallery_old_side, new_state, query, labels, ordering, steps=3, distance="cosine")
+    curve = simulate_curve(
+        systems.gallery_old_side, new_state, query, labels, ordering, steps=3, distance="cosine"
+    )
     q = torch.from_numpy(query / np.linalg.norm(query, axis=1, keepdims=True))
     g = torch.from_numpy(new_state / np.linalg.norm(new_state, axis=1, keepdims=True))
-    ranked = metrics.rank_block(q @ g.T, torch.from_numpy(labels), torch.from_numpy(labels), torch.arange(90))
+    ranked = metrics.rank_block(
+        q @ g.T, torch.from_numpy(labels), torch.from_numpy(labels), torch.arange(90)
+    )
     assert curve.mAP[-1] == pytest.approx(np.nanmean(ranked.average_precision), abs=1e-7)
     assert curve.top1[-1] == pytest.approx(ranked.correct_at(1).mean(), abs=1e-12)
     assert curve.top5[-1] == pytest.approx(ranked.correct_at(5).mean(), abs=1e-12)
@@ -177,12 +245,19 @@ def test_end_points_match_the_metrics_package_when_present():
 
 def test_negative_flips_count_queries_lost_since_the_start():
     systems, _, labels, ordering = random_case(seed=8, n=50)
-    curve = simulate_curve(systems.gallery_old_side, systems.gallery_new_side, systems.query_new_side,
-                           labels, ordering, steps=4)
+    curve = simulate_curve(
+        systems.gallery_old_side,
+        systems.gallery_new_side,
+        systems.query_new_side,
+        labels,
+        ordering,
+        steps=4,
+    )
     hit = curve.per_query.correct_at(1)
     np.testing.assert_allclose(curve.negative_flip_rate, (hit[:, :1] & ~hit).mean(0))
-    np.testing.assert_allclose(curve.top1 - curve.top1[0], curve.positive_flip_rate - curve.negative_flip_rate,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        curve.top1 - curve.top1[0], curve.positive_flip_rate - curve.negative_flip_rate, atol=1e-12
+    )
 
 
 def test_fastfill_grid_points_and_cutoffs():
@@ -197,12 +272,27 @@ def test_fastfill_grid_points_and_cutoffs():
 def test_bad_inputs_are_user_errors():
     systems, _, labels, ordering = random_case(seed=1, n=20)
     with pytest.raises(UserError, match="permutation"):
-        simulate_curve(systems.gallery_old_side, systems.gallery_new_side, systems.query_new_side, labels,
-                       np.zeros(20, dtype=int), steps=2)
+        simulate_curve(
+            systems.gallery_old_side,
+            systems.gallery_new_side,
+            systems.query_new_side,
+            labels,
+            np.zeros(20, dtype=int),
+            steps=2,
+        )
     with pytest.raises(UserError, match="NaN"):
         bad = systems.gallery_new_side.copy()
         bad[0, 0] = np.nan
-        simulate_curve(systems.gallery_old_side, bad, systems.query_new_side, labels, ordering, steps=2)
+        simulate_curve(
+            systems.gallery_old_side, bad, systems.query_new_side, labels, ordering, steps=2
+        )
     with pytest.raises(UserError, match="query_labels"):
-        simulate_curve(systems.gallery_old_side, systems.gallery_new_side, systems.query_new_side[:5], labels,
-                       ordering, steps=2, leave_one_out=False)
+        simulate_curve(
+            systems.gallery_old_side,
+            systems.gallery_new_side,
+            systems.query_new_side[:5],
+            labels,
+            ordering,
+            steps=2,
+            leave_one_out=False,
+        )

@@ -49,7 +49,8 @@ def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """params.yaml and a scenario's split files in the pipeline's layout; images come from PIXELS."""
+    """params.yaml and a scenario's split files in the pipeline's layout;
+    images come from PIXELS."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(
         "modelupgrade.data.load_images",
@@ -141,7 +142,8 @@ def test_the_study_without_dvc_writes_what_the_stages_write(
             strategy,
             "--no-progress",
         )
-    card = json.loads((project / "models/toy/gen1-bct/card.json").read_text())  # as a reader of the file sees it
+    # as a reader of the file sees it
+    card = json.loads((project / "models/toy/gen1-bct/card.json").read_text())
     assert card["parent"]["path"] == "models/toy/gen0"  # the default --old of generation 1
     assert card["data"]["split"] == "data/splits/toy/new_train.parquet" and card["seed"] == 8
 

@@ -14,11 +14,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_leaves_become_set_arguments_and_lists_or_empty_mappings_are_set_whole():
-    overlay = {"training": {"epochs": 30, "crop_scale": [0.5, 1.0]}, "architectures": {"wide": {"backbone_kwargs": {}}},
-               "dataset": {"max_train_per_class": None}}
+    overlay = {
+        "training": {"epochs": 30, "crop_scale": [0.5, 1.0]},
+        "architectures": {"wide": {"backbone_kwargs": {}}},
+        "dataset": {"max_train_per_class": None},
+    }
     assert set_arguments(overlay) == [
-        "-S", "training.epochs=30", "-S", "training.crop_scale=[0.5,1.0]",
-        "-S", "architectures.wide.backbone_kwargs={}", "-S", "dataset.max_train_per_class=null",
+        "-S",
+        "training.epochs=30",
+        "-S",
+        "training.crop_scale=[0.5,1.0]",
+        "-S",
+        "architectures.wide.backbone_kwargs={}",
+        "-S",
+        "dataset.max_train_per_class=null",
     ]
 
 
@@ -33,7 +42,8 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     overlay = read_overlay(ROOT / "params" / "gpu-full.yaml", ROOT / "params.yaml")
     merged = merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overlay)
     assert merged["architectures"]["default"]["backbone"] == "resnet18"
-    assert merged["heads"]["bict"]["hidden_dim"] is None  # the paper's default, not the CPU study's 256
+    # the paper's default, not the CPU study's 256
+    assert merged["heads"]["bict"]["hidden_dim"] is None
     assert merged["scenarios"] == yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
 
 
@@ -61,6 +71,8 @@ def test_the_experiments_command_prints_the_queue_it_would_run(capsys, monkeypat
     monkeypatch.chdir(ROOT)
     main(["experiments", "--overlay", "params/gpu-full.yaml", "--seeds", "0", "1", "--dry-run"])
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(" -S ")[0] for line in lines] == ["dvc exp run --queue"] * 2 + ["dvc queue start"]
+    assert [line.split(" -S ")[0] for line in lines] == ["dvc exp run --queue"] * 2 + [
+        "dvc queue start"
+    ]
     assert lines[0].endswith("-S seed=0") and lines[1].endswith("-S seed=1")
-    assert "-S architectures.default.backbone=\"resnet18\"" in lines[0]
+    assert '-S architectures.default.backbone="resnet18"' in lines[0]

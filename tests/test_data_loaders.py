@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from modelupgrade.config.errors import ParamsError
 from modelupgrade.data import MANIFEST_COLUMNS, build_manifest, load_images
 from modelupgrade.data.idx_format import clear_cache
 from modelupgrade.data.manifest import KNOWN_CLASS_NAMES
-from modelupgrade.config.errors import ParamsError
 from modelupgrade.errors import UserError
 from tests.data_fixtures import (
     idx_bytes,
@@ -59,8 +59,9 @@ def test_idx_fashion_mnist_class_names_and_other_prefixes(tmp_path):
     write_idx_dataset(tmp_path, classes=10, prefix="emnist-balanced-")
     manifest = build_manifest(make_params(tmp_path, name="fashion-mnist").dataset)
     assert set(manifest["source_split"]) == {"train", "test"}
-    assert manifest.drop_duplicates("label").sort_values("label")["class_name"].tolist() == (
-        KNOWN_CLASS_NAMES["fashion-mnist"]
+    assert (
+        manifest.drop_duplicates("label").sort_values("label")["class_name"].tolist()
+        == (KNOWN_CLASS_NAMES["fashion-mnist"])
     )
 
 
@@ -115,7 +116,9 @@ def test_idx_cache_rereads_a_changed_file(tmp_path):
     train_rows = manifest[manifest["source_split"] == "train"].iloc[:5]
     first = load_images(train_rows, dataset)
     # The cache keys on size and mtime: a rewritten file must be decoded again.
-    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(np.zeros((40, 6, 6), np.uint8))))
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(idx_bytes(np.zeros((40, 6, 6), np.uint8)))
+    )
     second = load_images(train_rows, dataset)
     assert first.any() and not second.any()
 
@@ -153,8 +156,11 @@ def test_corrupt_image_file_is_named(tmp_path):
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])
 def test_manifest_file_with_string_labels(tmp_path, suffix):
     table = pd.DataFrame(
-        {"path": [f"img/{i}.png" for i in range(6)], "label": ["zebra", "ant", "zebra", "moth", "ant", "moth"],
-         "split": ["train", "train", "test", "train", "test", "test"]}
+        {
+            "path": [f"img/{i}.png" for i in range(6)],
+            "label": ["zebra", "ant", "zebra", "moth", "ant", "moth"],
+            "split": ["train", "train", "test", "train", "test", "test"],
+        }
     )
     for i, path in enumerate(table["path"]):
         write_png(tmp_path / path, (i * 40, 0, 0))
@@ -162,7 +168,9 @@ def test_manifest_file_with_string_labels(tmp_path, suffix):
         table.to_csv(tmp_path / "list.csv", index=False)
     else:
         table.to_parquet(tmp_path / "list.parquet", index=False)
-    dataset = make_params(tmp_path, loader="manifest", manifest_file=f"list.{suffix}", image_size=8).dataset
+    dataset = make_params(
+        tmp_path, loader="manifest", manifest_file=f"list.{suffix}", image_size=8
+    ).dataset
     manifest = build_manifest(dataset)
     check_contract(manifest)
     assert manifest["label"].tolist() == [2, 0, 2, 1, 0, 1]
@@ -176,7 +184,9 @@ def test_manifest_file_problems(tmp_path):
     pd.DataFrame({"path": ["a.png"]}).to_csv(tmp_path / "manifest.csv", index=False)
     with pytest.raises(UserError, match="lacks the column"):
         build_manifest(make_params(tmp_path, loader="manifest").dataset)
-    pd.DataFrame({"path": ["a.png", "b.png"], "label": ["x", None]}).to_csv(tmp_path / "manifest.csv", index=False)
+    pd.DataFrame({"path": ["a.png", "b.png"], "label": ["x", None]}).to_csv(
+        tmp_path / "manifest.csv", index=False
+    )
     with pytest.raises(UserError, match="empty 'label' values \\(lines 3\\)"):
         build_manifest(make_params(tmp_path, loader="manifest").dataset)
 
@@ -187,13 +197,19 @@ def test_cifar100_pickles(tmp_path):
     manifest = build_manifest(dataset)
     check_contract(manifest)
     assert manifest.groupby("source_split").size().to_dict() == {"test": 6, "train": 12}
-    assert manifest.drop_duplicates("label")["class_name"].tolist() == ["class0", "class1", "class2"]
+    assert manifest.drop_duplicates("label")["class_name"].tolist() == [
+        "class0",
+        "class1",
+        "class2",
+    ]
     rows = manifest.iloc[[13, 2, 0]]
     images = load_images(rows, dataset)
     assert images.shape == (3, 3, 32, 32)
     expected = content["test"][b"data"][1].reshape(3, 32, 32)
     np.testing.assert_array_equal(images[0].numpy(), expected)
-    (tmp_path / "cifar-100-python" / "test").write_bytes(pickle.dumps({b"data": np.zeros((2, 5), np.uint8)}))
+    (tmp_path / "cifar-100-python" / "test").write_bytes(
+        pickle.dumps({b"data": np.zeros((2, 5), np.uint8)})
+    )
     with pytest.raises(UserError, match="size mismatch"):
         build_manifest(make_params(tmp_path, loader="cifar100").dataset)
 
@@ -205,8 +221,11 @@ def test_gldv2_with_revisited_ground_truth_and_query_crop(tmp_path):
     pd.DataFrame({"landmark_id": list(ids), "images": [" ".join(v) for v in ids.values()]}).to_csv(
         tmp_path / "train_clean.csv", index=False
     )
-    for image_id in sum(ids.values(), []):
-        write_png(tmp_path / "train" / image_id[0] / image_id[1] / image_id[2] / f"{image_id}.jpg", (9, 9, 9))
+    for image_id in [i for group in ids.values() for i in group]:
+        write_png(
+            tmp_path / "train" / image_id[0] / image_id[1] / image_id[2] / f"{image_id}.jpg",
+            (9, 9, 9),
+        )
     jpg = tmp_path / "roxford5k" / "jpg"
     for name in ("all_souls_000001", "all_souls_000002", "radcliffe_000003", "oxford_000004"):
         write_png(jpg / f"{name}.jpg", (0, 0, 0), size=(40, 30))
@@ -223,19 +242,30 @@ def test_gldv2_with_revisited_ground_truth_and_query_crop(tmp_path):
     }
     (tmp_path / "roxford5k" / "gnd_roxford5k.pkl").write_bytes(pickle.dumps(gnd))
     write_png(jpg / "radcliffe_camera_000519.jpg", (0, 0, 0), size=(40, 30))
-    dataset = make_params(tmp_path, loader="gldv2", image_size=16, gldv2={"revisited_sets": ["roxford5k"]}).dataset
+    dataset = make_params(
+        tmp_path, loader="gldv2", image_size=16, gldv2={"revisited_sets": ["roxford5k"]}
+    ).dataset
     manifest = build_manifest(dataset)
     check_contract(manifest)
-    assert manifest.groupby("source_split").size().to_dict() == {"gallery": 4, "query": 2, "train": 6}
+    assert manifest.groupby("source_split").size().to_dict() == {
+        "gallery": 4,
+        "query": 2,
+        "train": 6,
+    }
     queries = manifest[manifest["source_split"] == "query"]
-    assert queries["gnd_easy"].tolist() == ["roxford5k/gallery/all_souls_000001", "roxford5k/gallery/radcliffe_000003"]
+    assert queries["gnd_easy"].tolist() == [
+        "roxford5k/gallery/all_souls_000001",
+        "roxford5k/gallery/radcliffe_000003",
+    ]
     assert queries.iloc[0]["gnd_junk"] == "roxford5k/gallery/oxford_000004"
     gallery = manifest[manifest["source_split"] == "gallery"].set_index("item_id")["class_name"]
     assert gallery["roxford5k/gallery/all_souls_000002"] == "roxford5k/all_souls"
     assert gallery["roxford5k/gallery/oxford_000004"] == "roxford5k/distractor"
     cropped = load_images(queries.iloc[[0]], dataset)
     assert (cropped[0, 1] == 255).all() and (cropped[0, 0] == 0).all()
-    uncropped = load_images(manifest[manifest["item_id"] == "roxford5k/gallery/all_souls_000001"], dataset)
+    uncropped = load_images(
+        manifest[manifest["item_id"] == "roxford5k/gallery/all_souls_000001"], dataset
+    )
     assert uncropped.shape == (1, 3, 16, 16) and not uncropped.any()
 
 

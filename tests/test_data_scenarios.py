@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -12,7 +13,12 @@ from hypothesis import strategies as st
 
 from modelupgrade.config import ParamsError
 from modelupgrade.config.data import EvaluationSplitParams, ScenarioParams, SequentialParams
-from modelupgrade.data import SPLITTERS, make_scenario_splits, make_sequential_snapshots, write_splits
+from modelupgrade.data import (
+    SPLITTERS,
+    make_scenario_splits,
+    make_sequential_snapshots,
+    write_splits,
+)
 from modelupgrade.data.manifest import image_keys
 from modelupgrade.data.sampling import fraction_count
 from modelupgrade.errors import UserError
@@ -35,7 +41,9 @@ def classes(frame) -> set[int]:
     return set(frame["label"].tolist())
 
 
-def split(kind: str, sizes: list[int], seed: int, fraction: float, dataset=DATASET, evaluation=EVALUATION):
+def split(
+    kind: str, sizes: list[int], seed: int, fraction: float, dataset=DATASET, evaluation=EVALUATION
+):
     manifest = synthetic_manifest(sizes)
     scenario = ScenarioParams(kind=kind, old_fraction=fraction, strategies=[])
     return manifest, make_scenario_splits(manifest, scenario, dataset, evaluation, seed)
@@ -64,7 +72,7 @@ def test_extended_data(sizes, seed, fraction):
 @property_settings
 @given(sizes=class_sizes, seed=seeds, fraction=fractions)
 def test_open_data(sizes, seed, fraction):
-    manifest, s = split("open-data", sizes, seed, fraction)
+    _manifest, s = split("open-data", sizes, seed, fraction)
     old, new = s.frames["old_train"], s.frames["new_train"]
     assert not ids(old) & ids(new)
     assert len(old) + len(new) == sum(sizes)
@@ -122,16 +130,26 @@ def test_another_seed_gives_another_split():
 
 
 @property_settings
-@given(sizes=class_sizes, seed=seeds, kind=st.sampled_from(["data", "class"]),
-       steps=st.lists(st.floats(min_value=0.05, max_value=0.95), min_size=1, max_size=3, unique=True))
+@given(
+    sizes=class_sizes,
+    seed=seeds,
+    kind=st.sampled_from(["data", "class"]),
+    steps=st.lists(st.floats(min_value=0.05, max_value=0.95), min_size=1, max_size=3, unique=True),
+)
 def test_sequential_snapshots_are_nested(sizes, seed, kind, steps):
     growing = [*sorted(steps), 1.0]
     sequential = SequentialParams(kind=kind, fractions=growing, strategies=[])
-    snapshots = make_sequential_snapshots(synthetic_manifest(sizes), sequential, DATASET, EVALUATION, seed)
+    snapshots = make_sequential_snapshots(
+        synthetic_manifest(sizes), sequential, DATASET, EVALUATION, seed
+    )
     generations = [snapshots.frames[f"gen{i}"] for i in range(len(growing))]
-    for smaller, larger in zip(generations, generations[1:], strict=False):
+    for smaller, larger in itertools.pairwise(generations):
         assert ids(smaller) <= ids(larger)
-        assert classes(smaller) == classes(larger) if kind == "data" else classes(smaller) <= classes(larger)
+        assert (
+            classes(smaller) == classes(larger)
+            if kind == "data"
+            else classes(smaller) <= classes(larger)
+        )
     assert len(generations[-1]) == sum(sizes)
     assert not set(image_keys(snapshots.frames["query"])) & set(image_keys(generations[-1]))
 
@@ -148,15 +166,30 @@ def test_cap_per_class_applies_before_sampling(sizes, seed, cap):
 
 def test_evaluation_protocols():
     manifest = synthetic_manifest([10, 10, 10], test_per_class=6)
-    sampled = make_scenario_splits(manifest, ScenarioParams(kind="open-data", strategies=[]), DATASET,
-                                   EvaluationSplitParams(queries_per_class=2, gallery_per_class=3), 0)
+    sampled = make_scenario_splits(
+        manifest,
+        ScenarioParams(kind="open-data", strategies=[]),
+        DATASET,
+        EvaluationSplitParams(queries_per_class=2, gallery_per_class=3),
+        0,
+    )
     assert sampled.frames["query"].groupby("label").size().tolist() == [2, 2, 2]
     assert sampled.frames["gallery"].groupby("label").size().tolist() == [3, 3, 3]
-    loo = make_scenario_splits(manifest, ScenarioParams(kind="open-data", strategies=[]), DATASET,
-                               EvaluationSplitParams(protocol="leave-one-out"), 0)
+    loo = make_scenario_splits(
+        manifest,
+        ScenarioParams(kind="open-data", strategies=[]),
+        DATASET,
+        EvaluationSplitParams(protocol="leave-one-out"),
+        0,
+    )
     assert loo.frames["query"].equals(loo.frames["gallery"]) and len(loo.frames["query"]) == 18
-    holdout = make_scenario_splits(manifest, ScenarioParams(kind="extended-data", strategies=[]), DATASET,
-                                   EvaluationSplitParams(holdout_fraction=0.2, queries_per_class=1), 0)
+    holdout = make_scenario_splits(
+        manifest,
+        ScenarioParams(kind="extended-data", strategies=[]),
+        DATASET,
+        EvaluationSplitParams(holdout_fraction=0.2, queries_per_class=1),
+        0,
+    )
     assert set(holdout.frames["gallery"]["source_split"]) == {"train"}
     assert_evaluation_disjoint_from_training(holdout)
     assert len(holdout.frames["new_train"]) == 24
@@ -173,5 +206,10 @@ def test_unknown_scenario_is_a_user_error():
 def test_missing_evaluation_split_is_a_user_error():
     manifest = synthetic_manifest([5, 5])
     with pytest.raises(UserError, match="no evaluation rows"):
-        make_scenario_splits(manifest, ScenarioParams(kind="open-data", strategies=[]), DATASET,
-                             EvaluationSplitParams(source_split="val"), 0)
+        make_scenario_splits(
+            manifest,
+            ScenarioParams(kind="open-data", strategies=[]),
+            DATASET,
+            EvaluationSplitParams(source_split="val"),
+            0,
+        )

@@ -25,14 +25,39 @@ def test_prepare_then_split_every_scenario_deterministically(project):
     assert len(pd.read_parquet(manifest_path)) == 56
     for kind in ("extended-data", "open-data", "extended-class", "open-class", "identical-data"):
         for attempt in ("a", "b"):
-            split.main(["--params", str(params_path), "--manifest", str(manifest_path),
-                        "--scenario", kind, "--out", str(tmp / attempt / kind)])
+            split.main(
+                [
+                    "--params",
+                    str(params_path),
+                    "--manifest",
+                    str(manifest_path),
+                    "--scenario",
+                    kind,
+                    "--out",
+                    str(tmp / attempt / kind),
+                ]
+            )
         files = sorted(p.name for p in (tmp / "a" / kind).iterdir())
-        assert files == ["gallery.parquet", "new_train.parquet", "old_train.parquet", "query.parquet", "split_info.json"]
+        assert files == [
+            "gallery.parquet",
+            "new_train.parquet",
+            "old_train.parquet",
+            "query.parquet",
+            "split_info.json",
+        ]
         for name in files:
             assert (tmp / "a" / kind / name).read_bytes() == (tmp / "b" / kind / name).read_bytes()
-    split.main(["--params", str(params_path), "--manifest", str(manifest_path), "--sequential",
-                "--out", str(tmp / "sequential")])
+    split.main(
+        [
+            "--params",
+            str(params_path),
+            "--manifest",
+            str(manifest_path),
+            "--sequential",
+            "--out",
+            str(tmp / "sequential"),
+        ]
+    )
     info = json.loads((tmp / "sequential" / "split_info.json").read_text())
     assert [info["sizes"][f"gen{i}"]["images"] for i in range(3)] == [8, 20, 40]
 
@@ -40,13 +65,33 @@ def test_prepare_then_split_every_scenario_deterministically(project):
 def test_unknown_scenario_and_missing_manifest_exit_non_zero(project, capsys):
     tmp, params_path = project
     with pytest.raises(SystemExit) as exit_info:
-        split.main(["--params", str(params_path), "--manifest", str(tmp / "none.parquet"),
-                    "--scenario", "extended-data", "--out", str(tmp / "x")])
+        split.main(
+            [
+                "--params",
+                str(params_path),
+                "--manifest",
+                str(tmp / "none.parquet"),
+                "--scenario",
+                "extended-data",
+                "--out",
+                str(tmp / "x"),
+            ]
+        )
     assert exit_info.value.code == 2 and "run the prepare stage first" in capsys.readouterr().err
     prepare.main(["--params", str(params_path), "--out", str(tmp / "m.parquet")])
     with pytest.raises(SystemExit):
-        split.main(["--params", str(params_path), "--manifest", str(tmp / "m.parquet"),
-                    "--scenario", "sideways-data", "--out", str(tmp / "x")])
+        split.main(
+            [
+                "--params",
+                str(params_path),
+                "--manifest",
+                str(tmp / "m.parquet"),
+                "--scenario",
+                "sideways-data",
+                "--out",
+                str(tmp / "x"),
+            ]
+        )
     assert "unknown scenario 'sideways-data'" in capsys.readouterr().err
     assert not (tmp / "x").exists()
 

@@ -28,24 +28,44 @@ def tiny_params(dataset_root: Path, work_dir: Path, **flows: Any) -> dict[str, A
     return {
         "seed": 7,
         "device": "cpu",
-        "dataset": {"name": "tiny", "loader": "idx", "root": str(dataset_root), "min_images_per_class": 2},
+        "dataset": {
+            "name": "tiny",
+            "loader": "idx",
+            "root": str(dataset_root),
+            "min_images_per_class": 2,
+        },
         "evaluation_split": {"queries_per_class": 2, "gallery_per_class": 4},
         "scenarios": {},
-        "architectures": {"default": {"backbone": "resnet10t", "cifar_stem": False, "embedding_dim": 8,
-                                      "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8}}},
+        "architectures": {
+            "default": {
+                "backbone": "resnet10t",
+                "cifar_stem": False,
+                "embedding_dim": 8,
+                "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
+            }
+        },
         "training": {"epochs": 1, "batch_size": 16, "cpu_threads": 1},
         "strategies": {"bct": {"kind": "bct"}, "independent": {"kind": "independent"}},
         "sequential": {"fractions": [0.25, 0.5, 0.75], "strategies": ["bct"]},
         "heads": {"bict": {"kind": "bict", "hidden_dim": 8, "epochs": 1, "batch_size": 8}},
         "registry": {"model_name": "tiny"},
         "store": {"chunk_size": 4},
-        "flows": {"strategy": "bct", "heads": ["bict"], "retries": 1, "retry_delay_seconds": 0,
-                  "work_dir": str(work_dir), **flows},
+        "flows": {
+            "strategy": "bct",
+            "heads": ["bict"],
+            "retries": 1,
+            "retry_delay_seconds": 0,
+            "work_dir": str(work_dir),
+            **flows,
+        },
     }
 
 
-def make_project(root: Path, template_db: Path, monkeypatch: pytest.MonkeyPatch, **flows: Any) -> SimpleNamespace:
-    """A dataset, a params file and an MLflow store in ``root``, which becomes the working directory."""
+def make_project(
+    root: Path, template_db: Path, monkeypatch: pytest.MonkeyPatch, **flows: Any
+) -> SimpleNamespace:
+    """A dataset, a params file and an MLflow store in ``root``, which becomes
+    the working directory."""
     from tests.data_fixtures import write_idx_dataset
 
     root.mkdir(parents=True, exist_ok=True)
@@ -69,16 +89,21 @@ def artifacts(key: str) -> list[Any]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
 
 
 def require_prefect_server() -> None:
     """Fail at once, saying why, when Prefect's API server cannot even be imported, instead of
-    after a start-up timeout (prefect 3.8.8 passes ``Body(min_items=...)``, which FastAPI > 0.150 rejects)."""
+    after a start-up timeout (prefect 3.8.8 passes ``Body(min_items=...)``, which
+    FastAPI > 0.150 rejects)."""
     try:
         import prefect.server.api.server  # noqa: F401
     except Exception as err:  # noqa: BLE001 - any import failure means no server
-        pytest.fail(f"Prefect's API server does not import: {type(err).__name__}: {err}", pytrace=False)
+        pytest.fail(
+            f"Prefect's API server does not import: {type(err).__name__}: {err}", pytrace=False
+        )
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +128,9 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lineage_run(harness, template_db: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
-    """``flows.lineage`` over three generations, with the first training attempt failing transiently."""
+def lineage_run(harness, template_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``flows.lineage`` over three generations, with the first training attempt
+    failing transiently."""
     from flows.lineage import lineage
 
     with pytest.MonkeyPatch.context() as mp:
@@ -124,11 +150,16 @@ def lineage_run(harness, template_db: Path, tmp_path_factory: pytest.TempPathFac
         yield SimpleNamespace(project=project, result=result, attempts=attempts)
 
 
-def test_lineage_registers_the_chain_with_lineage_gates_and_matrix(lineage_run) -> None:  # noqa: ANN001
+def test_lineage_registers_the_chain_with_lineage_gates_and_matrix(lineage_run) -> None:
     project, result = lineage_run.project, lineage_run.result
     # The transient OSError was retried: gen0 was attempted twice, then every other model once.
-    assert lineage_run.attempts[0] == lineage_run.attempts[1] == str(project.work / "models/sequential/gen0")
-    assert len(lineage_run.attempts) == 1 + 1 + 2 * (GENERATIONS - 1)  # gen0, then bct + oracle per cycle
+    assert (
+        lineage_run.attempts[0]
+        == lineage_run.attempts[1]
+        == str(project.work / "models/sequential/gen0")
+    )
+    # gen0, then bct + oracle per cycle
+    assert len(lineage_run.attempts) == 1 + 1 + 2 * (GENERATIONS - 1)
 
     registry = registry_of(project)
     versions = registry.versions()
@@ -161,7 +192,9 @@ def test_lineage_registers_the_chain_with_lineage_gates_and_matrix(lineage_run) 
     assert len(artifacts("upgrade-report")) >= GENERATIONS and artifacts("upgrade-metrics")
 
 
-def test_lineage_run_again_resumes_trains_nothing_and_keeps_to_its_work_dir(lineage_run, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_lineage_run_again_resumes_trains_nothing_and_keeps_to_its_work_dir(
+    lineage_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.lineage import lineage
 
     def must_not_train(**kwargs: Any) -> None:
@@ -174,10 +207,12 @@ def test_lineage_run_again_resumes_trains_nothing_and_keeps_to_its_work_dir(line
         lineage(GENERATIONS + 1, lineage_run.project.params, None)
     # The registered chain lives in its work directory; another one cannot continue it.
     with pytest.raises(UserError, match="is not the model in"):
-        lineage(GENERATIONS, lineage_run.project.params, str(lineage_run.project.root / "elsewhere"))
+        lineage(
+            GENERATIONS, lineage_run.project.params, str(lineage_run.project.root / "elsewhere")
+        )
 
 
-def test_upgrade_takes_only_validated_snapshots(lineage_run) -> None:  # noqa: ANN001
+def test_upgrade_takes_only_validated_snapshots(lineage_run) -> None:
     from flows.upgrade import upgrade
 
     project = lineage_run.project
@@ -198,11 +233,16 @@ def test_upgrade_takes_only_validated_snapshots(lineage_run) -> None:  # noqa: A
     manifest[manifest.source_split == "train"].to_parquet(grown)
     cycle = upgrade(project.params, snapshot=str(grown))
     assert cycle["status"] == "registered" and cycle["model_key"] == f"bct/gen{GENERATIONS}"
-    assert registry_of(project).by_key(f"bct/gen{GENERATIONS}").parent_version == cycle["version"] - 1
-    assert len(pd.read_parquet(project.work / f"data/splits/sequential/gen{GENERATIONS}.parquet")) == 96
+    assert (
+        registry_of(project).by_key(f"bct/gen{GENERATIONS}").parent_version == cycle["version"] - 1
+    )
+    assert (
+        len(pd.read_parquet(project.work / f"data/splits/sequential/gen{GENERATIONS}.parquet"))
+        == 96
+    )
 
 
-def test_backfill_follows_the_champion(lineage_run) -> None:  # noqa: ANN001
+def test_backfill_follows_the_champion(lineage_run) -> None:
     from flows.backfill import backfill
     from modelupgrade.registry import promote
 
@@ -212,7 +252,9 @@ def test_backfill_follows_the_champion(lineage_run) -> None:  # noqa: ANN001
     assert created["store_status"]["items_by_space"] == {"gen0": 16}
 
     registry = registry_of(project)
-    promote(registry, registry.by_key("bct/gen2").version, "test: the candidate serves now", force=True)
+    promote(
+        registry, registry.by_key("bct/gen2").version, "test: the candidate serves now", force=True
+    )
     moved = backfill(project.params)
     assert moved["outcome"] == "backfilled gen0 → gen2"
     assert moved["backfill"]["status"] == "complete" and moved["backfill"]["items_written"] == 16
@@ -225,7 +267,8 @@ def test_backfill_follows_the_champion(lineage_run) -> None:  # noqa: ANN001
 
 
 def test_a_backfill_left_running_is_finished_before_the_next_one(
-    lineage_run, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    lineage_run,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import dataclasses
 
@@ -255,12 +298,17 @@ def test_a_backfill_left_running_is_finished_before_the_next_one(
     resumed = backfill(project.params, store=store)
     assert resumed["steps"] == ["gen1", "gen2"]
     assert resumed["outcome"] == "backfilled gen1 → gen2"
-    assert resumed["backfill"]["target_space"] == "gen2" and resumed["backfill"]["items_written"] == 16
+    assert (
+        resumed["backfill"]["target_space"] == "gen2" and resumed["backfill"]["items_written"] == 16
+    )
     assert resumed["store_status"]["items_by_space"] == {"gen2": 16}
 
 
 def test_a_failing_task_fails_its_flow_and_registers_nothing(
-    harness, template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    harness,
+    template_db: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from flows.upgrade import upgrade
 
@@ -282,7 +330,9 @@ def test_a_failing_task_fails_its_flow_and_registers_nothing(
 
     reads = []
     real_read = modelupgrade.data.read_manifest
-    monkeypatch.setattr(modelupgrade.data, "read_manifest", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(
+        modelupgrade.data, "read_manifest", lambda path: reads.append(path) or real_read(path)
+    )
     with pytest.raises(UserError, match="missing.parquet does not exist"):
         upgrade(project.params, snapshot=str(tmp_path / "missing.parquet"))
     assert reads == [str(tmp_path / "missing.parquet")]
@@ -290,14 +340,19 @@ def test_a_failing_task_fails_its_flow_and_registers_nothing(
 
 
 def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
-    harness, template_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    harness,
+    template_db: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import prefect.deployments
     from prefect.states import Failed
 
     from flows.upgrade import upgrade
 
-    project = make_project(tmp_path, template_db, monkeypatch, training_deployment="train-generation/gpu")
+    project = make_project(
+        tmp_path, template_db, monkeypatch, training_deployment="train-generation/gpu"
+    )
     requested = []
 
     def remote_run(name: str, parameters: dict[str, Any], timeout: float | None) -> Any:
@@ -305,10 +360,17 @@ def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
         return SimpleNamespace(name="gpu-run", state=Failed(message="worker lost its GPU"))
 
     monkeypatch.setattr(prefect.deployments, "run_deployment", remote_run)
-    with pytest.raises(RuntimeError, match="'train-generation/gpu' ended Failed: worker lost its GPU"):
+    with pytest.raises(
+        RuntimeError, match="'train-generation/gpu' ended Failed: worker lost its GPU"
+    ):
         upgrade(project.params)
-    assert requested == [("train-generation/gpu",
-                          {"generation": 0, "params_path": project.params, "work_dir": str(project.work)}, None)]
+    assert requested == [
+        (
+            "train-generation/gpu",
+            {"generation": 0, "params_path": project.params, "work_dir": str(project.work)},
+            None,
+        )
+    ]
     assert registry_of(project).versions() == []
 
 
@@ -318,7 +380,12 @@ def test_flow_params_are_checked(tmp_path: Path) -> None:
     from modelupgrade.plugins import load_params
 
     assert FlowParams().upgrade_cron == "0 3 * * 1"
-    for bad in ({"upgrade_cron": "0 0 3 * * 1"}, {"training_deployment": "gpu"}, {"retries": -1}, {"shedule": "x"}):
+    for bad in (
+        {"upgrade_cron": "0 0 3 * * 1"},
+        {"training_deployment": "gpu"},
+        {"retries": -1},
+        {"shedule": "x"},
+    ):
         with pytest.raises(ValueError):
             FlowParams(**bad)
     params = tiny_params(tmp_path, tmp_path / "work", strategy="nope")

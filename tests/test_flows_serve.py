@@ -43,8 +43,9 @@ def free_loopback_port() -> int:
 def running(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
     """A child process in its own process group, stopped with everything it started on exit."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             yield process
         finally:
@@ -66,7 +67,9 @@ def wait_for(check: Callable[[], Any], seconds: float, what: str, log: Path) -> 
             if found:
                 return found
         time.sleep(0.5)
-    raise AssertionError(f"no {what} within {seconds:.0f} s; log:\n{log.read_text(errors='replace')[-4000:]}")
+    raise AssertionError(
+        f"no {what} within {seconds:.0f} s; log:\n{log.read_text(errors='replace')[-4000:]}"
+    )
 
 
 def test_served_deployments_and_schedules_read_back_from_a_local_server(tmp_path: Path) -> None:
@@ -81,42 +84,82 @@ def test_served_deployments_and_schedules_read_back_from_a_local_server(tmp_path
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     env.pop("PREFECT_API_URL", None)
-    params = tiny_params(tmp_path / "idx", tmp_path / "work", upgrade_cron=UPGRADE_CRON, backfill_cron=BACKFILL_CRON)
+    params = tiny_params(
+        tmp_path / "idx", tmp_path / "work", upgrade_cron=UPGRADE_CRON, backfill_cron=BACKFILL_CRON
+    )
     params_path = tmp_path / "params.yaml"
     params_path.write_text(yaml.safe_dump(params))
     server_log, serve_log = tmp_path / "server.log", tmp_path / "serve.log"
 
-    server_args = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    with running(server_args, env, server_log) as server, httpx.Client(base_url=api, timeout=10) as client:
+    server_args = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    with (
+        running(server_args, env, server_log) as server,
+        httpx.Client(base_url=api, timeout=10) as client,
+    ):
         wait_for(lambda: client.get("/health").status_code == 200, 90, "healthy server", server_log)
         from prefect.workers.process import ProcessWorker
 
-        created = client.post("/work_pools/", json={
-            "name": "gpu-test", "type": "process",
-            "base_job_template": ProcessWorker.get_default_base_job_template(),
-        })
+        created = client.post(
+            "/work_pools/",
+            json={
+                "name": "gpu-test",
+                "type": "process",
+                "base_job_template": ProcessWorker.get_default_base_job_template(),
+            },
+        )
         assert created.status_code == 201, created.text
 
-        serve_args = [sys.executable, "-m", "flows.serve", "--params", str(params_path),
-                      "--training-pool", "gpu-test"]
+        serve_args = [
+            sys.executable,
+            "-m",
+            "flows.serve",
+            "--params",
+            str(params_path),
+            "--training-pool",
+            "gpu-test",
+        ]
         with running(serve_args, {**env, "PREFECT_API_URL": api}, serve_log) as serving:
 
             def deployment(name: str) -> dict[str, Any] | None:
                 response = client.get(f"/deployments/name/{name}")
                 return response.json() if response.status_code == 200 else None
 
-            upgrade = wait_for(lambda: deployment("upgrade/scheduled"), 60, "upgrade deployment", serve_log)
-            backfill = wait_for(lambda: deployment("backfill/champion-watch"), 30, "backfill deployment", serve_log)
+            upgrade = wait_for(
+                lambda: deployment("upgrade/scheduled"), 60, "upgrade deployment", serve_log
+            )
+            backfill = wait_for(
+                lambda: deployment("backfill/champion-watch"), 30, "backfill deployment", serve_log
+            )
             training = deployment("train-generation/gpu")
             assert serving.poll() is None and server.poll() is None
 
     assert [s["schedule"]["cron"] for s in upgrade["schedules"]] == [UPGRADE_CRON]
     assert [s["schedule"]["cron"] for s in backfill["schedules"]] == [BACKFILL_CRON]
     assert all(s["active"] for s in upgrade["schedules"] + backfill["schedules"])
-    assert upgrade["parameters"] == {"params_path": str(params_path), "work_dir": str(tmp_path / "work"),
-                                     "training_deployment": "train-generation/gpu"}
-    assert backfill["parameters"] == {"params_path": str(params_path), "work_dir": str(tmp_path / "work")}
-    assert upgrade["global_concurrency_limit"]["limit"] == 1 == backfill["global_concurrency_limit"]["limit"]
+    assert upgrade["parameters"] == {
+        "params_path": str(params_path),
+        "work_dir": str(tmp_path / "work"),
+        "training_deployment": "train-generation/gpu",
+    }
+    assert backfill["parameters"] == {
+        "params_path": str(params_path),
+        "work_dir": str(tmp_path / "work"),
+    }
+    assert (
+        upgrade["global_concurrency_limit"]["limit"]
+        == 1
+        == backfill["global_concurrency_limit"]["limit"]
+    )
     assert training["work_pool_name"] == "gpu-test"
     assert training["entrypoint"] == "flows.training.train_generation"
     assert training["job_variables"] == {"working_dir": str(ROOT)}

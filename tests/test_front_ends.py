@@ -1,6 +1,7 @@
 """One definition per command: every DVC stage module is only its command function's ``main``, the
 ``modelupgrade`` command lists every command function, dvc.yaml runs stage modules only, and a
-Prefect flow module holds flows, tasks that each make one call into the library, and its ``main``."""
+Prefect flow module holds flows, tasks that each make one call into the library,
+and its ``main``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The CUDA paths: training (bf16 autocast, channels_last, images on the GPU), heads, ranking, backfill.
+"""The CUDA paths: training (bf16 autocast, channels_last, images on the GPU),
+heads, ranking, backfill.
 
 Every test here is marked ``gpu`` and skipped on a machine without CUDA (see conftest.py). On a GPU
 run them with ``pytest -m gpu``. Each compares the GPU result with the CPU reference or checks a
@@ -14,21 +15,31 @@ import pytest
 import torch
 
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
-from modelupgrade.heads import HEADS, EmbeddingPairs, HeadTraining, apply_all, build_head, fit_head, head_dims
+from modelupgrade.heads import (
+    HEADS,
+    EmbeddingPairs,
+    HeadTraining,
+    apply_all,
+    build_head,
+    fit_head,
+    head_dims,
+)
 from modelupgrade.layers import ArcFace
 from modelupgrade.metrics import leave_one_out_cmc, leave_one_out_map
 from modelupgrade.models import embed, load_model
 from modelupgrade.store.models import model_embed_fn
-from modelupgrade.training import Trainer, build_model, train_model
 from modelupgrade.strategies import build_strategy
+from modelupgrade.training import Trainer, build_model, train_model
 from tests.data_fixtures import quadrant_images
 
 pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 ARCH = ArchitectureParams(
-    backbone="resnet10t", backbone_kwargs={"channels": [16, 16, 32, 32], "stem_width": 16},
-    cifar_stem=False, embedding_dim=16,
+    backbone="resnet10t",
+    backbone_kwargs={"channels": [16, 16, 32, 32], "stem_width": 16},
+    cifar_stem=False,
+    embedding_dim=16,
 )
 TRAINING = TrainingParams(epochs=6, batch_size=64, lr=0.05, warmup_epochs=0.5)
 
@@ -42,10 +53,20 @@ def quadrants() -> tuple[torch.Tensor, torch.Tensor]:
 def _train(tmp_path, data, name, generation, strategy=None, options=None, old=None):
     images, labels = data
     return train_model(
-        architecture=ARCH, architecture_name="tiny", training=TRAINING, images=images, labels=labels,
-        out_dir=tmp_path / name, generation=generation, seed=3, device=CUDA, strategy_name=strategy,
+        architecture=ARCH,
+        architecture_name="tiny",
+        training=TRAINING,
+        images=images,
+        labels=labels,
+        out_dir=tmp_path / name,
+        generation=generation,
+        seed=3,
+        device=CUDA,
+        strategy_name=strategy,
         strategy_params=StrategyParams(kind=strategy, options=options or {}) if strategy else None,
-        old_model_dir=old, data={"split": "synthetic"}, progress=False,
+        old_model_dir=old,
+        data={"split": "synthetic"},
+        progress=False,
     )
 
 
@@ -59,7 +80,9 @@ def _fit(data, device):
     images, labels = data
     torch.manual_seed(0)
     model = build_model(ARCH, images, labels)
-    result = Trainer(TRAINING, device=device, seed=0, progress=False).fit(model, images, labels, build_strategy("independent"))
+    result = Trainer(TRAINING, device=device, seed=0, progress=False).fit(
+        model, images, labels, build_strategy("independent")
+    )
     return model, result
 
 
@@ -82,11 +105,21 @@ def test_training_on_the_gpu_keeps_images_on_the_device_and_follows_the_cpu_run(
     assert leave_one_out_cmc(vectors @ vectors.T, labels.numpy(), topk=(1,))[1] > 0.9
 
 
-@pytest.mark.parametrize("kind,options", [
-    ("bct", {}), ("regression", {}), ("focal_distillation", {}), ("lce", {}),
-    ("unibct", {"warmup_epochs": 1, "refresh_every": 1}), ("ract", {}), ("dmu", {"head_hidden_dim": 32}),
-])
-def test_every_strategy_trains_on_the_gpu_and_its_model_embeds_the_same_on_the_cpu(tmp_path, quadrants, kind, options):
+@pytest.mark.parametrize(
+    "kind,options",
+    [
+        ("bct", {}),
+        ("regression", {}),
+        ("focal_distillation", {}),
+        ("lce", {}),
+        ("unibct", {"warmup_epochs": 1, "refresh_every": 1}),
+        ("ract", {}),
+        ("dmu", {"head_hidden_dim": 32}),
+    ],
+)
+def test_every_strategy_trains_on_the_gpu_and_its_model_embeds_the_same_on_the_cpu(
+    tmp_path, quadrants, kind, options
+):
     _train(tmp_path, quadrants, "gen0", 0)
     card = _train(tmp_path, quadrants, f"gen1-{kind}", 1, kind, options, old=tmp_path / "gen0")
     assert card.device == torch.cuda.get_device_name(CUDA)
@@ -119,10 +152,21 @@ def test_every_head_trains_on_the_gpu_and_applies_there_as_on_the_cpu(kind):
     in_dim, out_dim = head_dims(kind, data.old.shape[1], data.new.shape[1])
     head = build_head(kind, in_dim, out_dim, 64, 2)
     training = HeadTraining.from_defaults(
-        HEADS.get(kind).TRAINING_DEFAULTS, hidden_dim=64, depth=2, epochs=15, batch_size=128,
-        optimizer="adam", lr=1e-2, weight_decay=0.0, warmup_epochs=1, lr_min_ratio=0.0, freeze_bn_after=1.0,
+        HEADS.get(kind).TRAINING_DEFAULTS,
+        hidden_dim=64,
+        depth=2,
+        epochs=15,
+        batch_size=128,
+        optimizer="adam",
+        lr=1e-2,
+        weight_decay=0.0,
+        warmup_epochs=1,
+        lr_min_ratio=0.0,
+        freeze_bn_after=1.0,
     )
-    result = fit_head(head, data, training, classifier=classifier if head.needs_classifier else None, device=CUDA)
+    result = fit_head(
+        head, data, training, classifier=classifier if head.needs_classifier else None, device=CUDA
+    )
     assert result.epoch_losses[-1] < result.epoch_losses[0]
     source = data.old if head.direction == "forward" else data.new
     on_gpu = apply_all(head, source, device=CUDA)
@@ -136,10 +180,14 @@ def test_every_head_trains_on_the_gpu_and_applies_there_as_on_the_cpu(kind):
 def test_ranking_metrics_on_gpu_tensors_equal_the_cpu_reference():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 20, 600)
-    vectors = rng.normal(size=(600, 32)).astype(np.float32) + 2 * np.eye(20, 32, dtype=np.float32)[labels]
+    vectors = (
+        rng.normal(size=(600, 32)).astype(np.float32) + 2 * np.eye(20, 32, dtype=np.float32)[labels]
+    )
     scores = vectors @ vectors.T
     on_gpu = torch.from_numpy(scores).to(CUDA)
-    assert leave_one_out_map(on_gpu, labels) == pytest.approx(leave_one_out_map(scores, labels), abs=1e-6)
+    assert leave_one_out_map(on_gpu, labels) == pytest.approx(
+        leave_one_out_map(scores, labels), abs=1e-6
+    )
     gpu_cmc = leave_one_out_cmc(on_gpu, labels, topk=(1, 5))
     cpu_cmc = leave_one_out_cmc(scores, labels, topk=(1, 5))
     for k in (1, 5):

@@ -26,7 +26,8 @@ DIM, CLASSES = 16, 8
 def synthetic_pairs(n: int = 512, seed: int = 0, noisy_targets: bool = False):
     """Clustered old embeddings and new = old rotated by a random orthogonal R (plus a classifier).
 
-    The spaces (class centres, R) are fixed; ``seed`` draws the samples, so seeds give held-out sets.
+    The spaces (class centres, R) are fixed; ``seed`` draws the samples, so seeds
+    give held-out sets.
     """
     space = np.random.default_rng(1234)
     centers = space.normal(size=(CLASSES, DIM))
@@ -47,15 +48,25 @@ def synthetic_pairs(n: int = 512, seed: int = 0, noisy_targets: bool = False):
 
 
 def quick_training(kind: str, epochs: int = 20, **overrides) -> HeadTraining:
-    settings = dict(
-        hidden_dim=64, depth=2, epochs=epochs, batch_size=128, optimizer="adam", lr=1e-2,
-        weight_decay=0.0, warmup_epochs=1, lr_min_ratio=0.0, freeze_bn_after=1.0,
-    )
+    settings = {
+        "hidden_dim": 64,
+        "depth": 2,
+        "epochs": epochs,
+        "batch_size": 128,
+        "optimizer": "adam",
+        "lr": 1e-2,
+        "weight_decay": 0.0,
+        "warmup_epochs": 1,
+        "lr_min_ratio": 0.0,
+        "freeze_bn_after": 1.0,
+    }
     settings.update(overrides)
     return HeadTraining.from_defaults(HEADS.get(kind).TRAINING_DEFAULTS, **settings)
 
 
-def train(kind: str, data: EmbeddingPairs, classifier=None, epochs: int = 20, options=None, **overrides):
+def train(
+    kind: str, data: EmbeddingPairs, classifier=None, epochs: int = 20, options=None, **overrides
+):
     in_dim, out_dim = head_dims(kind, data.old.shape[1], data.new.shape[1])
     head = build_head(kind, in_dim, out_dim, 64, 2, options=options)
     result = fit_head(head, data, quick_training(kind, epochs, **overrides), classifier=classifier)
@@ -63,7 +74,9 @@ def train(kind: str, data: EmbeddingPairs, classifier=None, epochs: int = 20, op
 
 
 def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.mean(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+    return float(
+        np.mean(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))
+    )
 
 
 @pytest.mark.parametrize("kind", ["fct", "bict"])
@@ -85,7 +98,7 @@ def test_reverse_query_transform_recovers_the_inverse_rotation():
 
 
 def test_dmu_adapter_makes_old_vectors_classifiable_by_the_new_classifier():
-    data, classifier, rotation = synthetic_pairs()
+    data, classifier, _rotation = synthetic_pairs()
     head, result = train("dmu", data, classifier)
     assert result.epoch_losses[-1] < 0.1 * result.epoch_losses[0]
     predictions = classifier.cosine(torch.from_numpy(apply(head, data.old))).argmax(1).numpy()
@@ -100,7 +113,9 @@ def test_dmu_needs_the_classifier():
 
 def test_fastfill_uncertainty_is_larger_on_noisier_samples():
     data, classifier, _ = synthetic_pairs(n=1024, noisy_targets=True)
-    head, result = train("fastfill", data, classifier, epochs=25, options={"alignment_reduction": "sum"})
+    head, result = train(
+        "fastfill", data, classifier, epochs=25, options={"alignment_reduction": "sum"}
+    )
     assert result.epoch_losses[-1] < result.epoch_losses[0]
     transformed, sigma2 = apply_with_uncertainty(head, data.old)
     assert transformed.shape == data.new.shape and sigma2.shape == (len(data),)
@@ -117,7 +132,9 @@ def test_metric_compatible_heads_reduce_their_loss_and_align_query_with_old_spac
     assert result.epoch_losses[-1] < result.epoch_losses[0] - 0.3
     query_in_old_space = apply(head, data.new)
     # Cross-system retrieval works: the query's nearest old vector is mostly its own class.
-    sims = (query_in_old_space / np.linalg.norm(query_in_old_space, axis=1, keepdims=True)) @ data.old.T
+    sims = (
+        query_in_old_space / np.linalg.norm(query_in_old_space, axis=1, keepdims=True)
+    ) @ data.old.T
     assert (data.labels[sims.argmax(1)] == data.labels).mean() > 0.9
 
 
@@ -129,9 +146,13 @@ def test_rm_full_stores_rho_of_the_new_embedding_and_queries_through_psi_rho():
     with torch.no_grad():
         rho = head.rho(x)
         expected_query = head.psi(rho)
-    np.testing.assert_allclose(apply(head, data.new[:10], output="new_embedding"), rho.numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        apply(head, data.new[:10], output="new_embedding"), rho.numpy(), atol=1e-5
+    )
     np.testing.assert_allclose(apply(head, data.new[:10]), expected_query.numpy(), atol=1e-5)
-    assert head.macs_per_embedding()["transform"] == head.rho.macs_per_row() + head.psi.macs_per_row()
+    assert (
+        head.macs_per_embedding()["transform"] == head.rho.macs_per_row() + head.psi.macs_per_row()
+    )
 
 
 def test_hard_mining_keeps_the_farthest_half_of_positives_and_nearest_half_of_negatives():
@@ -160,9 +181,13 @@ def test_mcl_loss_puts_both_systems_negatives_in_each_denominator():
         pos_n = s_new[i][same[i] & ~eye[i]].sum()
         neg_o = s_old[i][~same[i]].sum()
         neg_n = s_new[i][~same[i]].sum()
-        expected.append(-torch.log(pos_o / (pos_o + neg_o + neg_n)) - torch.log(pos_n / (pos_n + neg_n + neg_o)))
+        expected.append(
+            -torch.log(pos_o / (pos_o + neg_o + neg_n)) - torch.log(pos_n / (pos_n + neg_n + neg_o))
+        )
     torch.testing.assert_close(loss, torch.stack(expected).mean())
-    cl_m = metric_compatible_contrastive_loss(d_old, d_new, labels, hard_mining=False, heterogeneous_negatives=False)
+    cl_m = metric_compatible_contrastive_loss(
+        d_old, d_new, labels, hard_mining=False, heterogeneous_negatives=False
+    )
     assert cl_m < loss  # dropping the other system's negatives can only shrink the denominators
 
 
@@ -179,6 +204,11 @@ def test_every_head_kind_trains_one_step_without_error():
     for kind in HEADS.names():
         head, result = train(kind, data, classifier, epochs=1)
         assert np.isfinite(result.final_loss)
-        batch = HeadBatch(torch.from_numpy(data.old), torch.from_numpy(data.new), torch.from_numpy(data.labels), classifier=classifier)
+        batch = HeadBatch(
+            torch.from_numpy(data.old),
+            torch.from_numpy(data.new),
+            torch.from_numpy(data.labels),
+            classifier=classifier,
+        )
         head.train()
         assert torch.isfinite(head.loss(batch))

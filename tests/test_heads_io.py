@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from modelupgrade.config import ParamsError, parse_params
+from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.heads import (
     DMUForwardAdapter,
@@ -28,7 +29,6 @@ from modelupgrade.heads import (
     resolve_training,
     save_head,
 )
-from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.layers import MLP
 from modelupgrade.models import EmbeddingModel, save_model
 from modelupgrade.plugins import check_params
@@ -51,7 +51,9 @@ def test_folded_inference_matches_the_eval_mode_network():
     head.eval()
     with torch.no_grad():
         expected = head(torch.from_numpy(data.old)).numpy()
-    np.testing.assert_allclose(apply(head, data.old, batch_size=100), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        apply(head, data.old, batch_size=100), expected, rtol=1e-4, atol=1e-5
+    )
     folded = inference_copy(head)
     assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in folded.modules())
     assert folded.psi.macs_per_row() == head.psi.macs_per_row() == 16 * 32 + 32 * 32 * 2 + 32 * 16
@@ -60,13 +62,23 @@ def test_folded_inference_matches_the_eval_mode_network():
 def test_save_load_round_trip_keeps_outputs_and_card(tmp_path):
     data, classifier, _ = synthetic_pairs(n=128)
     head = build_head("fastfill", DIM, DIM, 32, 3, options={"uncertainty_lambda": 0.5})
-    fit_head(head, data, quick_training("fastfill", 2, hidden_dim=32, depth=3), classifier=classifier)
+    fit_head(
+        head, data, quick_training("fastfill", 2, hidden_dim=32, depth=3), classifier=classifier
+    )
     card = save_head(head, tmp_path / "ff", name="fastfill", training={"epochs": 2})
     assert sorted(p.name for p in (tmp_path / "ff").iterdir()) == ["card.json", "head.pt"]
     torch.load(tmp_path / "ff" / "head.pt", weights_only=True)  # plain tensors only
     loaded, loaded_card = load_head(tmp_path / "ff")
-    assert loaded_card.as_dict() == json.loads((tmp_path / "ff" / "card.json").read_text()) == card.as_dict()
-    assert card.kind == "fastfill" and card.direction == "forward" and (card.in_dim, card.out_dim) == (DIM, DIM)
+    assert (
+        loaded_card.as_dict()
+        == json.loads((tmp_path / "ff" / "card.json").read_text())
+        == card.as_dict()
+    )
+    assert (
+        card.kind == "fastfill"
+        and card.direction == "forward"
+        and (card.in_dim, card.out_dim) == (DIM, DIM)
+    )
     assert card.hidden_dim == 32 and card.depth == 3
     assert card.options["uncertainty_lambda"] == 0.5
     assert card.macs_per_embedding == head.psi.macs_per_row()
@@ -83,14 +95,18 @@ def test_chain_composes_generations_and_mixes_momentum():
     plain = HeadChain([linear_head(a), linear_head(b)])
     np.testing.assert_allclose(plain.apply(base), base @ a.T @ b.T, rtol=1e-4, atol=1e-4)
     m = 0.5
-    with_momentum = HeadChain([linear_head(a), linear_head(b), linear_head(c)], momenta=[0.0, 0.0, m])
+    with_momentum = HeadChain(
+        [linear_head(a), linear_head(b), linear_head(c)], momenta=[0.0, 0.0, m]
+    )
     f1 = base @ a.T
     f2 = f1 @ b.T
     f3 = ((1 - m) * f2 + m * f1) @ c.T
     states = with_momentum.gallery_states(base)
     assert len(states) == 4
     np.testing.assert_allclose(states[-1], f3, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(with_momentum.next_input(base, momentum=0.25), 0.75 * f3 + 0.25 * f2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        with_momentum.next_input(base, momentum=0.25), 0.75 * f3 + 0.25 * f2, rtol=1e-4, atol=1e-4
+    )
     np.testing.assert_allclose(momentum_input(f2, f1, m), (1 - m) * f2 + m * f1, rtol=1e-6)
 
 
@@ -99,7 +115,9 @@ def test_chain_rejects_reverse_heads_and_dimension_breaks():
     with pytest.raises(UserError, match="reverse"):
         HeadChain([linear_head(rng.normal(size=(DIM, DIM)), kind="rqt")])
     with pytest.raises(UserError, match="expects 16-d input"):
-        HeadChain([linear_head(rng.normal(size=(8, DIM))), linear_head(rng.normal(size=(DIM, DIM)))])
+        HeadChain(
+            [linear_head(rng.normal(size=(8, DIM))), linear_head(rng.normal(size=(DIM, DIM)))]
+        )
     with pytest.raises(UserError, match="momentum must be 0"):
         HeadChain([linear_head(rng.normal(size=(DIM, DIM)))], momenta=[0.5])
     with pytest.raises(UserError, match="shapes"):
@@ -142,15 +160,32 @@ def test_fct_side_information_is_an_extra_input():
 
 def save_model_with_joint_head(directory, mlp: MLP | None) -> None:
     """A model saved the way the DMU strategy saves one: ψ beside it, described in its card."""
-    architecture = ArchitectureParams(backbone="resnet10t", cifar_stem=False, embedding_dim=DIM,
-                                      backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8})
+    architecture = ArchitectureParams(
+        backbone="resnet10t",
+        cifar_stem=False,
+        embedding_dim=DIM,
+        backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8},
+    )
     model = EmbeddingModel(architecture, in_chans=1, num_classes=4, input_size=16)
     if mlp is None:
         save_model(model, directory, {})
         return
-    entry = {"file": "forward_head.pt", "in_dim": mlp.in_dim, "out_dim": mlp.out_dim, "hidden_dim": mlp.hidden_dim,
-             "hidden": mlp.hidden_dim, "depth": mlp.depth, "batch_norm": True, "trained_with": "dmu (test)"}
-    save_model(model, directory, {"forward_head": entry}, extra_weights={"forward_head.pt": mlp.state_dict()})
+    entry = {
+        "file": "forward_head.pt",
+        "in_dim": mlp.in_dim,
+        "out_dim": mlp.out_dim,
+        "hidden_dim": mlp.hidden_dim,
+        "hidden": mlp.hidden_dim,
+        "depth": mlp.depth,
+        "batch_norm": True,
+        "trained_with": "dmu (test)",
+    }
+    save_model(
+        model,
+        directory,
+        {"forward_head": entry},
+        extra_weights={"forward_head.pt": mlp.state_dict()},
+    )
 
 
 def test_dmu_wraps_the_jointly_trained_head(tmp_path):
@@ -173,7 +208,9 @@ def test_dmu_wraps_the_jointly_trained_head(tmp_path):
 
 def _params(tmp_path, heads: dict):
     raw = {
-        "scenarios": {"extended-data": {"kind": "extended-data", "old_fraction": 0.3, "strategies": ["bct"]}},
+        "scenarios": {
+            "extended-data": {"kind": "extended-data", "old_fraction": 0.3, "strategies": ["bct"]}
+        },
         "architectures": {"default": {"backbone": "resnet18", "embedding_dim": DIM}},
         "strategies": {"bct": {"kind": "bct"}},
         "sequential": {"strategies": []},
@@ -187,7 +224,9 @@ def _params(tmp_path, heads: dict):
 def _write_split(tmp_path, data: EmbeddingPairs):
     np.save(tmp_path / "old.npy", data.old)
     np.save(tmp_path / "new.npy", data.new)
-    pd.DataFrame({"item_id": [str(i) for i in range(len(data))], "label": data.labels}).to_parquet(tmp_path / "split.parquet")
+    pd.DataFrame({"item_id": [str(i) for i in range(len(data))], "label": data.labels}).to_parquet(
+        tmp_path / "split.parquet"
+    )
 
 
 def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
@@ -195,18 +234,59 @@ def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
 
     data, _, _ = synthetic_pairs(n=256)
     _write_split(tmp_path, data)
-    small = {"hidden_dim": 32, "depth": 2, "epochs": 3, "batch_size": 64, "optimizer": "adam", "lr": 0.01}
-    _params(tmp_path, {"bict": {"kind": "bict", **small}, "bict_mom": {"kind": "bict", "input_momentum": 0.5, **small}})
-    args = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
-            "--new-embeddings", str(tmp_path / "new.npy"), "--labels", str(tmp_path / "split.parquet")]
+    small = {
+        "hidden_dim": 32,
+        "depth": 2,
+        "epochs": 3,
+        "batch_size": 64,
+        "optimizer": "adam",
+        "lr": 0.01,
+    }
+    _params(
+        tmp_path,
+        {
+            "bict": {"kind": "bict", **small},
+            "bict_mom": {"kind": "bict", "input_momentum": 0.5, **small},
+        },
+    )
+    args = [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--old-embeddings",
+        str(tmp_path / "old.npy"),
+        "--new-embeddings",
+        str(tmp_path / "new.npy"),
+        "--labels",
+        str(tmp_path / "split.parquet"),
+    ]
     train_heads.main([*args, "--head", "bict", "--out", str(tmp_path / "gen1")])
     card = read_head_card(tmp_path / "gen1")
     assert card.kind == "bict" and card.training["mode"] == "standalone"
     assert card.training["epochs"] == 3 and len(card.training["epoch_losses"]) == 3
     assert card.sources["old_embeddings"]["sha256"]
-    train_heads.main([*args, "--head", "bict", "--previous-heads", str(tmp_path / "gen1"), "--out", str(tmp_path / "gen2")])
-    train_heads.main([*args, "--head", "bict_mom", "--previous-heads", str(tmp_path / "gen1"), str(tmp_path / "gen2"),
-                      "--out", str(tmp_path / "gen3")])
+    train_heads.main(
+        [
+            *args,
+            "--head",
+            "bict",
+            "--previous-heads",
+            str(tmp_path / "gen1"),
+            "--out",
+            str(tmp_path / "gen2"),
+        ]
+    )
+    train_heads.main(
+        [
+            *args,
+            "--head",
+            "bict_mom",
+            "--previous-heads",
+            str(tmp_path / "gen1"),
+            str(tmp_path / "gen2"),
+            "--out",
+            str(tmp_path / "gen3"),
+        ]
+    )
     chain = load_chain(tmp_path / "gen3")
     assert len(chain) == 3 and chain.momenta == [0.0, 0.0, 0.5]
     assert chain.apply(data.old).shape == data.new.shape
@@ -219,8 +299,16 @@ def test_stage_reports_bad_arguments_cleanly(tmp_path, capsys):
     _write_split(tmp_path, data)
     np.save(tmp_path / "short.npy", data.new[:10])
     _params(tmp_path, {"dmu": {"kind": "dmu", "epochs": 1}})
-    base = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
-            "--labels", str(tmp_path / "split.parquet"), "--out", str(tmp_path / "out")]
+    base = [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--old-embeddings",
+        str(tmp_path / "old.npy"),
+        "--labels",
+        str(tmp_path / "split.parquet"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         train_heads.main([*base, "--head", "dmu", "--new-embeddings", str(tmp_path / "short.npy")])
     assert exit_info.value.code == 2
@@ -229,23 +317,41 @@ def test_stage_reports_bad_arguments_cleanly(tmp_path, capsys):
         train_heads.main([*base, "--head", "dmu", "--new-embeddings", str(tmp_path / "new.npy")])
     assert "--new-model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        train_heads.main([*base, "--head", "missing", "--new-embeddings", str(tmp_path / "new.npy")])
+        train_heads.main(
+            [*base, "--head", "missing", "--new-embeddings", str(tmp_path / "new.npy")]
+        )
     assert "defines no head 'missing'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_resolve_training_uses_paper_defaults_unless_overridden():
-    params = parse_params({
-        "scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []},
-        "heads": {"bict": {"kind": "bict"}, "dmu": {"kind": "dmu", "hidden_dim": 512}},
-    })
+    params = parse_params(
+        {
+            "scenarios": {},
+            "architectures": {},
+            "strategies": {},
+            "sequential": {"strategies": []},
+            "heads": {"bict": {"kind": "bict"}, "dmu": {"kind": "dmu", "hidden_dim": 512}},
+        }
+    )
     bict = resolve_training(params.heads["bict"])
-    assert (bict.hidden_dim, bict.depth, bict.lr, bict.batch_size, bict.optimizer) == (4096, 4, 1.0, 512, "sgd")
+    assert (bict.hidden_dim, bict.depth, bict.lr, bict.batch_size, bict.optimizer) == (
+        4096,
+        4,
+        1.0,
+        512,
+        "sgd",
+    )
     assert resolve_training(params.heads["dmu"]).hidden_dim == 512
-    bad_options = parse_params({
-        "scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []},
-        "heads": {"r": {"kind": "rqt", "options": {"temperatur": 2}}},
-    })
+    bad_options = parse_params(
+        {
+            "scenarios": {},
+            "architectures": {},
+            "strategies": {},
+            "sequential": {"strategies": []},
+            "heads": {"r": {"kind": "rqt", "options": {"temperatur": 2}}},
+        }
+    )
     unknown_option = r"heads\.r\.options\.temperatur: .*options of head kind 'rqt'"
     with pytest.raises(ParamsError, match=unknown_option):
         check_params(bad_options)
@@ -256,14 +362,25 @@ def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monk
 
     data, classifier, _ = synthetic_pairs(n=128)
     _write_split(tmp_path, data)
-    monkeypatch.setattr("modelupgrade.heads.pipeline.load_new_classifier", lambda model_dir: classifier)
+    monkeypatch.setattr(
+        "modelupgrade.heads.pipeline.load_new_classifier", lambda model_dir: classifier
+    )
     small = {"hidden_dim": 16, "depth": 2, "epochs": 2, "batch_size": 64}
     _params(tmp_path, {"ff": {"kind": "fastfill", **small}, "dmu": {"kind": "dmu", **small}})
     model_dir = tmp_path / "model"
     save_model_with_joint_head(model_dir, None)
-    args = ["--params", str(tmp_path / "params.yaml"), "--old-embeddings", str(tmp_path / "old.npy"),
-            "--new-embeddings", str(tmp_path / "new.npy"), "--labels", str(tmp_path / "split.parquet"),
-            "--new-model", str(model_dir)]
+    args = [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--old-embeddings",
+        str(tmp_path / "old.npy"),
+        "--new-embeddings",
+        str(tmp_path / "new.npy"),
+        "--labels",
+        str(tmp_path / "split.parquet"),
+        "--new-model",
+        str(model_dir),
+    ]
     train_heads.main([*args, "--head", "ff", "--out", str(tmp_path / "ff")])
     assert load_head(tmp_path / "ff")[1].outputs == ["transform", "log_variance"]
     train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-standalone")])

@@ -32,8 +32,9 @@ from modelupgrade.metrics import (
 )
 
 
-def _sklearn_map(scores: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray,
-                 leave_one_out: bool) -> float:
+def _sklearn_map(
+    scores: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray, leave_one_out: bool
+) -> float:
     aps = []
     for i, row in enumerate(scores):
         keep = np.ones(len(row), bool)
@@ -54,7 +55,9 @@ def test_step_ap_matches_sklearn_with_many_ties(leave_one_out: bool) -> None:
     gallery_labels = rng.integers(0, 5, size=n_gallery)
     query_labels = gallery_labels if leave_one_out else rng.integers(0, 6, size=n_query)
     ours = mean_average_precision(scores, query_labels, gallery_labels, leave_one_out=leave_one_out)
-    assert ours == pytest.approx(_sklearn_map(scores, query_labels, gallery_labels, leave_one_out), abs=1e-12)
+    assert ours == pytest.approx(
+        _sklearn_map(scores, query_labels, gallery_labels, leave_one_out), abs=1e-12
+    )
 
 
 def test_blocked_ranking_equals_one_block() -> None:
@@ -81,8 +84,13 @@ def test_cmc_rules_for_queries_without_positives() -> None:
     gallery_labels = np.array([0, 1])
     query_labels = np.array([0, 0, 7])  # query 2 has no positive
     assert cmc_topk(scores, query_labels, gallery_labels, (1, 2), no_positive="count-as-miss") == {
-        1: pytest.approx(1 / 3), 2: pytest.approx(2 / 3)}
-    assert cmc_topk(scores, query_labels, gallery_labels, (1, 2), no_positive="exclude") == {1: 0.5, 2: 1.0}
+        1: pytest.approx(1 / 3),
+        2: pytest.approx(2 / 3),
+    }
+    assert cmc_topk(scores, query_labels, gallery_labels, (1, 2), no_positive="exclude") == {
+        1: 0.5,
+        2: 1.0,
+    }
     with pytest.raises(UserError, match="unknown rule"):
         cmc_topk(scores, query_labels, gallery_labels, (1,), no_positive="count-as-zero")
 
@@ -91,7 +99,9 @@ def test_rank_features_matches_score_matrix_path() -> None:
     rng = np.random.default_rng(3)
     q, g = rng.standard_normal((30, 8)), rng.standard_normal((70, 8))
     ql, gl = rng.integers(0, 5, 30), rng.integers(0, 5, 70)
-    blocked = rank_features(q, g, ql, gl, similarity="euclidean", memory_bytes=1, dtype=torch.float64)
+    blocked = rank_features(
+        q, g, ql, gl, similarity="euclidean", memory_bytes=1, dtype=torch.float64
+    )
     distances = np.sqrt(((q[:, None, :] - g[None, :, :]) ** 2).sum(-1))
     direct = rank_queries(-distances, ql, gl)
     np.testing.assert_array_equal(blocked.first_hit, direct.first_hit)
@@ -130,7 +140,9 @@ def test_roc_curve_matches_sklearn_with_ties() -> None:
     rng = np.random.default_rng(4)
     scores = np.round(rng.standard_normal(500), 1)
     labels = (rng.random(500) < 0.3).astype(int)
-    for ours, theirs in zip(roc_curve(labels, scores), sklearn_roc_curve(labels, scores), strict=True):
+    for ours, theirs in zip(
+        roc_curve(labels, scores), sklearn_roc_curve(labels, scores), strict=True
+    ):
         np.testing.assert_array_equal(ours, theirs)
 
 
@@ -163,14 +175,18 @@ def test_dmu_deltas_are_relative_percentages() -> None:
 
 
 def test_compatibility_matrix_metrics_with_ties() -> None:
-    m = np.array([
-        [0.50, 0.00, 0.00],
-        [0.50, 0.60, 0.00],  # (1,0) ties M[0,0]
-        [0.55, 0.58, 0.70],  # (2,1) below M[1,1]
-    ])
+    m = np.array(
+        [
+            [0.50, 0.00, 0.00],
+            [0.50, 0.60, 0.00],  # (1,0) ties M[0,0]
+            [0.55, 0.58, 0.70],  # (2,1) below M[1,1]
+        ]
+    )
     assert average_compatibility(m, "lt") == pytest.approx(2 / 3)  # CoReS: tie is compatible
     assert average_compatibility(m, "le") == pytest.approx(1 / 3)  # iamcl2r: tie violates
-    assert average_multimodel_accuracy(m) == pytest.approx(np.mean([0.5, 0.5, 0.6, 0.55, 0.58, 0.7]))
+    assert average_multimodel_accuracy(m) == pytest.approx(
+        np.mean([0.5, 0.5, 0.6, 0.55, 0.58, 0.7])
+    )
     assert backward_compatibility(m) == pytest.approx(((0.55 - 0.5) + (0.58 - 0.6)) / 2)
     assert forward_compatibility(m) == pytest.approx(((0.5 - 0.6) + (0.58 - 0.7)) / 2)
     assert set(compatibility_summary(m)) == {"ac_lt", "ac_le", "am", "bc", "fc"}

@@ -58,14 +58,25 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, o
     mlflow_cli = Path(sys.executable).with_name("mlflow")
     # The same command `make ui` runs, on the seeded database and a free port.
     command = [
-        str(mlflow_cli), "ui",
-        "--backend-store-uri", tracker.config.tracking_uri,
-        "--artifacts-destination", str(root / "store" / "mlartifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        str(mlflow_cli),
+        "ui",
+        "--backend-store-uri",
+        tracker.config.tracking_uri,
+        "--artifacts-destination",
+        str(root / "store" / "mlartifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
     ]
     log = open(root / "server.log", "w")  # noqa: SIM115 - closed in teardown
     server = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
     )
     url = f"http://127.0.0.1:{port}"
@@ -73,7 +84,10 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, o
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while True:
             if server.poll() is not None:
-                pytest.fail(f"mlflow ui exited with {server.returncode}: {(root / 'server.log').read_text()}")
+                pytest.fail(
+                    f"mlflow ui exited with {server.returncode}: "
+                    f"{(root / 'server.log').read_text()}"
+                )
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
                     if response.status == 200:
@@ -97,20 +111,34 @@ def _chromium_run(tmp_path: Path, url: str, *mode: str) -> subprocess.CompletedP
     profile = tmp_path / f"profile-{mode[0].lstrip('-').split('=')[0]}"
     return subprocess.run(
         [
-            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
-            "--window-size=1600,2600", "--virtual-time-budget=30000", *mode, url,
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            "--window-size=1600,2600",
+            "--virtual-time-budget=30000",
+            *mode,
+            url,
         ],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
 
 def _visible_text(html: str) -> str:
-    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
+    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.DOTALL)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&nbsp;", " ")
 
 
-def test_registered_model_page_shows_versions_lineage_and_aliases(ui_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_registered_model_page_shows_versions_lineage_and_aliases(
+    ui_server, tmp_path: Path
+) -> None:
     url, registry = ui_server
     page = f"{url}/#/models/{MODEL}"
     dom = _chromium_run(tmp_path, page, "--dump-dom")
@@ -129,7 +157,9 @@ def test_registered_model_page_shows_versions_lineage_and_aliases(ui_server, tmp
     assert f"compatible_with : {gen0.version}" in text
     assert "gates.passed : true" in text and "gates.passed : first-generation" in text
     # Aliases sit in the row of their version: champion on gen0, candidate on gen1-bct.
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"Version (\d+) (.*?)(?=Version \d+ |$)", text)}
+    rows = {
+        m.group(1): m.group(2) for m in re.finditer(r"Version (\d+) (.*?)(?=Version \d+ |$)", text)
+    }
     assert "@ champion" in rows[str(gen0.version)]
     assert "@ candidate" in rows[str(bct.version)]
     assert "@ champion" not in rows[str(bct.version)]

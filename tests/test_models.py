@@ -13,7 +13,11 @@ from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.models import EmbeddingModel, embed, load_model, read_model_card, save_model
 
-TINY = dict(backbone="resnet10t", backbone_kwargs={"channels": [8, 16, 32, 64], "stem_width": 8}, embedding_dim=16)
+TINY = {
+    "backbone": "resnet10t",
+    "backbone_kwargs": {"channels": [8, 16, 32, 64], "stem_width": 8},
+    "embedding_dim": 16,
+}
 
 
 def tiny_model(**overrides) -> EmbeddingModel:
@@ -42,7 +46,9 @@ def test_cifar_stem_replaces_the_stem_with_a_stride_one_conv_and_drops_the_max_p
 
 def test_cifar_stem_on_a_non_resnet_model_is_a_user_error():
     with pytest.raises(UserError, match="cifar_stem"):
-        EmbeddingModel(ArchitectureParams(backbone="mobilenetv3_small_050", cifar_stem=True), 1, 3, 32)
+        EmbeddingModel(
+            ArchitectureParams(backbone="mobilenetv3_small_050", cifar_stem=True), 1, 3, 32
+        )
 
 
 def test_unknown_backbone_is_a_user_error():
@@ -51,7 +57,9 @@ def test_unknown_backbone_is_a_user_error():
 
 
 def test_model_adapts_channel_count_and_size_of_its_input():
-    model = EmbeddingModel(ArchitectureParams(**{**TINY, "cifar_stem": True, "image_size": 32}), 3, 4, 28).eval()
+    model = EmbeddingModel(
+        ArchitectureParams(**{**TINY, "cifar_stem": True, "image_size": 32}), 3, 4, 28
+    ).eval()
     grey = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
     assert model.prepare_inputs(grey).shape == (2, 3, 32, 32)
     assert model(grey).shape == (2, 16)
@@ -95,14 +103,15 @@ def test_loading_a_directory_without_a_card_is_a_user_error(tmp_path):
 class _RunsCode:
     """A pickle that would run a shell command when unpickled without weights_only."""
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         import os
 
         return (os.system, ("echo pwned > /dev/null",))
 
 
 def _rehash(directory, file_name="checkpoint.pt"):
-    """Make the card vouch for whatever is in the file now (what an attacker with write access does)."""
+    """Make the card vouch for whatever is in the file now (what an attacker
+    with write access does)."""
     from modelupgrade.io import file_sha256
 
     card = json.loads((directory / "card.json").read_text())
@@ -118,7 +127,9 @@ def test_a_damaged_replaced_or_malicious_model_directory_is_one_clear_error(tmp_
     (tmp_path / "m" / "card.json").write_text(card_text[: len(card_text) // 2])
     with pytest.raises(UserError, match="not valid JSON"):
         load_model(tmp_path / "m")
-    (tmp_path / "m" / "card.json").write_text(json.dumps({**json.loads(card_text), "embedding_dim": "wide"}))
+    (tmp_path / "m" / "card.json").write_text(
+        json.dumps({**json.loads(card_text), "embedding_dim": "wide"})
+    )
     with pytest.raises(UserError, match="not a valid model card: embedding_dim"):
         load_model(tmp_path / "m")
     (tmp_path / "m" / "card.json").write_text(card_text)

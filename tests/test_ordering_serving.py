@@ -1,4 +1,5 @@
-"""The shared vocabulary of a backfill: ordering policies, score kinds, serving modes, ranking rule."""
+"""The shared vocabulary of a backfill: ordering policies, score kinds, serving
+modes, ranking rule."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from modelupgrade.serving import SERVING_MODES, Forms, Pairing, build_serving_mo
 def inputs(n=40, seed=0):
     rng = np.random.default_rng(seed)
     return OrderingInputs(
-        n=n, old_logits=rng.normal(size=(n, 6)) * 3, sigma2=rng.random(n),
-        old_state_vectors=rng.normal(size=(n, 4)), new_vectors=rng.normal(size=(n, 4)),
+        n=n,
+        old_logits=rng.normal(size=(n, 6)) * 3,
+        sigma2=rng.random(n),
+        old_state_vectors=rng.normal(size=(n, 4)),
+        new_vectors=rng.normal(size=(n, 4)),
     )
 
 
@@ -31,7 +35,9 @@ def test_random_order_is_a_permutation_drawn_from_the_seed_alone():
     # The simulator's path (scores computed from its arrays) draws the very same order.
     np.testing.assert_array_equal(policy.order_items(inputs(), seed=7), a)
     # The documented rule, so that any implementation of the store or the simulator can follow it.
-    np.testing.assert_array_equal(a, np.argsort(-np.random.default_rng(7).random(40), kind="stable"))
+    np.testing.assert_array_equal(
+        a, np.argsort(-np.random.default_rng(7).random(40), kind="stable")
+    )
 
 
 def test_old_confidence_backfills_least_confident_first():
@@ -66,7 +72,9 @@ def test_fastfill_order_is_descending_sigma2_and_ties_keep_gallery_order():
     given = inputs()
     order = build_ordering("fastfill-uncertainty").order_items(given)
     assert np.all(np.diff(given.sigma2[order]) <= 0)
-    assert build_ordering("fastfill-uncertainty").order(4, np.array([1.0, 2.0, 1.0, 2.0])).tolist() == [1, 3, 0, 2]
+    assert build_ordering("fastfill-uncertainty").order(
+        4, np.array([1.0, 2.0, 1.0, 2.0])
+    ).tolist() == [1, 3, 0, 2]
 
 
 def test_oracle_order_is_descending_alignment_error_and_not_deployable():
@@ -76,7 +84,9 @@ def test_oracle_order_is_descending_alignment_error_and_not_deployable():
     assert np.all(np.diff(error[policy.order_items(given)]) <= 0)
     assert policy.deployable is False and SCORE_KINDS["alignment-error"].deployable is False
     assert all(build_ordering(name).deployable for name in ORDERINGS.names() if name != "oracle")
-    narrower = OrderingInputs(n=40, new_vectors=given.new_vectors, old_state_vectors=given.new_vectors[:, :2])
+    narrower = OrderingInputs(
+        n=40, new_vectors=given.new_vectors, old_state_vectors=given.new_vectors[:, :2]
+    )
     assert not policy.available(narrower)
 
 
@@ -96,7 +106,9 @@ def test_policies_without_their_inputs_are_unavailable_and_refuse():
 
 
 def test_serving_modes_pair_the_documented_forms():
-    every = Forms.of(["new", "old", "reverse", "rho", "rho_reverse"], ["stored", "forward", "new", "rho"])
+    every = Forms.of(
+        ["new", "old", "reverse", "rho", "rho_reverse"], ["stored", "forward", "new", "rho"]
+    )
     expected = {
         "mixed": (Pairing("new", "forward"), Pairing("new", "new")),
         "rank-merge": (Pairing("old", "stored"), Pairing("new", "new")),
@@ -116,13 +128,17 @@ def test_serving_modes_pair_the_documented_forms():
 
 
 def test_ranking_rule_is_distance_then_new_side_then_index():
-    values = np.array([-3.5, -0.0, 0.0, 1e-30, 2.0, np.float32(2.0) + np.float32(2e-7)], dtype=np.float32)
+    values = np.array(
+        [-3.5, -0.0, 0.0, 1e-30, 2.0, np.float32(2.0) + np.float32(2e-7)], dtype=np.float32
+    )
     assert np.all(np.diff(orderable(values).astype(np.int64)) >= 0)
     tied = np.array([[0.5, 0.5]], dtype=np.float32)
     old = RankedPart(tied, np.array([0, 1]), "old")
     new = RankedPart(tied, np.array([7, 3]), "new")
     top = merged_topk([old, new], k=4, queries=1)
-    assert top.columns.tolist() == [[3, 7, 0, 1]] and top.old_side.tolist() == [[False, False, True, True]]
+    assert top.columns.tolist() == [[3, 7, 0, 1]] and top.old_side.tolist() == [
+        [False, False, True, True]
+    ]
     assert merged_topk([old, new], k=1, queries=1).columns.tolist() == [[3]]
     empty = merged_topk([], k=3, queries=2)
     assert empty.columns.shape == (2, 0)

@@ -27,31 +27,56 @@ def load_yaml(path: Path) -> dict:
 def test_dvc_yaml_has_a_group_for_every_scenario_head_set_and_generation():
     stages = load_yaml(ROOT / "dvc.yaml")["stages"]
     params = load_yaml(ROOT / "params.yaml")
-    new_groups = {name.removeprefix("train_new_") for name in stages if name.startswith("train_new_")}
-    assert new_groups == set(params["scenarios"]), "add or remove a train_new_<scenario> group in dvc.yaml"
+    new_groups = {
+        name.removeprefix("train_new_") for name in stages if name.startswith("train_new_")
+    }
+    assert new_groups == set(params["scenarios"]), (
+        "add or remove a train_new_<scenario> group in dvc.yaml"
+    )
     for scenario in params["scenarios"]:
         matrix = stages[f"train_new_{scenario}"]["matrix"]
-        assert matrix == {"scenario": [scenario], "strategy": f"${{scenarios.{scenario}.strategies}}"}
+        assert matrix == {
+            "scenario": [scenario],
+            "strategy": f"${{scenarios.{scenario}.strategies}}",
+        }
     head_groups = {name.removeprefix("heads_") for name in stages if name.startswith("heads_")}
     assert head_groups == {s for s, v in params["scenarios"].items() if v.get("heads")}
     for scenario in head_groups:
         assert stages[f"heads_{scenario}"]["foreach"] == f"${{scenarios.{scenario}.heads}}"
-    generations = {int(m.group(1)) for name in stages if (m := re.fullmatch(r"train_sequential_gen(\d+)", name))}
+    generations = {
+        int(m.group(1))
+        for name in stages
+        if (m := re.fullmatch(r"train_sequential_gen(\d+)", name))
+    }
     assert generations == set(range(len(params["sequential"]["fractions"])))
 
 
 def tiny_params(dataset_root: Path) -> dict:
     params = load_yaml(ROOT / "params.yaml")
-    params["dataset"].update(name="tiny-idx", root=str(dataset_root), max_train_per_class=None, min_images_per_class=4)
+    params["dataset"].update(
+        name="tiny-idx", root=str(dataset_root), max_train_per_class=None, min_images_per_class=4
+    )
     params["evaluation_split"].update(queries_per_class=4, gallery_per_class=None)
-    tiny = {"backbone": "resnet10t", "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
-            "cifar_stem": False, "embedding_dim": 8}
-    params["architectures"] = {"default": tiny, "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}}}
+    tiny = {
+        "backbone": "resnet10t",
+        "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
+        "cifar_stem": False,
+        "embedding_dim": 8,
+    }
+    params["architectures"] = {
+        "default": tiny,
+        "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}},
+    }
     params["training"].update(epochs=1, batch_size=32)
     for name, scenario in params["scenarios"].items():
-        scenario["strategies"] = ["independent", "bct", "dmu"] if name == "extended-data" else ["independent", "dmu"]
+        scenario["strategies"] = (
+            ["independent", "bct", "dmu"] if name == "extended-data" else ["independent", "dmu"]
+        )
         scenario.pop("heads", None)
-    params["scenarios"]["extended-data"]["heads"] = {"fastfill": "independent", "rqt": "independent"}
+    params["scenarios"]["extended-data"]["heads"] = {
+        "fastfill": "independent",
+        "rqt": "independent",
+    }
     params["strategies"]["dmu"]["options"] = {"head_hidden_dim": 16}
     for head in params["heads"].values():
         head.update(hidden_dim=16, epochs=1)
@@ -70,16 +95,30 @@ def write_learnable_idx_dataset(root: Path, train: int, test: int, classes: int,
         images = rng.integers(0, 96, size=(count, size, size)).astype(np.uint8)
         for i, label in enumerate(labels):
             row, col = divmod(int(label), 2)
-            images[i, row * side:(row + 1) * side, col * side:(col + 1) * side] += 150
+            images[i, row * side : (row + 1) * side, col * side : (col + 1) * side] += 150
         write_idx(root / f"{split}-images-idx3-ubyte.gz", images)
         write_idx(root / f"{split}-labels-idx1-ubyte.gz", labels)
 
 
 def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}", "PYTHONPATH": str(project)}
-    result = subprocess.run([str(BIN / "dvc"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"dvc {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
+        "PYTHONPATH": str(project),
+    }
+    result = subprocess.run(
+        [str(BIN / "dvc"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"dvc {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
     return result
 
 
@@ -96,15 +135,19 @@ def assert_backfill_end_points_equal_cross_model_entries(metrics: Path) -> None:
     summary = json.loads((metrics / "backfill_summary.json").read_text())
 
     def matrix(query: str, gallery: str, metric: str) -> float:
-        rows = table[(table.query_set == query) & (table.gallery_set == gallery) & (table.metric == metric)]
+        rows = table[
+            (table.query_set == query) & (table.gallery_set == gallery) & (table.metric == metric)
+        ]
         return float(rows.value.iloc[0])
 
     # (system, serving mode) -> (query, gallery) pairs of the evaluate stage at t = 0 and t = 1
     expected = {
         ("bct", "mixed"): (("gen1-bct", "gen0"), ("gen1-bct", "gen1-bct")),
         ("independent", "rank-merge"): (("gen0", "gen0"), ("gen1-independent", "gen1-independent")),
-        ("fastfill-independent", "mixed"): (("gen1-independent", "fastfill-independent(gen0)"),
-                                            ("gen1-independent", "gen1-independent")),
+        ("fastfill-independent", "mixed"): (
+            ("gen1-independent", "fastfill-independent(gen0)"),
+            ("gen1-independent", "gen1-independent"),
+        ),
     }
     checked = 0
     for curve in summary["curves"]:
@@ -113,7 +156,9 @@ def assert_backfill_end_points_equal_cross_model_entries(metrics: Path) -> None:
             continue
         for point, (query, gallery) in zip(("start", "end"), pairs):
             for metric in ("top1", "mAP"):
-                assert curve[point][metric] == pytest.approx(matrix(query, gallery, metric), abs=1e-6), (curve["strategy"], curve["mode"], point, metric)
+                assert curve[point][metric] == pytest.approx(
+                    matrix(query, gallery, metric), abs=1e-6
+                ), (curve["strategy"], curve["mode"], point, metric)
         checked += 1
     assert checked >= 3 * 4  # every policy of each listed (system, mode)
 
@@ -127,7 +172,9 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         shutil.copytree(ROOT / package, project / package, ignore=ignore)
     shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
     write_learnable_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
-    (project / "params.yaml").write_text(yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False))
+    (project / "params.yaml").write_text(
+        yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False)
+    )
     dvc(project, "init", "--no-scm", "-q")
 
     first = dvc(project, "repro")
@@ -149,7 +196,10 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     second = dvc(project, "repro")
     assert ran_stages(second.stdout) == {
-        "train_new_extended-data@extended-data-bct", "evaluate@extended-data", "simulate_backfill@extended-data",
-        "register@extended-data", "report",
+        "train_new_extended-data@extended-data-bct",
+        "evaluate@extended-data",
+        "simulate_backfill@extended-data",
+        "register@extended-data",
+        "report",
     }
     assert "up to date" in dvc(project, "status").stdout

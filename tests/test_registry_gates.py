@@ -45,8 +45,13 @@ def test_evidence_takes_the_best_path_and_decides_compatibility() -> None:
             "metric": "map",
             "models": {"gen0": {"self": 0.5}, "gen1-dmu": {"self": 0.7, "degradation_pct": 2.0}},
             "cross": [
-                {"query": "gen1-dmu", "gallery": "gen0", "value": 0.45, "via": "direct",
-                 "negative_flip_rate": 0.05},
+                {
+                    "query": "gen1-dmu",
+                    "gallery": "gen0",
+                    "value": 0.45,
+                    "via": "direct",
+                    "negative_flip_rate": 0.05,
+                },
                 {"query": "gen1-dmu", "gallery": "gen0", "value": 0.55, "via": "dmu-forward"},
             ],
         }

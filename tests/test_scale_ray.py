@@ -21,19 +21,18 @@ from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.heads import build_head, save_head
 from modelupgrade.models import EmbeddingModel, save_model
-from modelupgrade.runtime import seed_everything
 from modelupgrade.ordering import build_ordering
+from modelupgrade.runtime import seed_everything
 from modelupgrade.store import (
     BackfillJob,
     GalleryStore,
     ImageFileSource,
     ItemSources,
-    TransformStored,
 )
 from tests.store_helpers import NEW, OLD, build_gallery
 
 ray = pytest.importorskip("ray")
-from modelupgrade.scale.ray_backfill import (  # noqa: E402 - only with the [scale] extra
+from modelupgrade.scale.ray_backfill import (  # only with the [scale] extra
     HeadVectors,
     ModelVectors,
     RayExecutor,
@@ -95,7 +94,7 @@ def _image_store(path: Path) -> GalleryStore:
     return store
 
 
-def run_ray_backfill(store, target, recipe, policy, chunk_size, pool, max_chunks=None):  # noqa: ANN001, ANN201
+def run_ray_backfill(store, target, recipe, policy, chunk_size, pool, max_chunks=None):
     executor = RayExecutor(recipe, pool)
     return BackfillJob(store, target, executor, policy, chunk_size, progress=False).run(max_chunks)
 
@@ -129,7 +128,9 @@ def test_re_embedding_images_on_two_ray_workers_equals_the_single_process_job(
         ).run()
         assert report.status == "complete" and report.items_failed == 1
 
-        first = run_ray_backfill(on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, max_chunks=2)
+        first = run_ray_backfill(
+            on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS, max_chunks=2
+        )
         assert (first.status, first.chunks_committed) == ("paused", 2)
         pending = on_ray.backfills.next_chunks(on_ray.backfills.active(), limit=None)
         assert len(pending) == -(-ITEMS // CHUNK_SIZE) - 2
@@ -174,16 +175,26 @@ def test_a_user_error_in_a_worker_reaches_the_caller_as_itself(tmp_path: Path) -
         assert store.status().backfill["pending"] == 12, "nothing was committed"
 
 
-def test_the_ray_executor_computes_every_pending_chunk_and_returns_them_in_plan_order(tmp_path: Path) -> None:
+def test_the_ray_executor_computes_every_pending_chunk_and_returns_them_in_plan_order(
+    tmp_path: Path,
+) -> None:
     torch.manual_seed(0)
     head_dir = tmp_path / "bict"
     save_head(build_head("bict", OLD.dim, NEW.dim, hidden_dim=8, depth=2), head_dir)
     with build_gallery(tmp_path / "store", 20) as store:
-        BackfillJob(store, NEW, HeadVectors(str(head_dir)).build("cpu"), build_ordering("ingest-order"), 3,
-                    progress=False).run(max_chunks=1)
+        BackfillJob(
+            store,
+            NEW,
+            HeadVectors(str(head_dir)).build("cpu"),
+            build_ordering("ingest-order"),
+            3,
+            progress=False,
+        ).run(max_chunks=1)
         backfill = store.backfills.active()
         pending = store.backfills.next_chunks(backfill, limit=None)
         assert [chunk.index for chunk in pending] == [1, 2, 3, 4, 5, 6]
-        computed = list(RayExecutor(HeadVectors(str(head_dir)), TWO_CPU_WORKERS).computed(store, backfill, NEW))
+        computed = list(
+            RayExecutor(HeadVectors(str(head_dir)), TWO_CPU_WORKERS).computed(store, backfill, NEW)
+        )
         assert [chunk.index for chunk, _ in computed] == [1, 2, 3, 4, 5, 6]
         assert all(result.slots.tolist() == chunk.slots.tolist() for chunk, result in computed)

@@ -19,8 +19,10 @@ from modelupgrade.retrieval.index import (
 
 def _data(n_gallery: int = 3000, n_query: int = 200, dim: int = 32, seed: int = 0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n_query, dim)).astype(np.float32),
-            rng.standard_normal((n_gallery, dim)).astype(np.float32))
+    return (
+        rng.standard_normal((n_query, dim)).astype(np.float32),
+        rng.standard_normal((n_gallery, dim)).astype(np.float32),
+    )
 
 
 @pytest.mark.parametrize("gallery_block, query_block", [(1_000_000, 4096), (701, 33)])
@@ -44,8 +46,11 @@ def test_k_larger_than_gallery_pads_with_minus_one() -> None:
 
 
 def test_merge_topk_orders_shards() -> None:
-    scores, ids = merge_topk([np.array([[0.9, 0.1]]), np.array([[0.5, -np.inf]])],
-                             [np.array([[3, 4]]), np.array([[7, -1]])], 3)
+    _scores, ids = merge_topk(
+        [np.array([[0.9, 0.1]]), np.array([[0.5, -np.inf]])],
+        [np.array([[3, 4]]), np.array([[7, -1]])],
+        3,
+    )
     np.testing.assert_array_equal(ids, [[3, 7, 4]])
 
 
@@ -61,8 +66,12 @@ def test_approximate_indexes_find_most_neighbours() -> None:
     queries, gallery = _data()
     _, ref = torch_knn(queries, gallery, 10)
     for kind in ("ivf", "hnsw"):
-        _, ids = search_topk(queries, gallery, 10, SearchOptions(index=kind, ivf_nlist=16, ivf_nprobe=8,
-                                                                 use_gpu="never"))
+        _, ids = search_topk(
+            queries,
+            gallery,
+            10,
+            SearchOptions(index=kind, ivf_nlist=16, ivf_nprobe=8, use_gpu="never"),
+        )
         recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, ref, strict=True)])
         assert recall > 0.6, kind
 
@@ -110,5 +119,7 @@ def test_100k_gallery_10k_queries_runs_in_bounded_memory() -> None:
     rng = np.random.default_rng(0)
     gallery = rng.standard_normal((100_000, 128)).astype(np.float32)
     queries = rng.standard_normal((10_000, 128)).astype(np.float32)
-    _, ids = search_topk(queries, gallery, 100, SearchOptions(query_block=2048, gallery_block=50_000))
+    _, ids = search_topk(
+        queries, gallery, 100, SearchOptions(query_block=2048, gallery_block=50_000)
+    )
     assert ids.shape == (10_000, 100) and (ids >= 0).all()

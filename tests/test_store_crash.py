@@ -1,4 +1,5 @@
-"""Crash safety of the backfill: SIGKILL at random points, resume, compare with an uninterrupted run.
+"""Crash safety of the backfill: SIGKILL at random points, resume, compare with
+an uninterrupted run.
 
 The job runs in a subprocess that is killed several times; meanwhile a thread of this process keeps
 querying the same store. The resumed store must equal the uninterrupted one vector for vector and
@@ -47,8 +48,10 @@ WORKER = textwrap.dedent(
         return psi(vectors)
 
     with GalleryStore.open(sys.argv[1]) as store:
-        report = BackfillJob(store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
-                             progress=False).run()
+        report = BackfillJob(
+            store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
+            progress=False,
+        ).run()
     print(report.status, report.chunks_committed, flush=True)
     """
 ).format(chunk=CHUNK)
@@ -57,22 +60,38 @@ WORKER = textwrap.dedent(
 def _spawn(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, str(script), str(store), str(delay)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
-    states = [(s["item_id"], s["space"], s["state"], s["committed_chunk"]) for s in store.backfills.item_states()]
+    states = [
+        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
+        for s in store.backfills.item_states()
+    ]
     vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
-    chunks = [(c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"]) for c in store.backfills.chunk_log()]
+    chunks = [
+        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
+        for c in store.backfills.chunk_log()
+    ]
     return states, vectors, chunks
 
 
 def _reference(tmp_path: Path) -> tuple[list, np.ndarray, list]:
     with build_gallery(tmp_path / "reference", N_ITEMS) as store:
-        report = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK,
-                             progress=False).run()
+        report = BackfillJob(
+            store,
+            NEW,
+            TransformStored(psi),
+            build_ordering("old-confidence"),
+            CHUNK,
+            progress=False,
+        ).run()
         assert report.status == "complete"
         return _final_state(store)
 
@@ -92,13 +111,19 @@ class _Querier(threading.Thread):
         rng = np.random.default_rng(1)
         with GalleryStore.open(self.path) as store:
             searchers = [
-                Searcher(store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)),
+                Searcher(
+                    store,
+                    build_serving_mode("rank-merge-rqt"),
+                    heads=HeadTransforms(reverse=reverse),
+                ),
                 Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
             ]
             while not self.stop.is_set():
                 for searcher in searchers:
                     try:
-                        hits = searcher.search(rng.normal(size=(3, NEW.dim)).astype(np.float32), self.k)
+                        hits = searcher.search(
+                            rng.normal(size=(3, NEW.dim)).astype(np.float32), self.k
+                        )
                     except Exception as err:  # noqa: BLE001 - any failure is what the test looks for
                         self.errors.append(repr(err))
                         continue
@@ -130,7 +155,11 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
             # Kill only after this run has committed something, at a random moment after that:
             # inside ψ, between the vector write and the commit, or inside the transaction.
             deadline = time.monotonic() + 30
-            while process.poll() is None and len(watcher.backfills.chunk_log()) == before and time.monotonic() < deadline:
+            while (
+                process.poll() is None
+                and len(watcher.backfills.chunk_log()) == before
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
             time.sleep(float(rng.uniform(0.0, 0.12)))
             if process.poll() is None:
@@ -160,10 +189,19 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     assert sum(c[1] for c in chunks) == N_ITEMS
 
 
-def test_crash_between_vector_write_and_commit_redoes_the_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_between_vector_write_and_commit_redoes_the_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     expected_states, expected_vectors, expected_chunks = _reference(tmp_path)
     with build_gallery(tmp_path / "crashed", N_ITEMS) as store:
-        job = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK, progress=False)
+        job = BackfillJob(
+            store,
+            NEW,
+            TransformStored(psi),
+            build_ordering("old-confidence"),
+            CHUNK,
+            progress=False,
+        )
         assert job.run(max_chunks=3).status == "paused"
         real_commit = store.backfills.commit_chunks
 
@@ -204,7 +242,13 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
         committed = len(store.backfills.chunk_log())
         assert 2 <= committed < N_ITEMS // CHUNK
         assert status["done"] == committed * CHUNK  # whole chunks only
-        report = BackfillJob(store, NEW, TransformStored(psi), build_ordering("old-confidence"), CHUNK,
-                             progress=False).run()
+        report = BackfillJob(
+            store,
+            NEW,
+            TransformStored(psi),
+            build_ordering("old-confidence"),
+            CHUNK,
+            progress=False,
+        ).run()
         assert report.status == "complete"
         assert report.chunks_committed + committed == len(store.backfills.chunk_log())

@@ -32,7 +32,7 @@ N, QUERIES, OLD_DIM, NEW_DIM, CLASSES, SEED = 48, 20, 8, 6, 4, 11
 DEPLOYABLE = [name for name in ORDERINGS.names() if build_ordering(name).deployable]
 
 
-def _map(seed: int, rows: int, columns: int):  # noqa: ANN202 - a vectors → vectors map
+def _map(seed: int, rows: int, columns: int):  # a vectors → vectors map
     # float64 inside, float32 out: the same vector maps to the same bits in any batch.
     matrix = np.random.default_rng(seed).normal(size=(rows, columns))
     return lambda vectors: np.tanh(np.asarray(vectors, np.float64) @ matrix).astype(np.float32)
@@ -59,53 +59,88 @@ def study() -> dict:
     old_query = rng.normal(size=(QUERIES, OLD_DIM)).astype(np.float32)
     new_query = (rng.normal(size=(QUERIES, NEW_DIM)) + query_labels[:, None]).astype(np.float32)
     arrays = ServingArrays(
-        old_query=old_query, new_query=new_query, old_gallery=old_gallery, new_gallery=new_gallery,
-        forward_gallery=FORWARD(old_gallery), reverse_query=REVERSE(new_query), rho_query=RHO(new_query),
-        rho_gallery=RHO(new_gallery), rho_reverse_query=rho_reverse(new_query),
+        old_query=old_query,
+        new_query=new_query,
+        old_gallery=old_gallery,
+        new_gallery=new_gallery,
+        forward_gallery=FORWARD(old_gallery),
+        reverse_query=REVERSE(new_query),
+        rho_query=RHO(new_query),
+        rho_gallery=RHO(new_gallery),
+        rho_reverse_query=rho_reverse(new_query),
     )
     inputs = OrderingInputs(N, old_logits=rng.normal(size=(N, CLASSES)) * 2, sigma2=rng.random(N))
-    return {"arrays": arrays, "inputs": inputs, "gallery_labels": gallery_labels, "query_labels": query_labels}
+    return {
+        "arrays": arrays,
+        "inputs": inputs,
+        "gallery_labels": gallery_labels,
+        "query_labels": query_labels,
+    }
 
 
 def _store(path: Path, study: dict) -> GalleryStore:
     store = GalleryStore.create(path)
     inputs = study["inputs"]
-    scores = {kind: inputs.score(kind) for kind in ("old-confidence", "old-entropy", "fastfill-sigma2")}
-    store.ingest([f"g{i}" for i in range(N)], study["arrays"].old_gallery, SpaceSpec("gen0", OLD_DIM), scores=scores)
+    scores = {
+        kind: inputs.score(kind) for kind in ("old-confidence", "old-entropy", "fastfill-sigma2")
+    }
+    store.ingest(
+        [f"g{i}" for i in range(N)],
+        study["arrays"].old_gallery,
+        SpaceSpec("gen0", OLD_DIM),
+        scores=scores,
+    )
     return store
 
 
-def _scored(hits_ids: np.ndarray, item_labels: dict[str, int], query_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scored(
+    hits_ids: np.ndarray, item_labels: dict[str, int], query_labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(0-based rank of the first positive, AP) of each query from its full ranked list."""
     first_hit, average_precision = [], []
     for row, label in zip(hits_ids, query_labels, strict=True):
         relevant = np.array([item_labels[item] == label for item in row])
         ranks = np.flatnonzero(relevant)
         first_hit.append(ranks[0] if len(ranks) else -1)
-        average_precision.append(np.mean(np.arange(1, len(ranks) + 1) / (ranks + 1)) if len(ranks) else np.nan)
+        average_precision.append(
+            np.mean(np.arange(1, len(ranks) + 1) / (ranks + 1)) if len(ranks) else np.nan
+        )
     return np.array(first_hit), np.array(average_precision)
 
 
-def _expected_topk(systems, first_new: np.ndarray, step: int, k: int) -> np.ndarray:  # noqa: ANN001
-    """The simulator's arrays ranked at ``step`` by the shared ranking rule: gallery rows, best first."""
+def _expected_topk(systems, first_new: np.ndarray, step: int, k: int) -> np.ndarray:
+    """The simulator's arrays ranked at ``step`` by the shared ranking rule:
+    gallery rows, best first."""
     new_rows, old_rows = np.flatnonzero(first_new <= step), np.flatnonzero(first_new > step)
     parts = [
-        RankedPart(DistanceBlock(systems.query_new_side, systems.gallery_new_side[new_rows], "cosine")(), new_rows, "new"),
-        RankedPart(DistanceBlock(systems.query_old_side, systems.gallery_old_side[old_rows], "cosine")(), old_rows, "old"),
+        RankedPart(
+            DistanceBlock(systems.query_new_side, systems.gallery_new_side[new_rows], "cosine")(),
+            new_rows,
+            "new",
+        ),
+        RankedPart(
+            DistanceBlock(systems.query_old_side, systems.gallery_old_side[old_rows], "cosine")(),
+            old_rows,
+            "old",
+        ),
     ]
     return merged_topk(parts, k, len(systems.query_new_side)).columns
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES.names())
 @pytest.mark.parametrize("policy", DEPLOYABLE)
-def test_the_store_serves_the_simulated_curve_at_every_point(tmp_path: Path, study: dict, policy: str, mode: str) -> None:
+def test_the_store_serves_the_simulated_curve_at_every_point(
+    tmp_path: Path, study: dict, policy: str, mode: str
+) -> None:
     arrays, inputs = study["arrays"], study["inputs"]
     q_labels, g_labels = study["query_labels"], study["gallery_labels"]
     plan = build_serving_mode(mode).plan(arrays.forms())
     systems = arrays.systems(plan)
     order = build_ordering(policy).order_items(inputs, SEED)
     grid = uniform_grid(5, N)
-    curve = backfill_curve(systems, q_labels, g_labels, order, grid.cutoffs, grid.t, distance="cosine", topk=(1, 5))
+    curve = backfill_curve(
+        systems, q_labels, g_labels, order, grid.cutoffs, grid.t, distance="cosine", topk=(1, 5)
+    )
     first_new = first_new_step(order, grid.cutoffs, N)
 
     full_method = mode == "rank-merge-full"
@@ -113,8 +148,15 @@ def test_the_store_serves_the_simulated_curve_at_every_point(tmp_path: Path, stu
     table = arrays.rho_gallery if full_method else arrays.new_gallery
     item_labels = {f"g{i}": int(label) for i, label in enumerate(g_labels)}
     with _store(tmp_path / "store", study) as store:
-        job = BackfillJob(store, target, TableVectors([f"g{i}" for i in range(N)], table), build_ordering(policy),
-                          chunk_size=1, seed=SEED, progress=False)
+        job = BackfillJob(
+            store,
+            target,
+            TableVectors([f"g{i}" for i in range(N)], table),
+            build_ordering(policy),
+            chunk_size=1,
+            seed=SEED,
+            progress=False,
+        )
         searcher = Searcher(store, build_serving_mode(mode), "cosine", HEADS)
         queries = QueryVectors(arrays.new_query, arrays.old_query)
         committed = 0
@@ -127,7 +169,9 @@ def test_the_store_serves_the_simulated_curve_at_every_point(tmp_path: Path, stu
             first_hit, average_precision = _scored(hits.item_ids, item_labels, q_labels)
             np.testing.assert_array_equal(first_hit, curve.per_query.first_hit[:, step])
             # The curve engine divides in float32: its AP equals the exact one to float32 rounding.
-            np.testing.assert_allclose(average_precision, curve.per_query.average_precision[:, step], rtol=1e-6)
+            np.testing.assert_allclose(
+                average_precision, curve.per_query.average_precision[:, step], rtol=1e-6
+            )
             assert np.mean((first_hit >= 0) & (first_hit < 1)) == curve.top1[step]
             assert np.mean((first_hit >= 0) & (first_hit < 5)) == curve.top5[step]
             assert np.nanmean(average_precision) == pytest.approx(curve.mAP[step], rel=1e-6)
@@ -138,9 +182,14 @@ def test_the_store_serves_the_simulated_curve_at_every_point(tmp_path: Path, stu
 
 def test_the_oracle_order_cannot_run_on_a_store(tmp_path: Path, study: dict) -> None:
     with _store(tmp_path / "store", study) as store:
-        job = BackfillJob(store, SpaceSpec("gen1", NEW_DIM, ("gen0",)),
-                          TableVectors([f"g{i}" for i in range(N)], study["arrays"].new_gallery),
-                          build_ordering("oracle"), 4, progress=False)
+        job = BackfillJob(
+            store,
+            SpaceSpec("gen1", NEW_DIM, ("gen0",)),
+            TableVectors([f"g{i}" for i in range(N)], study["arrays"].new_gallery),
+            build_ordering("oracle"),
+            4,
+            progress=False,
+        )
         with pytest.raises(UserError, match="holds no 'alignment-error' scores"):
             job.run()
         assert store.backfills.active() is None

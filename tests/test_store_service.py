@@ -16,16 +16,27 @@ from tests.store_helpers import NEW, build_gallery, psi, reverse
 
 def _half_backfilled(path: Path) -> None:
     with build_gallery(path, 400) as store:
-        BackfillJob(store, NEW, TransformStored(psi), build_ordering("random"), 50, progress=False).run(max_chunks=4)
+        BackfillJob(
+            store, NEW, TransformStored(psi), build_ordering("random"), 50, progress=False
+        ).run(max_chunks=4)
 
 
 def test_search_health_and_status_during_a_backfill(tmp_path: Path) -> None:
     _half_backfilled(tmp_path / "store")
-    app = create_app(tmp_path / "store", build_serving_mode("rank-merge-rqt"), top_k=7,
-                     heads=HeadTransforms(reverse=reverse))
+    app = create_app(
+        tmp_path / "store",
+        build_serving_mode("rank-merge-rqt"),
+        top_k=7,
+        heads=HeadTransforms(reverse=reverse),
+    )
     with TestClient(app) as client:
         health = client.get("/health").json()
-        assert health == {"status": "ok", "items": 400, "serving_space": "gen1", "mode": "rank-merge-rqt"}
+        assert health == {
+            "status": "ok",
+            "items": 400,
+            "serving_space": "gen1",
+            "mode": "rank-merge-rqt",
+        }
 
         status = client.get("/backfill/status").json()
         assert status["backfill"]["done"] == 200 and status["backfill"]["pending"] == 200
@@ -44,7 +55,9 @@ def test_search_health_and_status_during_a_backfill(tmp_path: Path) -> None:
 
 def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path) -> None:
     _half_backfilled(tmp_path / "store")
-    app = create_app(tmp_path / "store", build_serving_mode("mixed"), heads=HeadTransforms(forward=psi))
+    app = create_app(
+        tmp_path / "store", build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)
+    )
     with TestClient(app) as client:
         response = client.post("/search", json={"vectors": [[0.0] * (NEW.dim + 1)], "k": 3})
         assert response.status_code == 400

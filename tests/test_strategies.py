@@ -24,10 +24,16 @@ from modelupgrade.strategies import (
 )
 
 DIM = 8
-TINY = dict(backbone="resnet10t", backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8}, cifar_stem=False)
+TINY = {
+    "backbone": "resnet10t",
+    "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
+    "cifar_stem": False,
+}
 
 
-def make_model(num_classes: int, dim: int = DIM, trained: list[int] | None = None) -> EmbeddingModel:
+def make_model(
+    num_classes: int, dim: int = DIM, trained: list[int] | None = None
+) -> EmbeddingModel:
     model = EmbeddingModel(ArchitectureParams(**TINY, embedding_dim=dim), 1, num_classes, 16)
     model.trained_classes = trained
     return model
@@ -39,13 +45,16 @@ def clustered(labels: torch.Tensor, centres: torch.Tensor, noise: float = 0.1) -
 
 @pytest.fixture
 def world():
-    """An old model trained on classes 0..2 whose classifier rows are the class centres; 4 classes now."""
+    """An old model trained on classes 0..2 whose classifier rows are the class
+    centres; 4 classes now."""
     centres = F.normalize(torch.randn(4, DIM), dim=1)
     labels = torch.arange(4).repeat_interleave(6)
     old_features = clustered(labels, centres)
     old = make_model(3, trained=[0, 1, 2])
     old.classifier.weight.data.copy_(centres[:3])
-    context = TrainingContext(labels=labels, epochs=3, embed_training_set=lambda m: old_features, old_model=old)
+    context = TrainingContext(
+        labels=labels, epochs=3, embed_training_set=lambda m: old_features, old_model=old
+    )
     return centres, labels, old_features, old, context
 
 
@@ -55,7 +64,15 @@ def step(labels, new, old_features, model, epoch=0):
 
 def test_registry_lists_every_strategy_of_the_papers():
     assert set(STRATEGIES.names()) >= {
-        "independent", "bct", "regression", "focal_distillation", "lce", "unibct", "dmu", "ract", "contrastive",
+        "independent",
+        "bct",
+        "regression",
+        "focal_distillation",
+        "lce",
+        "unibct",
+        "dmu",
+        "ract",
+        "contrastive",
     }
     with pytest.raises(UserError, match="choose one of"):
         build_strategy("nope")
@@ -77,11 +94,13 @@ def test_params_schema_validates_strategy_options():
 
 
 def test_strategies_comparing_embeddings_refuse_a_dimension_change(world):
-    *_, old, context = world
+    *_, _old, context = world
     new = make_model(4, dim=DIM * 2)
     for kind in ("bct", "regression", "dmu", "unibct", "lce", "ract", "focal_distillation"):
         with pytest.raises(UserError, match="same dimension"):
-            build_strategy(kind, {"warmup_epochs": 1} if kind == "unibct" else {}).setup(new, context)
+            build_strategy(kind, {"warmup_epochs": 1} if kind == "unibct" else {}).setup(
+                new, context
+            )
     build_strategy("independent").setup(new, context)
 
 
@@ -89,28 +108,37 @@ def test_bct_loss_of_the_old_model_itself_is_its_own_classification_loss_and_min
     centres, labels, old_features, _, _ = world
     old = make_model(4)  # trained on every class: the BCT classifier is exactly the old one
     old.classifier.weight.data.copy_(centres)
-    context = TrainingContext(labels=labels, epochs=3, embed_training_set=lambda m: old_features, old_model=old)
+    context = TrainingContext(
+        labels=labels, epochs=3, embed_training_set=lambda m: old_features, old_model=old
+    )
     bct = build_strategy("bct")
     new = make_model(4)
     bct.setup(new, context)
     same = bct.losses(step(labels, old_features, None, new))["bct"]
     assert torch.allclose(same, old.classifier.loss(old_features, labels))
-    random = bct.losses(step(labels, F.normalize(torch.randn(len(labels), DIM), dim=1), None, new))["bct"]
+    random = bct.losses(step(labels, F.normalize(torch.randn(len(labels), DIM), dim=1), None, new))[
+        "bct"
+    ]
     assert same < 0.1 * random
 
 
 def test_bct_synthesises_classifier_rows_for_classes_the_old_model_never_saw(world):
-    centres, labels, old_features, old, context = world
+    _centres, labels, old_features, old, context = world
     bct = build_strategy("bct")
     bct.setup(make_model(4), context)
     weight = bct.old_classifier.weight
     assert torch.allclose(weight[:3], F.normalize(old.classifier.weight, dim=1))
-    assert torch.allclose(weight[3], F.normalize(old_features[labels == 3].mean(0), dim=0), atol=1e-6)
+    assert torch.allclose(
+        weight[3], F.normalize(old_features[labels == 3].mean(0), dim=0), atol=1e-6
+    )
     assert bct.seen_classes.tolist() == [True, True, True, False]
     masked = build_strategy("bct", {"unseen_classes": "mask"})
     masked.setup(make_model(4), context)
     only_new = labels == 3
-    assert masked.losses(step(labels[only_new], old_features[only_new], None, make_model(4)))["bct"] == 0
+    assert (
+        masked.losses(step(labels[only_new], old_features[only_new], None, make_model(4)))["bct"]
+        == 0
+    )
 
 
 def test_regression_is_lambda_times_one_minus_cosine(world):
@@ -119,7 +147,9 @@ def test_regression_is_lambda_times_one_minus_cosine(world):
     assert reg.options.weight == 2.0  # BiCT stage 1
     reg.setup(make_model(4), context)
     assert reg.losses(step(labels, old_features, old_features, None))["regression"].abs() < 1e-6
-    assert torch.isclose(reg.losses(step(labels, old_features, -old_features, None))["regression"], torch.tensor(4.0))
+    assert torch.isclose(
+        reg.losses(step(labels, old_features, -old_features, None))["regression"], torch.tensor(4.0)
+    )
 
 
 def test_dmu_entropy_weights_sum_to_one_and_favour_confident_old_samples():
@@ -135,7 +165,7 @@ def test_dmu_entropy_weights_sum_to_one_and_favour_confident_old_samples():
 
 
 def test_dmu_weights_come_from_the_old_model_and_psi_is_trained_and_exported(world):
-    _, labels, old_features, old, context = world
+    _, labels, old_features, _old, context = world
     dmu = build_strategy("dmu")
     assert dmu.options.old_view == "separate"
     new = make_model(4)
@@ -148,18 +178,27 @@ def test_dmu_weights_come_from_the_old_model_and_psi_is_trained_and_exported(wor
     sum(terms.values()).backward()
     assert dmu.psi.net[0].weight.grad is not None and new.classifier.weight.grad is not None
     entry = dmu.card_entries()["forward_head"]
-    assert (entry["in_dim"], entry["out_dim"], entry["hidden_dim"], entry["depth"]) == (DIM, DIM, 1024, 4)
+    assert (entry["in_dim"], entry["out_dim"], entry["hidden_dim"], entry["depth"]) == (
+        DIM,
+        DIM,
+        1024,
+        4,
+    )
     psi = MLP(entry["in_dim"], entry["out_dim"], entry["hidden_dim"], entry["depth"])
     psi.load_state_dict(dmu.artifacts()["forward_head.pt"])
     no_head = build_strategy("dmu", {"forward_head": False})
     no_head.setup(make_model(4), context)
-    assert no_head.artifacts() == {} and "dmu_fa" not in no_head.losses(step(labels, new_features, old_features, new))
+    assert no_head.artifacts() == {} and "dmu_fa" not in no_head.losses(
+        step(labels, new_features, old_features, new)
+    )
 
 
 def test_unibct_refined_prototypes_differ_from_plain_class_means():
     torch.manual_seed(1)
     labels = torch.zeros(6, dtype=torch.long)
-    new = F.normalize(torch.tensor([[1.0, 0.0]] * 5 + [[0.0, 1.0]]) + 0.05 * torch.randn(6, 2), dim=1)
+    new = F.normalize(
+        torch.tensor([[1.0, 0.0]] * 5 + [[0.0, 1.0]]) + 0.05 * torch.randn(6, 2), dim=1
+    )
     old = torch.randn(6, 3)
     refined = refined_prototypes(new, old, labels, 1, method="refined")
     plain = refined_prototypes(new, old, labels, 1, method="mean")
@@ -199,12 +238,15 @@ def test_focal_distillation_weights_old_correct_samples_more(world):
     fd = build_strategy("focal_distillation")
     fd.setup(make_model(4), context)
     wrong = old_features.clone()
-    wrong[0] = F.normalize(fd.old_prototypes[1], dim=0)  # a class-0 sample the old model calls class 1
+    # a class-0 sample the old model calls class 1
+    wrong[0] = F.normalize(fd.old_prototypes[1], dim=0)
     weights = fd.sample_weights(wrong, labels)
     assert weights[0] == fd.options.alpha
     assert weights[1] == fd.options.alpha + fd.options.beta
     assert (weights[labels == 3] == fd.options.alpha).all()  # the old model cannot know class 3
-    assert fd.losses(step(labels, old_features, old_features, None))["focal_distillation"].abs() < 1e-6
+    assert (
+        fd.losses(step(labels, old_features, old_features, None))["focal_distillation"].abs() < 1e-6
+    )
 
 
 def test_lce_boundary_is_zero_inside_the_old_class_boundary_and_alignment_pulls_prototypes(world):
@@ -228,5 +270,10 @@ def test_ract_adds_new_to_new_negatives_to_the_contrastive_loss():
     plain = compatibility_info_nce(new, old, labels, 0.05, new_negatives=False)
     ract = compatibility_info_nce(new, old, labels, 0.05, new_negatives=True)
     assert ract > plain
-    assert compatibility_info_nce(old, old, labels, 0.05, False) < compatibility_info_nce(new, old, labels, 0.05, False)
-    assert build_strategy("ract").options.new_negatives and not build_strategy("contrastive").options.new_negatives
+    assert compatibility_info_nce(old, old, labels, 0.05, False) < compatibility_info_nce(
+        new, old, labels, 0.05, False
+    )
+    assert (
+        build_strategy("ract").options.new_negatives
+        and not build_strategy("contrastive").options.new_negatives
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -24,7 +25,10 @@ from modelupgrade.training import (
 from tests.data_fixtures import quadrant_images
 
 ARCH = ArchitectureParams(
-    backbone="resnet10t", backbone_kwargs={"channels": [8, 8, 16, 16], "stem_width": 8}, cifar_stem=False, embedding_dim=8,
+    backbone="resnet10t",
+    backbone_kwargs={"channels": [8, 8, 16, 16], "stem_width": 8},
+    cifar_stem=False,
+    embedding_dim=8,
 )
 FAST = TrainingParams(epochs=2, batch_size=16, lr=0.05, warmup_epochs=0.5)
 
@@ -46,15 +50,17 @@ def test_augment_keeps_shape_and_range_and_is_reproducible():
 
 def test_full_crop_without_flip_is_the_identity():
     images = torch.randint(0, 256, (3, 3, 10, 10), dtype=torch.uint8)
-    out = BatchAugment((1.0, 1.0), (1.0, 1.0), hflip=False)(images, torch.Generator().manual_seed(0))
+    out = BatchAugment((1.0, 1.0), (1.0, 1.0), hflip=False)(
+        images, torch.Generator().manual_seed(0)
+    )
     assert torch.allclose(out, images.float() / 255, atol=1e-5)
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():
     lrs = [learning_rate(s, 100, 10, 0.1, 1e-3, 1e-2) for s in range(101)]
     assert math.isclose(lrs[0], 1e-4) and math.isclose(lrs[10], 0.1)
-    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:11]))
-    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert all(a <= b for a, b in itertools.pairwise(lrs[:11]))
+    assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))
     assert math.isclose(lrs[100], 1e-3)
 
 
@@ -75,7 +81,9 @@ def test_training_on_cpu_is_deterministic_for_a_seed(data):
     assert len(result.history) == 2 and result.history[1]["loss"] < result.history[0]["loss"] * 1.5
 
 
-def test_an_interrupted_run_resumes_after_its_last_epoch_and_ends_identical(data, tmp_path, monkeypatch):
+def test_an_interrupted_run_resumes_after_its_last_epoch_and_ends_identical(
+    data, tmp_path, monkeypatch
+):
     uninterrupted, _ = _fit(data)
     strategy = build_strategy("independent")
 
@@ -116,10 +124,19 @@ def test_training_with_a_poisoned_step_reports_that_step(data):
 def _train(tmp_path, data, name, generation, strategy=None, options=None, old=None, arch=ARCH):
     images, labels = data
     return train_model(
-        architecture=arch, architecture_name="tiny", training=FAST, images=images, labels=labels,
-        out_dir=tmp_path / name, generation=generation, seed=1, strategy_name=strategy,
+        architecture=arch,
+        architecture_name="tiny",
+        training=FAST,
+        images=images,
+        labels=labels,
+        out_dir=tmp_path / name,
+        generation=generation,
+        seed=1,
+        strategy_name=strategy,
         strategy_params=StrategyParams(kind=strategy, options=options or {}) if strategy else None,
-        old_model_dir=old, data={"split": "synthetic"}, progress=False,
+        old_model_dir=old,
+        data={"split": "synthetic"},
+        progress=False,
     )
 
 
@@ -138,10 +155,18 @@ def test_train_model_writes_cards_with_lineage_and_dmu_forward_head(tmp_path, da
     assert model.embedding_dim == 8 and read_model_card(tmp_path / "gen1-dmu").seed == 1
 
 
-@pytest.mark.parametrize("kind,options", [
-    ("bct", {}), ("regression", {}), ("focal_distillation", {}), ("lce", {}),
-    ("unibct", {"warmup_epochs": 1, "refresh_every": 1}), ("ract", {}), ("contrastive", {}),
-])
+@pytest.mark.parametrize(
+    "kind,options",
+    [
+        ("bct", {}),
+        ("regression", {}),
+        ("focal_distillation", {}),
+        ("lce", {}),
+        ("unibct", {"warmup_epochs": 1, "refresh_every": 1}),
+        ("ract", {}),
+        ("contrastive", {}),
+    ],
+)
 def test_every_strategy_trains_a_new_generation(tmp_path, data, kind, options):
     _train(tmp_path, data, "gen0", 0)
     card = _train(tmp_path, data, f"gen1-{kind}", 1, kind, options, old=tmp_path / "gen0")
@@ -151,14 +176,26 @@ def test_every_strategy_trains_a_new_generation(tmp_path, data, kind, options):
 
 def test_mixed_upgrade_changes_architecture_and_dimension_only_where_allowed(tmp_path, data):
     _train(tmp_path, data, "gen0", 0)
-    wider = ArchitectureParams(backbone="resnet18", backbone_kwargs={"channels": [8, 8, 8, 8]}, cifar_stem=True,
-                               embedding_dim=12, image_size=20)
-    card = _train(tmp_path, data, "gen1-independent", 1, "independent", old=tmp_path / "gen0", arch=wider)
+    wider = ArchitectureParams(
+        backbone="resnet18",
+        backbone_kwargs={"channels": [8, 8, 8, 8]},
+        cifar_stem=True,
+        embedding_dim=12,
+        image_size=20,
+    )
+    card = _train(
+        tmp_path, data, "gen1-independent", 1, "independent", old=tmp_path / "gen0", arch=wider
+    )
     assert card.embedding_dim == 12 and card.input_size == 20
     with pytest.raises(UserError, match="same dimension"):
         _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=wider)
     same_dim = wider.model_copy(update={"embedding_dim": 8})
-    assert _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=same_dim).embedding_dim == 8
+    assert (
+        _train(
+            tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=same_dim
+        ).embedding_dim
+        == 8
+    )
 
 
 def test_generation_zero_refuses_a_strategy_and_later_generations_need_one(tmp_path, data):

@@ -1,9 +1,10 @@
-"""Slow: on Fashion-MNIST extended-data with the default CPU model, BCT is compatible, independent is not.
+"""Slow: on Fashion-MNIST extended-data with the default CPU model, BCT is compatible,
+independent is not.
 
 Reads the real dataset (skipped when absent). Old model: 30% of 300 images per class; new models:
 all 300 per class; query 100 and gallery 500 test images per class. Compatibility criterion (BCT):
-M(φ_new query, φ_old gallery) > M(φ_old, φ_old) with M = mAP over the full ranking (top-1 is printed;
-with 10 classes it is close to a kNN accuracy and not a retrieval criterion of the papers).
+M(φ_new query, φ_old gallery) > M(φ_old, φ_old) with M = mAP over the full ranking (top-1 is
+printed; with 10 classes it is close to a kNN accuracy and not a retrieval criterion of the papers).
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ from modelupgrade.training import train_model
 
 ROOT = Path("/usr/share/datasets/fashion-mnist")
 DEFAULT_ARCHITECTURE = ArchitectureParams(
-    backbone="resnet10t", backbone_kwargs={"channels": [16, 32, 64, 128], "stem_width": 16},
-    cifar_stem=False, embedding_dim=128,
+    backbone="resnet10t",
+    backbone_kwargs={"channels": [16, 32, 64, 128], "stem_width": 16},
+    cifar_stem=False,
+    embedding_dim=128,
 )
 DEFAULT_TRAINING = TrainingParams(epochs=5, batch_size=64, lr=0.1, warmup_epochs=0.5)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (ROOT / "train-images-idx3-ubyte.gz").is_file(), reason="Fashion-MNIST is not installed"),
+    pytest.mark.skipif(
+        not (ROOT / "train-images-idx3-ubyte.gz").is_file(), reason="Fashion-MNIST is not installed"
+    ),
 ]
 
 
@@ -40,7 +45,9 @@ def read(prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
     return images, labels
 
 
-def per_class(labels: torch.Tensor, start: int, stop: int, generator: torch.Generator | None) -> torch.Tensor:
+def per_class(
+    labels: torch.Tensor, start: int, stop: int, generator: torch.Generator | None
+) -> torch.Tensor:
     rows = []
     for cls in range(10):
         idx = torch.nonzero(labels == cls).squeeze(1)
@@ -50,7 +57,9 @@ def per_class(labels: torch.Tensor, start: int, stop: int, generator: torch.Gene
     return torch.cat(rows)
 
 
-def retrieval(query: np.ndarray, gallery: np.ndarray, query_labels: torch.Tensor, gallery_labels: torch.Tensor) -> tuple[float, float]:
+def retrieval(
+    query: np.ndarray, gallery: np.ndarray, query_labels: torch.Tensor, gallery_labels: torch.Tensor
+) -> tuple[float, float]:
     """(mAP over the full ranking, top-1) with cosine similarity."""
     order = (torch.from_numpy(query) @ torch.from_numpy(gallery).T).argsort(dim=1, descending=True)
     relevant = (gallery_labels[order] == query_labels[:, None]).float()
@@ -71,24 +80,46 @@ def test_bct_is_backward_compatible_and_independent_training_is_not(tmp_path):
         rows = new_rows if generation else old_rows
         started = time.perf_counter()
         train_model(
-            architecture=DEFAULT_ARCHITECTURE, architecture_name="default", training=DEFAULT_TRAINING,
-            images=train_images[rows], labels=train_labels[rows], out_dir=tmp_path / name, generation=generation,
-            seed=666 + generation, strategy_name=strategy,
+            architecture=DEFAULT_ARCHITECTURE,
+            architecture_name="default",
+            training=DEFAULT_TRAINING,
+            images=train_images[rows],
+            labels=train_labels[rows],
+            out_dir=tmp_path / name,
+            generation=generation,
+            seed=666 + generation,
+            strategy_name=strategy,
             strategy_params=StrategyParams(kind=strategy) if strategy else None,
-            old_model_dir=tmp_path / "gen0" if generation else None, progress=False,
+            old_model_dir=tmp_path / "gen0" if generation else None,
+            progress=False,
         )
         return time.perf_counter() - started
 
-    seconds = {"gen0": train("gen0", 0), "bct": train("gen1-bct", 1, "bct"),
-               "independent": train("gen1-independent", 1, "independent")}
+    seconds = {
+        "gen0": train("gen0", 0),
+        "bct": train("gen1-bct", 1, "bct"),
+        "independent": train("gen1-independent", 1, "independent"),
+    }
     features = {
         name: (embed(model, test_images[query]), embed(model, test_images[gallery]))
         for name in ("gen0", "gen1-bct", "gen1-independent")
         for model in [load_model(tmp_path / name)]
     }
-    old_old = retrieval(features["gen0"][0], features["gen0"][1], test_labels[query], test_labels[gallery])
-    bct_old = retrieval(features["gen1-bct"][0], features["gen0"][1], test_labels[query], test_labels[gallery])
-    independent_old = retrieval(features["gen1-independent"][0], features["gen0"][1], test_labels[query], test_labels[gallery])
-    print(f"\ntraining seconds {seconds}\nmAP/top-1 old/old {old_old}, bct/old {bct_old}, independent/old {independent_old}")
+    old_old = retrieval(
+        features["gen0"][0], features["gen0"][1], test_labels[query], test_labels[gallery]
+    )
+    bct_old = retrieval(
+        features["gen1-bct"][0], features["gen0"][1], test_labels[query], test_labels[gallery]
+    )
+    independent_old = retrieval(
+        features["gen1-independent"][0],
+        features["gen0"][1],
+        test_labels[query],
+        test_labels[gallery],
+    )
+    print(
+        f"\ntraining seconds {seconds}\nmAP/top-1 old/old {old_old}, bct/old {bct_old}, "
+        f"independent/old {independent_old}"
+    )
     assert bct_old[0] > old_old[0]
     assert independent_old[0] < old_old[0]

@@ -7,9 +7,9 @@ same new query on both sides, rank merge uses different query vectors and merges
 
 Per query the state of item g changes exactly once, at its first step f(g). So instead of rebuilding
 and re-ranking the gallery at each of K points, each query's 2n candidate entries (a and b of every
-item) are sorted ONCE as the exact keys of ``modelupgrade.retrieval.topk`` (distance bits, new-before-old
-on equal distance, gallery index: the store ranks by the same keys), and every point is read from
-that one order:
+item) are sorted ONCE as the exact keys of ``modelupgrade.retrieval.topk`` (distance bits,
+new-before-old on equal distance, gallery index: the store ranks by the same keys), and every point
+is read from that one order:
 
 - the positive entries split the order into buckets; a negative entry of item g counts at step i iff
   it is active (old entry: i < f(g); new entry: i ≥ f(g)), so three ±1 updates per item on a
@@ -96,8 +96,13 @@ class CurveResult:
         return self.topk[5]
 
     def as_dict(self) -> dict[str, np.ndarray]:
-        out = {"t": self.t, "cutoff": self.cutoffs, "mAP": self.mAP,
-               "nfr": self.negative_flip_rate, "pfr": self.positive_flip_rate}
+        out = {
+            "t": self.t,
+            "cutoff": self.cutoffs,
+            "mAP": self.mAP,
+            "nfr": self.negative_flip_rate,
+            "pfr": self.positive_flip_rate,
+        }
         out.update({f"top{k}": v for k, v in self.topk.items()})
         if self.map_at_k is not None:
             out[f"mAP@{self.map_k}"] = self.map_at_k
@@ -113,8 +118,16 @@ def first_new_step(ordering: np.ndarray, cutoffs: np.ndarray, n: int) -> np.ndar
             hint="pass every gallery row index exactly once, first backfilled first",
         )
     cutoffs = np.asarray(cutoffs, dtype=np.int64)
-    if cutoffs.ndim != 1 or len(cutoffs) == 0 or np.any(np.diff(cutoffs) < 0) or cutoffs[0] < 0 or cutoffs[-1] > n:
-        raise UserError(f"cutoffs must be non-decreasing item counts in [0, {n}], got {cutoffs.tolist()}")
+    if (
+        cutoffs.ndim != 1
+        or len(cutoffs) == 0
+        or np.any(np.diff(cutoffs) < 0)
+        or cutoffs[0] < 0
+        or cutoffs[-1] > n
+    ):
+        raise UserError(
+            f"cutoffs must be non-decreasing item counts in [0, {n}], got {cutoffs.tolist()}"
+        )
     position = np.empty(n, dtype=np.int64)
     position[ordering] = np.arange(n)
     return np.searchsorted(cutoffs, position, side="right").astype(np.int64)
@@ -148,19 +161,27 @@ def backfill_curve(
     nq, n = len(qa), len(ga)
     if len(qb) != nq or len(gb) != n:
         raise UserError(
-            f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, {len(ga)}/{len(gb)} gallery items",
-            hint="old-side and new-side arrays hold the same queries / gallery items in the same order",
+            f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, "
+            f"{len(ga)}/{len(gb)} gallery items",
+            hint="old-side and new-side arrays hold the same queries / gallery "
+            "items in the same order",
         )
     if n > MAX_GALLERY:
-        raise UserError(f"a gallery of {n} items is too large for one simulation (limit {MAX_GALLERY})")
+        raise UserError(
+            f"a gallery of {n} items is too large for one simulation (limit {MAX_GALLERY})"
+        )
     query_labels = np.asarray(query_labels, dtype=np.int64)
     gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
     if query_labels.shape != (nq,) or gallery_labels.shape != (n,):
         raise UserError(
-            f"{len(query_labels)} query labels for {nq} queries and {len(gallery_labels)} gallery labels "
-            f"for {n} gallery items"
+            f"{len(query_labels)} query labels for {nq} queries and {len(gallery_labels)} gallery "
+            f"labels for {n} gallery items"
         )
-    self_index = np.full(nq, -1, dtype=np.int64) if self_index is None else np.asarray(self_index, dtype=np.int64)
+    self_index = (
+        np.full(nq, -1, dtype=np.int64)
+        if self_index is None
+        else np.asarray(self_index, dtype=np.int64)
+    )
     cutoffs = np.asarray(cutoffs, dtype=np.int64)
     steps = len(cutoffs)
     t = cutoffs / max(n, 1) if t is None else np.asarray(t, dtype=np.float64)
@@ -190,13 +211,23 @@ def backfill_curve(
                 continue
             entries = n * (int(uses_old) + int(uses_new))
             pos_entries = positives * (int(uses_old) + int(uses_new))
-            per_row = entries * 72 + (steps + 1) * (pos_entries + 1) * 4 * 2 + steps * pos_entries * 24
+            per_row = (
+                entries * 72 + (steps + 1) * (pos_entries + 1) * 4 * 2 + steps * pos_entries * 24
+            )
             block = max(1, int(memory_bytes // per_row))
             for start in range(0, len(rows), block):
-                chunk = rows[start:start + block]
+                chunk = rows[start : start + block]
                 fh, ap, apk = _curve_block(
-                    chunk, int(label), gallery_labels, self_index[chunk], first_new, steps,
-                    old_block, new_block, pos_entries, map_at_k,
+                    chunk,
+                    int(label),
+                    gallery_labels,
+                    self_index[chunk],
+                    first_new,
+                    steps,
+                    old_block,
+                    new_block,
+                    pos_entries,
+                    map_at_k,
                 )
                 first_hit[chunk], average_precision[chunk] = fh, ap
                 if apk is not None:
@@ -205,7 +236,9 @@ def backfill_curve(
     per_query = PerQueryCurve(first_hit, average_precision, ap_at_k, num_positives)
     with_positive = num_positives > 0
     mean_ap = (
-        average_precision[with_positive].mean(axis=0) if with_positive.any() else np.full(steps, np.nan)
+        average_precision[with_positive].mean(axis=0)
+        if with_positive.any()
+        else np.full(steps, np.nan)
     )
     hit1 = per_query.correct_at(1)
     return CurveResult(
@@ -258,7 +291,9 @@ def _curve_block(
     before = np.cumsum(positive, axis=1, dtype=np.int32)
     bucket = before - positive
     negative = ~positive
-    negatives_before = _active_negatives_before(bucket, negative, old_side, step_of, steps, pos_entries)
+    negatives_before = _active_negatives_before(
+        bucket, negative, old_side, step_of, steps, pos_entries
+    )
 
     pos_rows, pos_cols = np.nonzero(positive)
     pos_step = torch.from_numpy(step_of[pos_rows, pos_cols].reshape(b, pos_entries))
@@ -267,7 +302,9 @@ def _curve_block(
     active = (step_index >= pos_step[:, None, :]) == pos_new[:, None, :]  # (b, K, E)
     positives_through = active.cumsum(dim=2, dtype=torch.int32)
     rank = positives_through + negatives_before  # 1-based position of each positive entry
-    precision = torch.where(active, positives_through.to(torch.float32) / rank.to(torch.float32), 0.0)
+    precision = torch.where(
+        active, positives_through.to(torch.float32) / rank.to(torch.float32), 0.0
+    )
     num_pos = pos_entries // (2 if (old_block is not None and new_block is not None) else 1)
 
     big = torch.iinfo(torch.int32).max
@@ -276,13 +313,15 @@ def _curve_block(
 
     ap_at_k = None
     if map_at_k is not None:
-        ap_at_k = (torch.where(rank <= map_at_k, precision, 0.0).sum(dim=2, dtype=torch.float64)
-                   / min(num_pos, map_at_k)).numpy()
+        ap_at_k = (
+            torch.where(rank <= map_at_k, precision, 0.0).sum(dim=2, dtype=torch.float64)
+            / min(num_pos, map_at_k)
+        ).numpy()
 
     # Step AP reads a group of equal distances as one threshold: every item of the group counts as
     # ranked at or before each of its positives. Groups are rare and small, so only the (positive,
-    # later entry of its group) pairs are visited: each later entry that is active at a step adds one
-    # to the positive's rank there (and one to its positives when it is a positive itself).
+    # later entry of its group) pairs are visited: each later entry that is active at a step adds
+    # one to the positive's rank there (and one to its positives when it is a positive itself).
     distance_bits = keys >> DISTANCE_SHIFT
     same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
     tie_rows, tie_at = np.nonzero(same_as_previous)
@@ -307,22 +346,35 @@ def _curve_block(
                 continue
             rows_p, at_p = tie_rows[pair], earlier[pair]
             index_p = before[rows_p, at_p] - 1  # which positive entry of its row
-            later_active = (step_range[None, :] >= later_step[pair][:, None]) == later_new[pair][:, None]
+            later_active = (step_range[None, :] >= later_step[pair][:, None]) == later_new[pair][
+                :, None
+            ]
             add = torch.from_numpy(later_active.astype(np.int32))
-            cells = (torch.from_numpy(rows_p.astype(np.int64))[:, None], torch.arange(steps)[None, :],
-                     torch.from_numpy(index_p.astype(np.int64))[:, None])
+            cells = (
+                torch.from_numpy(rows_p.astype(np.int64))[:, None],
+                torch.arange(steps)[None, :],
+                torch.from_numpy(index_p.astype(np.int64))[:, None],
+            )
             extra_rank.index_put_(cells, add, accumulate=True)
             later_is_positive = torch.from_numpy(later_positive[pair].astype(np.int32))[:, None]
             extra_positives.index_put_(cells, add * later_is_positive, accumulate=True)
         tie_positives = positives_through + extra_positives
         tie_rank = rank + extra_rank
-        precision = torch.where(active, tie_positives.to(torch.float32) / tie_rank.to(torch.float32), 0.0)
+        precision = torch.where(
+            active, tie_positives.to(torch.float32) / tie_rank.to(torch.float32), 0.0
+        )
     average_precision = (precision.sum(dim=2, dtype=torch.float64) / num_pos).numpy()
     return first_hit, average_precision, ap_at_k
 
 
-def _active_negatives_before(bucket: np.ndarray, negative: np.ndarray, old_side: np.ndarray,
-                             step_of: np.ndarray, steps: int, pos_entries: int) -> torch.Tensor:
+def _active_negatives_before(
+    bucket: np.ndarray,
+    negative: np.ndarray,
+    old_side: np.ndarray,
+    step_of: np.ndarray,
+    steps: int,
+    pos_entries: int,
+) -> torch.Tensor:
     """(rows, K, E): active negative entries with bucket ≤ j at step i, for every positive entry j.
 
     An old-side entry is active at steps [0, f), a new-side one at [f, K): ±1 at the step where its
@@ -340,10 +392,12 @@ def _active_negatives_before(bucket: np.ndarray, negative: np.ndarray, old_side:
     closes += bucket
     closes[~(negative & old_side)] = trash
     table = torch.zeros((b, (steps + 1) * width), dtype=torch.int32)
-    table.scatter_add_(1, torch.from_numpy(opens), torch.ones(1, 1, dtype=torch.int32).expand(b, entries))
-    table.scatter_add_(1, torch.from_numpy(closes), torch.full((1, 1), -1, dtype=torch.int32).expand(b, entries))
+    table.scatter_add_(
+        1, torch.from_numpy(opens), torch.ones(1, 1, dtype=torch.int32).expand(b, entries)
+    )
+    table.scatter_add_(
+        1, torch.from_numpy(closes), torch.full((1, 1), -1, dtype=torch.int32).expand(b, entries)
+    )
     table = table.view(b, steps + 1, width)[:, :steps]
     table = table.cumsum(dim=1, dtype=torch.int32).cumsum(dim=2, dtype=torch.int32)
     return table[:, :, :pos_entries]
-
-

@@ -1,4 +1,5 @@
-"""Backfill time grids: which prefix of the backfill order holds new vectors at each evaluation point."""
+"""Backfill time grids: which prefix of the backfill order holds new vectors at
+each evaluation point."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class BackfillGrid:
 
 
 def uniform_grid(points: int, n: int) -> BackfillGrid:
-    """``points`` equally spaced fractions t_i = i / (points - 1); cutoff_i = floor(i·n / (points - 1)).
+    """``points`` equally spaced fractions t_i = i / (points - 1); cutoff_i =
+    floor(i·n / (points - 1)).
 
     Integer arithmetic, so t = 0.3 of 10 items is exactly 3 items (no float rounding down to 2).
     """
@@ -37,7 +39,8 @@ def uniform_grid(points: int, n: int) -> BackfillGrid:
 
 
 def fastfill_grid(steps: int, n: int) -> BackfillGrid:
-    """FastFill's grid of ``steps`` = B intermediate states: B + 2 points, cutoff_i = floor(i·n/(B+1))."""
+    """FastFill's grid of ``steps`` = B intermediate states: B + 2 points,
+    cutoff_i = floor(i·n/(B+1))."""
     if steps < 0:
         raise UserError(f"FastFill's number of backfill steps must be ≥ 0, got {steps}")
     return uniform_grid(steps + 2, n)
@@ -49,5 +52,7 @@ def fraction_grid(fractions: np.ndarray | list[float], n: int) -> BackfillGrid:
     if t.ndim != 1 or len(t) == 0:
         raise UserError("backfill fractions must be a non-empty 1-D list")
     if np.any(t < 0) or np.any(t > 1) or np.any(np.diff(t) < 0):
-        raise UserError("backfill fractions must be non-decreasing values in [0, 1]", hint=f"got {t.tolist()}")
+        raise UserError(
+            "backfill fractions must be non-decreasing values in [0, 1]", hint=f"got {t.tolist()}"
+        )
     return BackfillGrid(t, np.floor(t * n + 1e-9).astype(np.int64))

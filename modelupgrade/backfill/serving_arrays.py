@@ -35,15 +35,15 @@ GALLERY_FIELDS: dict[str, str] = {
 class ServingArrays:
     """Embeddings and head outputs of the query and gallery splits (None = not available)."""
 
-    old_query: np.ndarray | None = None             # φ_old(q)
-    new_query: np.ndarray | None = None             # φ_new(q)
-    old_gallery: np.ndarray | None = None           # φ_old(g), as stored
-    new_gallery: np.ndarray | None = None           # φ_new(g), after backfilling
-    forward_gallery: np.ndarray | None = None       # ψ(φ_old(g)): forward adapter on stored vectors
-    reverse_query: np.ndarray | None = None         # ψ_rev(φ_new(q)): reverse query transform
-    rho_query: np.ndarray | None = None             # ρ(φ_new(q)): Seo et al.'s full method
-    rho_gallery: np.ndarray | None = None           # ρ(φ_new(g))
-    rho_reverse_query: np.ndarray | None = None     # ψ_rev(ρ(φ_new(q)))
+    old_query: np.ndarray | None = None  # φ_old(q)
+    new_query: np.ndarray | None = None  # φ_new(q)
+    old_gallery: np.ndarray | None = None  # φ_old(g), as stored
+    new_gallery: np.ndarray | None = None  # φ_new(g), after backfilling
+    forward_gallery: np.ndarray | None = None  # ψ(φ_old(g)): forward adapter on stored vectors
+    reverse_query: np.ndarray | None = None  # ψ_rev(φ_new(q)): reverse query transform
+    rho_query: np.ndarray | None = None  # ρ(φ_new(q)): Seo et al.'s full method
+    rho_gallery: np.ndarray | None = None  # ρ(φ_new(g))
+    rho_reverse_query: np.ndarray | None = None  # ψ_rev(ρ(φ_new(q)))
 
     def present(self) -> set[str]:
         return {f.name for f in fields(self) if getattr(self, f.name) is not None}

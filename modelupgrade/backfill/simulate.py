@@ -26,12 +26,18 @@ def resolve_grid(steps: int | Sequence[float] | BackfillGrid, n: int) -> Backfil
     return fraction_grid(list(steps), n)
 
 
-def _query_side(leave_one_out: bool, labels: np.ndarray, query_labels: np.ndarray | None,
-                n_queries: int, n_gallery: int) -> tuple[np.ndarray, np.ndarray | None]:
+def _query_side(
+    leave_one_out: bool,
+    labels: np.ndarray,
+    query_labels: np.ndarray | None,
+    n_queries: int,
+    n_gallery: int,
+) -> tuple[np.ndarray, np.ndarray | None]:
     if leave_one_out:
         if n_queries != n_gallery:
             raise UserError(
-                f"leave-one-out needs one query per gallery item, got {n_queries} queries for {n_gallery} items",
+                f"leave-one-out needs one query per gallery item, got {n_queries} queries "
+                f"for {n_gallery} items",
                 hint="pass leave_one_out=False with query_labels for a separate query set",
             )
         return labels, np.arange(n_gallery, dtype=np.int64)
@@ -68,7 +74,9 @@ def simulate_curve(
     labels = np.asarray(labels, dtype=np.int64)
     new_query = np.asarray(new_query)
     grid = resolve_grid(steps, len(labels))
-    q_labels, self_index = _query_side(leave_one_out, labels, query_labels, len(new_query), len(labels))
+    q_labels, self_index = _query_side(
+        leave_one_out, labels, query_labels, len(new_query), len(labels)
+    )
     systems = SearchSystems(
         query_old_side=new_query if old_side_query is None else old_side_query,
         gallery_old_side=old_gallery,
@@ -76,8 +84,17 @@ def simulate_curve(
         gallery_new_side=new_gallery,
     )
     return backfill_curve(
-        systems, q_labels, labels, ordering, grid.cutoffs, grid.t, self_index=self_index,
-        distance=distance, topk=topk, map_at_k=map_at_k, memory_bytes=memory_bytes,
+        systems,
+        q_labels,
+        labels,
+        ordering,
+        grid.cutoffs,
+        grid.t,
+        self_index=self_index,
+        distance=distance,
+        topk=topk,
+        map_at_k=map_at_k,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -99,8 +116,17 @@ def evaluate_state(
     q_labels, self_index = _query_side(leave_one_out, labels, query_labels, len(query), n)
     systems = SearchSystems(query, gallery, query, gallery)
     return backfill_curve(
-        systems, q_labels, labels, np.arange(n), np.array([n]), np.array([1.0]), self_index=self_index,
-        distance=distance, topk=topk, map_at_k=map_at_k, memory_bytes=memory_bytes,
+        systems,
+        q_labels,
+        labels,
+        np.arange(n),
+        np.array([n]),
+        np.array([1.0]),
+        self_index=self_index,
+        distance=distance,
+        topk=topk,
+        map_at_k=map_at_k,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -122,7 +148,9 @@ def naive_curve(
     baseline the benchmark times against ``backfill_curve``.
     """
     if systems.query_old_side is not systems.query_new_side:
-        raise UserError("the naive loop rebuilds one mixed gallery; it needs the same query on both sides")
+        raise UserError(
+            "the naive loop rebuilds one mixed gallery; it needs the same query on both sides"
+        )
     ordering = np.asarray(ordering)
     metrics: dict[str, list[float]] = {}
     for cutoff in grid.cutoffs:
@@ -130,8 +158,14 @@ def naive_curve(
         backfilled = ordering[:cutoff]
         state[backfilled] = systems.gallery_new_side[backfilled]
         point = evaluate_state(
-            systems.query_new_side, state, gallery_labels, leave_one_out, distance,
-            query_labels=None if leave_one_out else query_labels, topk=topk, map_at_k=map_at_k,
+            systems.query_new_side,
+            state,
+            gallery_labels,
+            leave_one_out,
+            distance,
+            query_labels=None if leave_one_out else query_labels,
+            topk=topk,
+            map_at_k=map_at_k,
         )
         for name, values in point.as_dict().items():
             if name in ("t", "cutoff", "nfr", "pfr"):

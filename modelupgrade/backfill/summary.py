@@ -54,7 +54,9 @@ class BackfillConditions(_Record):
         return self.model_dump()
 
 
-def check_conditions(values: np.ndarray, old_old: float, new_new: float, tolerance: float = 1e-9) -> BackfillConditions:
+def check_conditions(
+    values: np.ndarray, old_old: float, new_new: float, tolerance: float = 1e-9
+) -> BackfillConditions:
     values = np.asarray(values, dtype=np.float64)
     drops = values[:-1] - values[1:]
     return BackfillConditions(
@@ -114,7 +116,10 @@ class BackfillSummary(_Record):
     serving_modes_known: list[str]
 
     def curve(self, strategy: str, policy: str, mode: str) -> CurveSummary | None:
-        return next((c for c in self.curves if (c.strategy, c.policy, c.mode) == (strategy, policy, mode)), None)
+        return next(
+            (c for c in self.curves if (c.strategy, c.policy, c.mode) == (strategy, policy, mode)),
+            None,
+        )
 
     def headline_metrics(self) -> dict[str, float]:
         """Flat: per curve (``<strategy>.<policy>.<mode>``) the primary AUC of each metric and the
@@ -122,7 +127,9 @@ class BackfillSummary(_Record):
         metrics = {f"old_old.{m}": v for m, v in self.old_old.items()}
         for curve in self.curves:
             key = f"{curve.strategy}.{curve.policy}.{curve.mode}"
-            metrics.update({f"{key}.{self.primary_auc}.{m}": v for m, v in curve.auc(self.primary_auc).items()})
+            metrics.update(
+                {f"{key}.{self.primary_auc}.{m}": v for m, v in curve.auc(self.primary_auc).items()}
+            )
             metrics[f"{key}.max_negative_flip_rate"] = curve.max_negative_flip_rate
         return {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
 
@@ -137,4 +144,6 @@ class BackfillSummary(_Record):
         try:
             return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, json.JSONDecodeError) as err:
-            raise UserError(f"{path} is not a backfill summary this version reads: {err}".splitlines()[0]) from None
+            raise UserError(
+                f"{path} is not a backfill summary this version reads: {err}".splitlines()[0]
+            ) from None

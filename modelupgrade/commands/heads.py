@@ -27,7 +27,11 @@ class TrainedHead:
     outputs: list[Path]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"head": str(self.out), "card": self.card.as_dict(), "outputs": [str(p) for p in self.outputs]}
+        return {
+            "head": str(self.out),
+            "card": self.card.as_dict(),
+            "outputs": [str(p) for p in self.outputs],
+        }
 
     def describe(self) -> str:
         lines = [

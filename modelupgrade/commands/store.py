@@ -1,4 +1,5 @@
-"""The gallery store's commands: ingest a gallery, backfill it, search it, serve it, show its status.
+"""The gallery store's commands: ingest a gallery, backfill it, search it, serve
+it, show its status.
 
 Each function is one ``modelupgrade`` subcommand (``store-ingest``, ``backfill``, ``search``,
 ``serve``, ``store-status``) or the ``demo_store`` stage; its signature and docstring are the
@@ -35,7 +36,9 @@ def _items_table(path: Path) -> Any:
     import pandas as pd
 
     if not path.is_file():
-        raise UserError(f"item table {path} does not exist", hint="pass a manifest or split parquet file")
+        raise UserError(
+            f"item table {path} does not exist", hint="pass a manifest or split parquet file"
+        )
     return pd.read_parquet(path)
 
 
@@ -44,7 +47,10 @@ def _score_files(pairs: Sequence[str]) -> dict[str, np.ndarray]:
     for pair in pairs:
         kind, sep, path = pair.partition("=")
         if not sep or not kind or not path:
-            raise UserError(f"--score-file {pair!r} is not KIND=PATH", hint="e.g. --score-file fastfill-sigma2=sigma2.npy")
+            raise UserError(
+                f"--score-file {pair!r} is not KIND=PATH",
+                hint="e.g. --score-file fastfill-sigma2=sigma2.npy",
+            )
         scores[kind] = load_array(path, f"{kind} scores", ndim=None).reshape(-1)
     return scores
 
@@ -78,8 +84,8 @@ def store_ingest(
         fastfill_head: a FastFill head whose σ² gives the fastfill-sigma2 score
         device: torch device that runs the models and heads: cpu, cuda, cuda:1
     """
-    from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
     from modelupgrade.store.images import ManifestImageSource
+    from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
     from modelupgrade.store.models import model_embed_fn, ordering_scores, space_for_model
     from modelupgrade.store.schema import ItemSources
 
@@ -90,7 +96,11 @@ def store_ingest(
     computed_kinds = [kind for kind in score if kind not in given]
     if vectors is not None:
         table = load_array(vectors, "embedding table")
-        scores = {**ordering_scores(model, table, computed_kinds, fastfill_head), **given} if computed_kinds else given
+        scores = (
+            {**ordering_scores(model, table, computed_kinds, fastfill_head), **given}
+            if computed_kinds
+            else given
+        )
 
         def fill(gallery: GalleryStore) -> None:
             added = ingest_embedding_table(gallery, frame, table, spec, scores)
@@ -98,16 +108,26 @@ def store_ingest(
     else:
         if computed_kinds:
             raise UserError(
-                f"the scores {computed_kinds} are computed from the stored vectors, which --vectors gives",
-                hint="pass --vectors, or --score-file KIND=PATH for each score, or --score with no value",
+                f"the scores {computed_kinds} are computed from the stored vectors, "
+                "which --vectors gives",
+                hint="pass --vectors, or --score-file KIND=PATH for each score, or "
+                "--score with no value",
             )
-        sources = ItemSources(frame["path"].astype(str).tolist(), frame["index"].astype(int).tolist(),
-                              frame["label"].astype(int).tolist() if "label" in frame.columns else None)
+        sources = ItemSources(
+            frame["path"].astype(str).tolist(),
+            frame["index"].astype(int).tolist(),
+            frame["label"].astype(int).tolist() if "label" in frame.columns else None,
+        )
 
         def fill(gallery: GalleryStore) -> None:
             skipped = ingest_images(
-                gallery, frame["item_id"].astype(str).tolist(), sources, ManifestImageSource(params.dataset),
-                model_embed_fn(model, params.store.embed_batch_size, device), spec, given,
+                gallery,
+                frame["item_id"].astype(str).tolist(),
+                sources,
+                ManifestImageSource(params.dataset),
+                model_embed_fn(model, params.store.embed_batch_size, device),
+                spec,
+                given,
             )
             for item in skipped:
                 log.warning("skipped %s: %s", item["item_id"], item["reason"])
@@ -121,9 +141,8 @@ def _filled(path: Path, fill: Callable[[GalleryStore], None]) -> StoreStatus:
         with GalleryStore.open(path) as gallery:
             fill(gallery)
             return gallery.status()
-    with atomic_path(path) as tmp:
-        with GalleryStore.create(tmp) as gallery:
-            fill(gallery)
+    with atomic_path(path) as tmp, GalleryStore.create(tmp) as gallery:
+        fill(gallery)
     with GalleryStore.open(path) as gallery:
         return gallery.status()
 
@@ -173,8 +192,10 @@ def backfill(
             workers (ray; needs the [scale] extra); the plan, commits and resume are the same
         ray_address: with --executor ray: the cluster to join ('auto', ray://host:10001); default:
             start a local one
-        workers: with --executor ray: actors computing chunks (default: one per GPU, else one per CPU)
-        gpus_per_worker: with --executor ray: GPUs of each actor (default: 1 when the cluster has GPUs)
+        workers: with --executor ray: actors computing chunks (default: one per
+            GPU, else one per CPU)
+        gpus_per_worker: with --executor ray: GPUs of each actor (default: 1 when
+            the cluster has GPUs)
         cpus_per_worker: with --executor ray: CPUs of each actor
     """
     from modelupgrade.store.images import ManifestImageSource
@@ -182,15 +203,25 @@ def backfill(
     from modelupgrade.store.models import head_transform_fn, model_embed_fn, space_for_model
     from modelupgrade.store.spaces import SpaceSpec
 
-    given = [name for name, value in (("--model", model), ("--transform-head", transform_head),
-                                      ("--vectors", vectors)) if value is not None]
+    given = [
+        name
+        for name, value in (
+            ("--model", model),
+            ("--transform-head", transform_head),
+            ("--vectors", vectors),
+        )
+        if value is not None
+    ]
     if len(given) != 1:
         raise UserError(
             f"give exactly one source of new vectors, got {', '.join(given) or 'none'}",
-            hint="--model (re-embed images), --transform-head (ψ on stored vectors) or --vectors (a table)",
+            hint="--model (re-embed images), --transform-head (ψ on stored vectors) "
+            "or --vectors (a table)",
         )
     if (vectors is None) != (items is None):
-        raise UserError("--vectors and --items go together", hint="the items table names the item of each row")
+        raise UserError(
+            "--vectors and --items go together", hint="the items table names the item of each row"
+        )
     rho = head_transform_fn(rho_head, device, "new_embedding")[0] if rho_head else None
     form = "rho" if rho is not None else "new"
     with GalleryStore.open(store or Path(params.store.path)) as gallery:
@@ -202,11 +233,16 @@ def backfill(
             if not spec.upgrades_from and serving:
                 spec = space_for_model(model, name=space, upgrades_from=[serving])
             embed = model_embed_fn(model, params.store.embed_batch_size, device)
-            source = ReEmbedImages(ManifestImageSource(params.dataset),
-                                   embed if rho is None else (lambda images: rho(embed(images))))
+            source = ReEmbedImages(
+                ManifestImageSource(params.dataset),
+                embed if rho is None else (lambda images: rho(embed(images))),
+            )
         else:
             if not space:
-                raise UserError("--space is required without --model", hint="name the new model version, e.g. gen1-bict")
+                raise UserError(
+                    "--space is required without --model",
+                    hint="name the new model version, e.g. gen1-bict",
+                )
             parents = tuple(upgrades_from) or ((serving,) if serving else ())
             if transform_head is not None:
                 transform, card = head_transform_fn(transform_head, device)
@@ -216,17 +252,45 @@ def backfill(
                 table = load_array(vectors, "new vector table")  # type: ignore[arg-type]
                 if "item_id" not in frame.columns:
                     raise UserError(f"{items} has no item_id column")
-                source = TableVectors(frame["item_id"].astype(str).tolist(), table if rho is None else rho(table))
+                source = TableVectors(
+                    frame["item_id"].astype(str).tolist(), table if rho is None else rho(table)
+                )
                 dim, ref = table.shape[1], str(vectors)
             spec = SpaceSpec(space, dim, parents, backward_compatible=True, model_ref=ref)
         if rho is not None:
-            spec = SpaceSpec(spec.name, spec.dim, spec.upgrades_from, spec.backward_compatible, spec.model_ref, form)
+            spec = SpaceSpec(
+                spec.name,
+                spec.dim,
+                spec.upgrades_from,
+                spec.backward_compatible,
+                spec.model_ref,
+                form,
+            )
         if executor == "ray":
-            return _backfill_on_ray(gallery, spec, params, model, transform_head, rho_head, policy, chunk_size, seed,
-                                    progress, ray_address, workers, gpus_per_worker, cpus_per_worker)
+            return _backfill_on_ray(
+                gallery,
+                spec,
+                params,
+                model,
+                transform_head,
+                rho_head,
+                policy,
+                chunk_size,
+                seed,
+                progress,
+                ray_address,
+                workers,
+                gpus_per_worker,
+                cpus_per_worker,
+            )
         job = BackfillJob(
-            gallery, spec, source, build_ordering(policy or params.store.policy), chunk_size or params.store.chunk_size,
-            seed=params.seed if seed is None else seed, progress=progress,
+            gallery,
+            spec,
+            source,
+            build_ordering(policy or params.store.policy),
+            chunk_size or params.store.chunk_size,
+            seed=params.seed if seed is None else seed,
+            progress=progress,
         )
         return job.run()
 
@@ -250,25 +314,41 @@ def _backfill_on_ray(
     try:
         import ray
     except ImportError:
-        raise UserError("the Ray executor needs the optional dependencies", hint="pip install '.[scale]'") from None
-    from modelupgrade.scale.ray_backfill import HeadVectors, ModelVectors, RayExecutor, VectorRecipe, WorkerPool
+        raise UserError(
+            "the Ray executor needs the optional dependencies", hint="pip install '.[scale]'"
+        ) from None
+    from modelupgrade.scale.ray_backfill import (
+        HeadVectors,
+        ModelVectors,
+        RayExecutor,
+        VectorRecipe,
+        WorkerPool,
+    )
     from modelupgrade.store.images import ManifestImageSource
     from modelupgrade.store.job import BackfillJob
 
     if rho_head is not None or (model is None and transform_head is None):
-        raise UserError("the Ray executor re-embeds images (--model) or applies ψ (--transform-head)",
-                        hint="run a --vectors or --rho-head backfill with --executor local")
+        raise UserError(
+            "the Ray executor re-embeds images (--model) or applies ψ (--transform-head)",
+            hint="run a --vectors or --rho-head backfill with --executor local",
+        )
     recipe: VectorRecipe = (
         ModelVectors(str(model), ManifestImageSource(params.dataset), params.store.embed_batch_size)
-        if model is not None else HeadVectors(str(transform_head))
+        if model is not None
+        else HeadVectors(str(transform_head))
     )
     executor = RayExecutor(recipe)
     ray.init(**({"address": address} if address else {"include_dashboard": False}))
     try:
         executor.pool = WorkerPool.for_cluster(workers, gpus_per_worker, cpus_per_worker)
         job = BackfillJob(
-            gallery, spec, executor, build_ordering(policy or params.store.policy), chunk_size or params.store.chunk_size,
-            seed=params.seed if seed is None else seed, progress=progress,
+            gallery,
+            spec,
+            executor,
+            build_ordering(policy or params.store.policy),
+            chunk_size or params.store.chunk_size,
+            seed=params.seed if seed is None else seed,
+            progress=progress,
         )
         return job.run()
     finally:
@@ -283,14 +363,19 @@ class SearchResult:
     hits: SearchHits
 
     def as_dict(self) -> list[dict[str, Any]]:
-        return [{"query": q, "hits": r} for q, r in zip(self.queries, self.hits.records(), strict=True)]
+        return [
+            {"query": q, "hits": r} for q, r in zip(self.queries, self.hits.records(), strict=True)
+        ]
 
     def describe(self) -> str:
         lines = []
         for query, row in zip(self.queries, self.hits.records(), strict=True):
             lines.append(f"query {query}:")
-            lines += [f"  {rank:3d}. {hit['item_id']:<24} distance={hit['distance']:<11.4g}  space={hit['space']}"
-                      for rank, hit in enumerate(row, 1)]
+            lines += [
+                f"  {rank:3d}. {hit['item_id']:<24} distance={hit['distance']:<11.4g}  "
+                f"space={hit['space']}"
+                for rank, hit in enumerate(row, 1)
+            ]
         return "\n".join(lines)
 
 
@@ -302,7 +387,9 @@ def _row_range(rows: str | None, count: int) -> slice:
         first = int(start) if start else 0
         last = (int(stop) if stop else count) if sep else first + 1
     except ValueError:
-        raise UserError(f"--rows {rows!r} is not a row number or a START:STOP range", hint="e.g. --rows 0:5") from None
+        raise UserError(
+            f"--rows {rows!r} is not a row number or a START:STOP range", hint="e.g. --rows 0:5"
+        ) from None
     if not 0 <= first < last <= count:
         raise UserError(f"--rows {rows!r} selects no rows of the {count} query vectors")
     return slice(first, last)
@@ -344,11 +431,20 @@ def search(
     config = params.store
     heads = load_head_transforms(forward_head, reverse_head, device)
     with GalleryStore.open(store or Path(config.path)) as gallery:
-        searcher = Searcher(gallery, build_serving_mode(mode or config.serving_mode), distance or config.distance, heads)
+        searcher = Searcher(
+            gallery,
+            build_serving_mode(mode or config.serving_mode),
+            distance or config.distance,
+            heads,
+        )
         if queries is not None:
             vectors = load_array(queries, "query vectors")
             chosen = _row_range(rows, len(vectors))
-            old = None if old_queries is None else load_array(old_queries, "old-model query vectors")[chosen]
+            old = (
+                None
+                if old_queries is None
+                else load_array(old_queries, "old-model query vectors")[chosen]
+            )
             labels = [f"row {i}" for i in range(len(vectors))[chosen]]
             query = QueryVectors(vectors[chosen], old)
         elif item_id:
@@ -359,8 +455,12 @@ def search(
                 raise UserError(f"unknown item id(s): {', '.join(unknown)}")
             stale = [i for i in item_id if snapshot.spaces[position[i]] != snapshot.serving_space]
             if stale:
-                raise UserError(f"item(s) {', '.join(stale)} are not backfilled into {snapshot.serving_space!r} yet",
-                                hint="query by example needs a vector in the serving space; pass --queries instead")
+                raise UserError(
+                    f"item(s) {', '.join(stale)} are not backfilled into "
+                    f"{snapshot.serving_space!r} yet",
+                    hint="query by example needs a vector in the serving space; "
+                    "pass --queries instead",
+                )
             slots = np.array([snapshot.slots[position[i]] for i in item_id])
             query = QueryVectors(gallery.read_vectors(str(snapshot.serving_space), slots))
             labels = list(item_id)
@@ -398,8 +498,13 @@ def serve(
     from modelupgrade.store.service import create_app
 
     config = params.store
-    app = create_app(store or Path(config.path), build_serving_mode(mode or config.serving_mode), config.distance,
-                     config.top_k, load_head_transforms(forward_head, reverse_head, device))
+    app = create_app(
+        store or Path(config.path),
+        build_serving_mode(mode or config.serving_mode),
+        config.distance,
+        config.top_k,
+        load_head_transforms(forward_head, reverse_head, device),
+    )
     uvicorn.run(app, host=host or config.host, port=port or config.port)
 
 
@@ -446,11 +551,22 @@ def demo_store(
     from modelupgrade.store.images import ManifestImageSource
     from modelupgrade.store.ingest import ingest_embedding_table
     from modelupgrade.store.job import BackfillJob, ReEmbedImages
-    from modelupgrade.store.models import CLASSIFIER_SCORES, model_embed_fn, ordering_scores, space_for_model
+    from modelupgrade.store.models import (
+        CLASSIFIER_SCORES,
+        model_embed_fn,
+        ordering_scores,
+        space_for_model,
+    )
     from modelupgrade.store.schema import ItemRow
 
-    asked = {"old_model": old_model, "new_model": new_model, "gallery": gallery, "out": out,
-             "old_embeddings": old_embeddings, "head": head}
+    asked = {
+        "old_model": old_model,
+        "new_model": new_model,
+        "gallery": gallery,
+        "out": out,
+        "old_embeddings": old_embeddings,
+        "head": head,
+    }
     with track_stage("demo_store", params, run_name=f"demo_store@{out}", arguments=asked) as stage:
         stage.log_params({"seed": params.seed, "store": params.store})
         frame = _items_table(gallery)
@@ -461,44 +577,82 @@ def demo_store(
         if old_embeddings is not None:
             old_vectors = load_array(old_embeddings, "old gallery embeddings", mmap=False)
         else:
-            rows = [ItemRow(i, str(r.item_id), str(r.path), int(r.index), None, old_space.name)
-                    for i, r in enumerate(frame.itertuples(index=False))]
+            rows = [
+                ItemRow(i, str(r.item_id), str(r.path), int(r.index), None, old_space.name)
+                for i, r in enumerate(frame.itertuples(index=False))
+            ]
             loaded = images.load(rows)
             if loaded.failures:
-                raise UserError(f"{len(loaded.failures)} gallery images cannot be read, e.g. "
-                                f"{next(iter(loaded.failures.values()))}")
-            old_vectors = model_embed_fn(old_model, params.store.embed_batch_size, device)(loaded.images)
+                raise UserError(
+                    f"{len(loaded.failures)} gallery images cannot be read, e.g. "
+                    f"{next(iter(loaded.failures.values()))}"
+                )
+            old_vectors = model_embed_fn(old_model, params.store.embed_batch_size, device)(
+                loaded.images
+            )
         kinds = [*CLASSIFIER_SCORES, *(["fastfill-sigma2"] if head is not None else [])]
         scores = ordering_scores(old_model, old_vectors, kinds, head)
         with atomic_path(out) as tmp:
             with GalleryStore.create(tmp) as store:
                 ingest_embedding_table(store, frame, old_vectors, old_space, scores)
                 job = BackfillJob(
-                    store, new_space,
-                    ReEmbedImages(images, model_embed_fn(new_model, params.store.embed_batch_size, device)),
-                    build_ordering(params.store.policy), params.store.chunk_size, seed=params.seed, progress=progress,
+                    store,
+                    new_space,
+                    ReEmbedImages(
+                        images, model_embed_fn(new_model, params.store.embed_batch_size, device)
+                    ),
+                    build_ordering(params.store.policy),
+                    params.store.chunk_size,
+                    seed=params.seed,
+                    progress=progress,
                 )
                 report = job.run()
                 if report.status != "complete":
-                    raise UserError(f"the demo backfill ended with status {report.status!r}", hint="run the stage again")
+                    raise UserError(
+                        f"the demo backfill ended with status {report.status!r}",
+                        hint="run the stage again",
+                    )
                 # Sanity check: an item's own new vector must find that item first.
                 self_found = None
                 if not report.failed:
                     probe = np.arange(min(5, store.item_count()))
-                    hits = Searcher(store, build_serving_mode("mixed"), params.store.distance).search(
-                        store.read_vectors(new_space.name, probe), 1)
-                    self_found = float(np.mean(hits.item_ids[:, 0] == frame["item_id"].astype(str).to_numpy()[probe]))
+                    hits = Searcher(
+                        store, build_serving_mode("mixed"), params.store.distance
+                    ).search(store.read_vectors(new_space.name, probe), 1)
+                    self_found = float(
+                        np.mean(
+                            hits.item_ids[:, 0] == frame["item_id"].astype(str).to_numpy()[probe]
+                        )
+                    )
                 summary = {
-                    "store": str(out), "items": store.item_count(), "old_space": old_space.name,
-                    "new_space": new_space.name, "policy": params.store.policy, "chunk_size": params.store.chunk_size,
-                    "backfill": report.as_dict(), "status": store.status().as_dict(),
-                    "self_retrieval_top1": self_found, "device": device,
+                    "store": str(out),
+                    "items": store.item_count(),
+                    "old_space": old_space.name,
+                    "new_space": new_space.name,
+                    "policy": params.store.policy,
+                    "chunk_size": params.store.chunk_size,
+                    "backfill": report.as_dict(),
+                    "status": store.status().as_dict(),
+                    "self_retrieval_top1": self_found,
+                    "device": device,
                 }
             write_json(tmp / "summary.json", summary)
-        stage.log_metrics({"items": summary["items"], "self_retrieval_top1": summary["self_retrieval_top1"],
-                           "backfill_seconds": report.seconds, "backfill_items_per_second": report.items_per_second,
-                           "backfill_items_failed": report.items_failed})
+        stage.log_metrics(
+            {
+                "items": summary["items"],
+                "self_retrieval_top1": summary["self_retrieval_top1"],
+                "backfill_seconds": report.seconds,
+                "backfill_items_per_second": report.items_per_second,
+                "backfill_items_failed": report.items_failed,
+            }
+        )
         stage.log_artifact(out / "summary.json", "store")
-    log.info("demo store %s: %d items backfilled into %s at %.1f items/s (%d failed)", out, summary["items"],
-             new_space.name, report.items_per_second, report.items_failed)
+    log.info(
+        "demo store %s: %d items backfilled into %s at %.1f items/s (%d failed)",
+        out,
+        summary["items"],
+        new_space.name,
+        report.items_per_second,
+        report.items_failed,
+    )
     return summary

@@ -18,8 +18,8 @@ import numpy as np
 from modelupgrade.commands.results import WrittenFiles, metric_lines
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.models.card import ModelCard
 from modelupgrade.layout import EVALUATION_SPLITS, OLD_MODEL, StudyLayout, model_name
+from modelupgrade.models.card import ModelCard
 
 
 @dataclass

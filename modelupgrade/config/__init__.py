@@ -100,13 +100,13 @@ class Params(Section):
             for head, strategy in scenario.heads.items():
                 if head not in self.heads:
                     raise ValueError(
-                        f"scenarios.{name}.heads names head {head!r}, which is not defined under 'heads' "
-                        f"(defined: {sorted(self.heads)})"
+                        f"scenarios.{name}.heads names head {head!r}, which is not defined under "
+                        f"'heads' (defined: {sorted(self.heads)})"
                     )
                 if strategy not in scenario.strategies:
                     raise ValueError(
-                        f"scenarios.{name}.heads pairs head {head!r} with strategy {strategy!r}, which the "
-                        f"scenario does not train (its strategies: {scenario.strategies})"
+                        f"scenarios.{name}.heads pairs head {head!r} with strategy {strategy!r}, "
+                        f"which the scenario does not train (its strategies: {scenario.strategies})"
                     )
         for strategy in self.sequential.strategies:
             if strategy not in self.strategies:

@@ -1,4 +1,5 @@
-"""params.yaml: ``backfill`` section (online-backfilling simulator: policies, serving modes, points)."""
+"""params.yaml: ``backfill`` section (online-backfilling simulator: policies,
+serving modes, points)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class BackfillParams(Section):
     serving_modes: list[str] = Field(
         default_factory=lambda: ["mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full"]
     )
-    # uniform: `points` points t_i = i/(points-1) (Seo et al.: 11); fastfill: B + 2 points, B = fastfill_steps.
+    # uniform: `points` points t_i = i/(points-1) (Seo et al.: 11); fastfill: B + 2 points,
+    # B = fastfill_steps.
     grid: Literal["uniform", "fastfill"] = "uniform"
     points: int = Field(default=11, ge=2)
     fastfill_steps: int = Field(default=20, ge=0)

@@ -45,14 +45,16 @@ class DatasetParams(Section):
 
 class ScenarioParams(Section):
     kind: ScenarioKind
-    # extended-/open-data: fraction of each class's images; extended-/open-class: fraction of classes.
+    # extended-/open-data: fraction of each class's images; extended-/open-class:
+    # fraction of classes.
     old_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)
     old_architecture: str = "default"
     new_architecture: str = "default"
     # Strategies whose new generation is trained on this scenario (names of ``strategies`` entries).
     strategies: list[str] = Field(default_factory=lambda: ["independent", "bct", "dmu"])
     # Heads trained on this scenario: head name (an entry of ``heads``) → the strategy whose new
-    # model it pairs with (one of ``strategies``); the head lives in heads/<scenario>/<head>-<strategy>.
+    # model it pairs with (one of ``strategies``); the head lives in
+    # heads/<scenario>/<head>-<strategy>.
     heads: dict[str, str] = Field(default_factory=dict)
 
 

@@ -2,7 +2,8 @@
 
 The config package is a leaf of the library (it imports nothing else of ``modelupgrade``), so the
 base of every error a person can fix, ``HintedError`` (a message, a hint, exit code 2), lives here;
-``ParamsError`` and ``modelupgrade.errors.UserError`` are its two kinds, and the front ends catch it.
+``ParamsError`` and ``modelupgrade.errors.UserError`` are its two kinds, and the
+front ends catch it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from modelupgrade.config.base import Section
 
 
 class SearchParams(Section):
-    """Top-k search: FAISS exact inner product on normalised vectors unless an ANN index is chosen."""
+    """Top-k search: FAISS exact inner product on normalised vectors unless an
+    ANN index is chosen."""
 
     index: Literal["flat", "ivf", "hnsw"] = "flat"
     use_gpu: Literal["auto", "never", "always"] = "auto"
@@ -27,7 +28,8 @@ class SearchParams(Section):
 class EvaluationParams(Section):
     # query-gallery: disjoint query and gallery splits; leave-one-out: the gallery split is also
     # the query set, each query's own row excluded (FastFill / ml-fct protocol); auto: leave-one-out
-    # when the query and gallery split files list the same items in the same order, else query-gallery.
+    # when the query and gallery split files list the same items in the same order,
+    # else query-gallery.
     protocol: Literal["auto", "query-gallery", "leave-one-out"] = "auto"
     # Ranking score: cosine on L2-normalised embeddings (the papers' retrieval); euclidean on raw
     # features reproduces ml-fct/FastFill.

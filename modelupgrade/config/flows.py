@@ -1,7 +1,8 @@
-"""params.yaml: ``flows`` section (the Prefect flows: schedules, strategy, retries, where outputs go).
+"""params.yaml: ``flows`` section (the Prefect flows: schedules, strategy,
+retries, where outputs go).
 
-The flows (``flows/``) run the same stage functions as ``dvc repro``, one upgrade cycle at a time, in
-a work directory of their own and against a registered model of their own, so that a scheduled
+The flows (``flows/``) run the same stage functions as ``dvc repro``, one upgrade cycle at a time,
+in a work directory of their own and against a registered model of their own, so that a scheduled
 upgrade never mixes its generations with the DVC study's.
 """
 
@@ -13,7 +14,8 @@ from modelupgrade.config.base import Section
 
 
 class FlowParams(Section):
-    # Cron (UTC) of the served upgrade deployment: one upgrade cycle per run, Mondays 03:00 by default.
+    # Cron (UTC) of the served upgrade deployment: one upgrade cycle per run,
+    # Mondays 03:00 by default.
     upgrade_cron: str = "0 3 * * 1"
     # Cron (UTC) of the served backfill deployment: each run re-embeds the gallery store when
     # ``champion`` has moved since the last one, and does nothing otherwise.
@@ -35,7 +37,8 @@ class FlowParams(Section):
     # None: ``<registry.model_name>-flows``, apart from the models the DVC pipeline registers.
     model_name: str | None = None
     # A deployment of the ``train-generation`` flow on a GPU work pool, e.g. "train-generation/gpu"
-    # (``python -m flows.serve --training-pool gpu`` creates it); None: train in the flow's own process.
+    # (``python -m flows.serve --training-pool gpu`` creates it); None: train in the
+    # flow's own process.
     training_deployment: str | None = None
 
     @field_validator("upgrade_cron", "backfill_cron")

@@ -15,7 +15,8 @@ class ArchitectureParams(Section):
     backbone: str = "resnet18"
     # 3×3 stride-1 stem without max-pool (ResNet family) for 28×28 / 32×32 inputs.
     cifar_stem: bool = True
-    # Side of the square input the backbone sees; images are resized to it. None: the data's own size.
+    # Side of the square input the backbone sees; images are resized to it. None:
+    # the data's own size.
     image_size: int | None = Field(default=None, ge=8)
     embedding_dim: int = Field(default=128, ge=2)
     gem_p: float = Field(default=3.0, gt=0)
@@ -43,14 +44,16 @@ class TrainingParams(Section):
     hflip: bool = True
     # Batch size for embedding without augmentation (prototype refreshes, the embed stage).
     eval_batch_size: int = Field(default=1024, ge=1)
-    # Keep the decoded uint8 training images on the GPU when they take at most this fraction of its free memory.
+    # Keep the decoded uint8 training images on the GPU when they take at most this fraction
+    # of its free memory.
     images_on_device_max_fraction: float = Field(default=0.5, ge=0, le=1)
-    # torch CPU threads of the train/embed stages; None = torch's default (all cores). Tiny models on
-    # a busy 2-core machine run several times faster with 1 (OpenMP threads otherwise spin-wait).
+    # torch CPU threads of the train/embed stages; None = torch's default (all cores). Tiny models
+    # on a busy 2-core machine run several times faster with 1 (OpenMP threads otherwise spin-wait).
     cpu_threads: int | None = Field(default=None, ge=1)
     # Steps between progress/NaN checks (each check synchronises with the GPU).
     log_every_steps: int = Field(default=10, ge=1)
-    # torch.compile the model on CUDA (ignored on CPU): faster steps after a compile of a minute or so.
+    # torch.compile the model on CUDA (ignored on CPU): faster steps after a
+    # compile of a minute or so.
     compile: bool = False
 
     @model_validator(mode="after")
@@ -63,7 +66,8 @@ class TrainingParams(Section):
                 )
         if self.crop_scale[1] > 1:
             raise ValueError(
-                f"training.crop_scale is a fraction of the image area, at most 1; got {self.crop_scale}"
+                "training.crop_scale is a fraction of the image area, at most 1; "
+                f"got {self.crop_scale}"
             )
         return self
 

@@ -49,11 +49,13 @@ def _raw_bytes(path: Path) -> bytes:
 def parse_idx(data: bytes, source: Path | str) -> np.ndarray:
     """Decode the bytes of one IDX file into an array (native byte order)."""
     if len(data) < 4:
-        raise UserError(f"IDX file {source} is truncated: {len(data)} bytes, shorter than the header")
+        raise UserError(
+            f"IDX file {source} is truncated: {len(data)} bytes, shorter than the header"
+        )
     if data[0] != 0 or data[1] != 0 or data[2] not in _TYPE_CODES:
         raise UserError(
-            f"IDX file {source} has a bad magic number 0x{data[:4].hex()} (expected 0x0000 + a type "
-            f"code in {[hex(c) for c in _TYPE_CODES]} + the number of dimensions)",
+            f"IDX file {source} has a bad magic number 0x{data[:4].hex()} (expected 0x0000 + a "
+            f"type code in {[hex(c) for c in _TYPE_CODES]} + the number of dimensions)",
             hint="this is not an IDX file, or it is corrupt",
         )
     dtype = _TYPE_CODES[data[2]]

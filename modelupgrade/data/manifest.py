@@ -17,15 +17,30 @@ import pandas as pd
 
 from modelupgrade.errors import UserError
 
-MANIFEST_COLUMNS: tuple[str, ...] = ("item_id", "label", "class_name", "source_split", "path", "index")
+MANIFEST_COLUMNS: tuple[str, ...] = (
+    "item_id",
+    "label",
+    "class_name",
+    "source_split",
+    "path",
+    "index",
+)
 
 # Crop box of a query image (Revisited Oxford/Paris protocol); NaN when the image is not cropped.
 CROP_COLUMNS: tuple[str, ...] = ("crop_left", "crop_top", "crop_right", "crop_bottom")
 
 KNOWN_CLASS_NAMES: dict[str, list[str]] = {
     "fashion-mnist": [
-        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
     ],
     "mnist": [str(d) for d in range(10)],
 }
@@ -57,7 +72,8 @@ def class_names_for(dataset_name: str, configured: list[str] | None, keys: list[
         return keys
     if len(names) != len(keys):
         raise UserError(
-            f"dataset {dataset_name!r} has {len(keys)} classes but {len(names)} class names are given",
+            f"dataset {dataset_name!r} has {len(keys)} classes but {len(names)} "
+            "class names are given",
             hint="fix dataset.class_names in params.yaml (or remove it to use the label values)",
         )
     return list(names)

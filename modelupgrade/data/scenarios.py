@@ -76,7 +76,8 @@ class ScenarioSplitter:
 
     @property
     def image_relation(self) -> ImageRelation:
-        return {"everything": "subset", "the rest": "disjoint", "the same": "identical"}[self.new_set]  # type: ignore[return-value]
+        relation = {"everything": "subset", "the rest": "disjoint", "the same": "identical"}
+        return relation[self.new_set]  # type: ignore[return-value]
 
 
 SPLITTERS: Registry[ScenarioSplitter] = Registry("scenario kind")
@@ -126,7 +127,7 @@ class Splits:
 
     def sizes(self) -> dict[str, dict[str, int]]:
         return {
-            name: {"images": int(len(f)), "classes": int(f["label"].nunique())}
+            name: {"images": len(f), "classes": int(f["label"].nunique())}
             for name, f in self.frames.items()
         }
 
@@ -178,7 +179,10 @@ def evaluation_sets(
 ) -> dict[str, pd.DataFrame]:
     """Query and gallery from the evaluation pool, per the configured protocol."""
     if evaluation.protocol == "predefined":
-        return {name: _rows(pool, (pool["source_split"] == name).to_numpy()) for name in EVALUATION_SPLITS}
+        return {
+            name: _rows(pool, (pool["source_split"] == name).to_numpy())
+            for name in EVALUATION_SPLITS
+        }
     labels = pool["label"].to_numpy(dtype=np.int64)
     counts = np.bincount(labels, minlength=int(labels.max()) + 1)
     ranks = ranks_within_class(labels, row_keys(seed, "queries", len(pool)))

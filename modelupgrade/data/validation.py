@@ -87,7 +87,8 @@ class ValidationReport:
         lines = [f"data validation of {self.name} failed ({len(self.failures)} expectation(s)):"]
         lines += [f"  - {f.describe()}" for f in self.failures]
         raise DataValidationError(
-            "\n".join(lines), hint="fix the data or the split parameters; nothing downstream runs on it"
+            "\n".join(lines),
+            hint="fix the data or the split parameters; nothing downstream runs on it",
         )
 
 
@@ -141,7 +142,8 @@ class Validator:
         if id_column in frame.columns:
             result_format["unexpected_index_column_names"] = [id_column]
         result = definition.run(
-            batch_parameters={"dataframe": frame.reset_index(drop=True)}, result_format=result_format
+            batch_parameters={"dataframe": frame.reset_index(drop=True)},
+            result_format=result_format,
         )
         outcomes = [self._outcome(table, r) for r in result.results]
         self.seconds["validate"] += time.perf_counter() - started
@@ -160,7 +162,9 @@ class Validator:
             for row in details.get("partial_unexpected_index_list", [])[:EXAMPLES_SHOWN]
         ]
         if not examples and details.get("partial_unexpected_list"):
-            examples = [{"value": _plain(v)} for v in details["partial_unexpected_list"][:EXAMPLES_SHOWN]]
+            examples = [
+                {"value": _plain(v)} for v in details["partial_unexpected_list"][:EXAMPLES_SHOWN]
+            ]
         detail = ""
         if details.get("partial_missing_list"):
             missing = [_plain(v) for v in details["partial_missing_list"][:EXAMPLES_SHOWN]]
@@ -169,7 +173,10 @@ class Validator:
             info = result.exception_info or {}
             messages = [v.get("exception_message") for v in info.values() if isinstance(v, dict)]
             messages += [info.get("exception_message")] if "exception_message" in info else []
-            detail = "; ".join(m for m in messages if m) or "column missing or expectation not computable"
+            detail = (
+                "; ".join(m for m in messages if m)
+                or "column missing or expectation not computable"
+            )
         return ExpectationOutcome(
             table=table,
             expectation=config.type,
@@ -194,7 +201,9 @@ def valid_paths(frame: pd.DataFrame, root: str | Path) -> list[str]:
 
 def with_class_sizes(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` plus ``images_in_class``: how many rows of the frame share each row's label."""
-    return frame.assign(images_in_class=frame.groupby("label")["label"].transform("size").to_numpy())
+    return frame.assign(
+        images_in_class=frame.groupby("label")["label"].transform("size").to_numpy()
+    )
 
 
 class DataChecks:
@@ -206,8 +215,14 @@ class DataChecks:
     GX value sets (they hold one value per class).
     """
 
-    def __init__(self, validator: Validator, manifest: pd.DataFrame, root: str | Path,
-                 min_images_per_class: int, train_split: str) -> None:
+    def __init__(
+        self,
+        validator: Validator,
+        manifest: pd.DataFrame,
+        root: str | Path,
+        min_images_per_class: int,
+        train_split: str,
+    ) -> None:
         self.v = validator
         self.manifest = manifest
         self.min_images = min_images_per_class
@@ -240,7 +255,9 @@ class DataChecks:
         ]
 
     def class_size_expectation(self) -> Any:
-        return self.v.expect.ExpectColumnValuesToBeBetween(column="images_in_class", min_value=self.min_images)
+        return self.v.expect.ExpectColumnValuesToBeBetween(
+            column="images_in_class", min_value=self.min_images
+        )
 
     def manifest_outcomes(self) -> list[ExpectationOutcome]:
         x = self.v.expect
@@ -248,12 +265,16 @@ class DataChecks:
         outcomes = self.v.check(
             "manifest",
             self.with_row_checks(frame),
-            [*self.row_expectations(),
-             x.ExpectColumnDistinctValuesToEqualSet(column="label", value_set=self.labels)],
+            [
+                *self.row_expectations(),
+                x.ExpectColumnDistinctValuesToEqualSet(column="label", value_set=self.labels),
+            ],
         )
         training = frame[frame["source_split"] == self.train_split]
         return outcomes + self.v.check(
-            f"manifest[{self.train_split}]", with_class_sizes(training), [self.class_size_expectation()]
+            f"manifest[{self.train_split}]",
+            with_class_sizes(training),
+            [self.class_size_expectation()],
         )
 
     def split_outcomes(self, name: str, splits: Splits) -> list[ExpectationOutcome]:
@@ -269,16 +290,22 @@ class DataChecks:
             expectations = [*self.row_expectations(), *relations]
             if split not in EVALUATION_SPLITS:
                 checked = with_class_sizes(checked).assign(
-                    image_in_evaluation_sets=image_keys(frame).isin(evaluation_keys).to_numpy(dtype=bool)
+                    image_in_evaluation_sets=image_keys(frame)
+                    .isin(evaluation_keys)
+                    .to_numpy(dtype=bool)
                 )
                 expectations += [
-                    x.ExpectColumnValuesToBeInSet(column="image_in_evaluation_sets", value_set=[False]),
+                    x.ExpectColumnValuesToBeInSet(
+                        column="image_in_evaluation_sets", value_set=[False]
+                    ),
                     self.class_size_expectation(),
                 ]
             outcomes += self.v.check(f"{name}/{split}", checked, expectations)
         return outcomes
 
-    def relation_checks(self, split: str, splits: Splits) -> tuple[dict[str, np.ndarray], list[Any]]:
+    def relation_checks(
+        self, split: str, splits: Splits
+    ) -> tuple[dict[str, np.ndarray], list[Any]]:
         """Coverage and containment the scenario defines between its sets (from split_info).
 
         Returns derived boolean columns for ``split`` and the expectations over them and labels.
@@ -297,11 +324,15 @@ class DataChecks:
         columns: dict[str, np.ndarray] = {}
         expectations: list[Any] = []
         if split == "query":
-            expectations.append(x.ExpectColumnValuesToBeInSet(column="label", value_set=classes("gallery")))
+            expectations.append(
+                x.ExpectColumnValuesToBeInSet(column="label", value_set=classes("gallery"))
+            )
             columns["in_gallery"] = member_of("gallery")
             # Leave-one-out queries are the gallery; otherwise no query may sit in the gallery.
             in_gallery = info.get("protocol") == "leave-one-out"
-            expectations.append(x.ExpectColumnValuesToBeInSet(column="in_gallery", value_set=[in_gallery]))
+            expectations.append(
+                x.ExpectColumnValuesToBeInSet(column="in_gallery", value_set=[in_gallery])
+            )
         if split == "old_train":
             relation = CLASS_RELATIONS.get(str(info.get("class_relation")))
             if relation is not None:
@@ -309,14 +340,18 @@ class DataChecks:
             in_new = IMAGE_RELATIONS.get(str(info.get("image_relation")))
             if in_new is not None:
                 columns["in_new_train"] = member_of("new_train")
-                expectations.append(x.ExpectColumnValuesToBeInSet(column="in_new_train", value_set=[in_new]))
+                expectations.append(
+                    x.ExpectColumnValuesToBeInSet(column="in_new_train", value_set=[in_new])
+                )
             if info.get("image_relation") == "identical":
                 expectations.append(x.ExpectTableRowCountToEqual(value=len(frames["new_train"])))
         generations = sorted((s for s in frames if s.startswith("gen")), key=lambda s: int(s[3:]))
         if split in generations[:-1]:
             following = generations[generations.index(split) + 1]
             columns[f"in_{following}"] = member_of(following)
-            expectations.append(x.ExpectColumnValuesToBeInSet(column=f"in_{following}", value_set=[True]))
+            expectations.append(
+                x.ExpectColumnValuesToBeInSet(column=f"in_{following}", value_set=[True])
+            )
             grows_by_class = info.get("kind") == "sequential-class"
             relation = CLASS_RELATIONS["subset" if grows_by_class else "same"]
             expectations.append(relation(x, classes(following)))
@@ -334,22 +369,36 @@ CLASS_RELATIONS = {
 IMAGE_RELATIONS = {"subset": True, "identical": True, "disjoint": False}
 
 
-def validate_manifest(validator: Validator, manifest: pd.DataFrame, root: str | Path,
-                      min_images_per_class: int, train_split: str, name: str = "manifest") -> ValidationReport:
+def validate_manifest(
+    validator: Validator,
+    manifest: pd.DataFrame,
+    root: str | Path,
+    min_images_per_class: int,
+    train_split: str,
+    name: str = "manifest",
+) -> ValidationReport:
     started = validator.seconds["validate"]
     checks = DataChecks(validator, manifest, root, min_images_per_class, train_split)
     return _report(name, checks.manifest_outcomes(), validator, started)
 
 
-def validate_splits(validator: Validator, manifest: pd.DataFrame, splits: Splits, name: str,
-                    root: str | Path, min_images_per_class: int, train_split: str) -> ValidationReport:
+def validate_splits(
+    validator: Validator,
+    manifest: pd.DataFrame,
+    splits: Splits,
+    name: str,
+    root: str | Path,
+    min_images_per_class: int,
+    train_split: str,
+) -> ValidationReport:
     started = validator.seconds["validate"]
     checks = DataChecks(validator, manifest, root, min_images_per_class, train_split)
     return _report(name, checks.split_outcomes(name, splits), validator, started)
 
 
-def _report(name: str, outcomes: list[ExpectationOutcome], validator: Validator,
-            validate_started: float) -> ValidationReport:
+def _report(
+    name: str, outcomes: list[ExpectationOutcome], validator: Validator, validate_started: float
+) -> ValidationReport:
     seconds = {
         "gx_import": validator.seconds["gx_import"],
         "gx_context": validator.seconds["gx_context"],
@@ -393,5 +442,6 @@ def failed_validation(reports: Sequence[ValidationReport], where: str | Path) ->
     if messages:
         raise DataValidationError(
             "\n".join(messages),
-            hint=f"reports in {where}; fix the data or the split parameters, nothing downstream runs",
+            hint=f"reports in {where}; fix the data or the split parameters, "
+            "nothing downstream runs",
         )

@@ -70,7 +70,8 @@ class EmbeddingPairs:
                 raise UserError(f"{name} embeddings contain NaN or infinite values")
         if self.labels.ndim != 1 or not np.issubdtype(self.labels.dtype, np.integer):
             raise UserError(
-                f"labels must be a 1-D integer array, got dtype {self.labels.dtype}, shape {self.labels.shape}"
+                f"labels must be a 1-D integer array, got dtype {self.labels.dtype}, "
+                f"shape {self.labels.shape}"
             )
         if counts["old"] < 2:
             raise UserError("at least two training images are needed to train a head")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from modelupgrade.cards import Card
 
@@ -29,7 +29,7 @@ class HeadCard(Card):
     side_info_dim: int = 0
     hidden_dim: int
     depth: int
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = Field(default_factory=dict)
     outputs: list[str]
     # What it costs per embedding (BatchNorm folded into the linear layers).
     macs_per_embedding: int
@@ -38,9 +38,9 @@ class HeadCard(Card):
     # How it was trained, and from what.
     name: str | None = None
     input_momentum: float = 0.0
-    previous_heads: list[str] = []
-    training: dict[str, Any] = {}
-    sources: dict[str, dict[str, Any] | None] = {}
+    previous_heads: list[str] = Field(default_factory=list)
+    training: dict[str, Any] = Field(default_factory=dict)
+    sources: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
 
     @field_validator("weights_sha256", mode="before")
     @classmethod
@@ -50,7 +50,11 @@ class HeadCard(Card):
 
     def headline_metrics(self) -> dict[str, float]:
         """The training record's final loss, steps, seconds and fit, and the cost per embedding."""
-        record = {k: v for k, v in self.training.items() if k in ("final_loss", "steps", "seconds", "fit_cosine")}
+        record = {
+            k: v
+            for k, v in self.training.items()
+            if k in ("final_loss", "steps", "seconds", "fit_cosine")
+        }
         return {**record, "macs_per_embedding": self.macs_per_embedding}
 
     def source_path(self, name: str) -> str | None:

@@ -23,13 +23,16 @@ from modelupgrade.heads.inference import DEFAULT_BATCH_SIZE, apply
 from modelupgrade.heads.persistence import load_head, read_head_card
 
 
-def momentum_input(previous: np.ndarray, before_previous: np.ndarray, momentum: float) -> np.ndarray:
+def momentum_input(
+    previous: np.ndarray, before_previous: np.ndarray, momentum: float
+) -> np.ndarray:
     """(1 − m)·F_{i−1} + m·F_{i−2}."""
     if previous.shape != before_previous.shape:
         raise UserError(
             f"the momentum input mixes two gallery generations of shapes {previous.shape} and "
             f"{before_previous.shape}; they must match",
-            hint="BiCT momentum needs all generations in one embedding dimension; set input_momentum: 0",
+            hint="BiCT momentum needs all generations in one embedding dimension; "
+            "set input_momentum: 0",
         )
     return ((1.0 - momentum) * previous + momentum * before_previous).astype(np.float32, copy=False)
 
@@ -45,7 +48,8 @@ class HeadChain:
         for i, head in enumerate(self.heads):
             if head.direction != "forward":
                 raise UserError(
-                    f"generation {i + 1} of the chain is a {head.direction} head ({head.registry_name!r})",
+                    f"generation {i + 1} of the chain is a {head.direction} head "
+                    f"({head.registry_name!r})",
                     hint="only forward adapters (old → new) compose over gallery generations",
                 )
             if head.side_info_dim:
@@ -53,7 +57,9 @@ class HeadChain:
             if not 0.0 <= self.momenta[i] <= 1.0:
                 raise UserError(f"momentum must lie in [0, 1], got {self.momenta[i]}")
         if self.momenta and self.momenta[0] != 0.0:
-            raise UserError("the first head of a chain has no F_{i-2} to mix in; its momentum must be 0")
+            raise UserError(
+                "the first head of a chain has no F_{i-2} to mix in; its momentum must be 0"
+            )
         for i in range(1, len(self.heads)):
             if self.heads[i].in_dim != self.heads[i - 1].out_dim:
                 raise UserError(
@@ -70,21 +76,30 @@ class HeadChain:
             return momentum_input(states[-1], states[-2], momentum)
         return states[-1]
 
-    def gallery_states(self, base: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE,
-                       device: torch.device | str | None = None) -> list[np.ndarray]:
+    def gallery_states(
+        self,
+        base: np.ndarray,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        device: torch.device | str | None = None,
+    ) -> list[np.ndarray]:
         """[F_0, F_1, …, F_n] for generation-0 vectors ``base``."""
         states = [np.ascontiguousarray(base, dtype=np.float32)]
         for head, momentum in zip(self.heads, self.momenta, strict=True):
             states.append(apply(head, self.input_of(states, momentum), batch_size, device=device))
         return states
 
-    def apply(self, base: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE,
-              device: torch.device | str | None = None) -> np.ndarray:
+    def apply(
+        self,
+        base: np.ndarray,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        device: torch.device | str | None = None,
+    ) -> np.ndarray:
         """F_n: the gallery after every generation's refresh."""
         return self.gallery_states(base, batch_size, device)[-1]
 
-    def next_input(self, base: np.ndarray, momentum: float = 0.0,
-                   batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+    def next_input(
+        self, base: np.ndarray, momentum: float = 0.0, batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> np.ndarray:
         """Training input of generation n + 1's head (the chain's gallery state, momentum-mixed)."""
         return self.input_of(self.gallery_states(base, batch_size), momentum)
 

@@ -21,7 +21,6 @@ from modelupgrade.errors import UserError
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
 
 
-
 class DMUOptions(Section):
     # Wrap the ψ trained jointly with a DMU new model when the model directory has one.
     use_joint_head: bool = True
@@ -73,11 +72,14 @@ class DMUForwardAdapter(Head):
         if dims is None:
             raise UserError(
                 f"the card of {model_dir} records no jointly trained forward head",
-                hint="retrain the model with the DMU strategy, or set heads.<name>.options.use_joint_head: false",
+                hint="retrain the model with the DMU strategy, or set "
+                "heads.<name>.options.use_joint_head: false",
             )
         head = cls(dims.in_dim, dims.out_dim, dims.hidden_dim, dims.depth)
         try:
             head.psi.load_state_dict(load_weights(model_dir, card, dims.file))
         except RuntimeError as err:
-            raise UserError(f"{Path(model_dir) / dims.file} does not match the dimensions in its card: {err}") from None
+            raise UserError(
+                f"{Path(model_dir) / dims.file} does not match the dimensions in its card: {err}"
+            ) from None
         return head.eval()

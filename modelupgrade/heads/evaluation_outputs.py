@@ -46,13 +46,15 @@ def write_head_outputs(
     out_dir: str | Path,
     device: torch.device | str | None = None,
 ) -> list[Path]:
-    """Write ``head_dir``'s outputs on ``<old|new>_embeddings/{query,gallery}.npy`` into ``out_dir``."""
+    """Write ``head_dir``'s outputs on
+    ``<old|new>_embeddings/{query,gallery}.npy`` into ``out_dir``."""
     head_dir, out_dir = Path(head_dir), Path(out_dir)
     card = read_head_card(head_dir)
     if card.side_info_dim:
         raise UserError(
             f"head {head_dir} needs side information, which the evaluation embeddings do not carry",
-            hint="train it without --side-info for the pipeline, or write its gallery transform yourself",
+            hint="train it without --side-info for the pipeline, or write its "
+            "gallery transform yourself",
         )
     arrays: dict[str, np.ndarray] = {}
     if card.direction == "forward":

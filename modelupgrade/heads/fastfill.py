@@ -1,10 +1,11 @@
 """FastFill (Jaeckle et al.): old → new alignment with a learned per-sample uncertainty σ².
 
-Loss (Eq. 5, one shared σ² for both terms): mean[(L_align + L_disc) / σ² + log σ² / λ], computed in the
-stable form exp(−s)·L + s/λ with s = log σ². L_align = ‖h(φ_old) − φ_new‖² (mean over dimensions by
-default, as in the FCT code), L_disc = the frozen new classifier's own loss on h(φ_old). The
-uncertainty is a linear layer on the transformed embedding (App. A.2). σ² is predicted from the stored
-old vector alone, so it can order the backfill (highest first) before any image is re-embedded.
+Loss (Eq. 5, one shared σ² for both terms): mean[(L_align + L_disc) / σ² + log σ² / λ], computed in
+the stable form exp(−s)·L + s/λ with s = log σ². L_align = ‖h(φ_old) − φ_new‖² (mean over dimensions
+by default, as in the FCT code), L_disc = the frozen new classifier's own loss on h(φ_old). The
+uncertainty is a linear layer on the transformed embedding (App. A.2). σ² is predicted from the
+stored old vector alone, so it can order the backfill (highest first) before any
+image is re-embedded.
 """
 
 from __future__ import annotations

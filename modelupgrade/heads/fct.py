@@ -1,4 +1,5 @@
-"""FCT (Ramanujan et al.): regress the new embedding from the old one, optionally with side information.
+"""FCT (Ramanujan et al.): regress the new embedding from the old one, optionally
+with side information.
 
 Settings follow the official FCT code as FastFill re-used it: Adam 5e-4, weight decay 3.05e-5,
 batch 1024, 80 epochs, cosine with 5 warm-up epochs, BatchNorm frozen after half the epochs, a

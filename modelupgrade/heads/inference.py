@@ -1,8 +1,8 @@
 """Batched inference of heads: BatchNorm folded into the linear layers, large float32 batches.
 
 ``apply`` is what the gallery refresh, the query path and the evaluation call. An inference copy of
-the head replaces every MLP by a ``FoldedMLP`` (one addmm + in-place ReLU per layer), so a batch costs
-exactly its linear algebra; rows are never visited one by one in Python.
+the head replaces every MLP by a ``FoldedMLP`` (one addmm + in-place ReLU per layer), so a batch
+costs exactly its linear algebra; rows are never visited one by one in Python.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class FoldedMLP(nn.Module):
                     following.running_var.detach().double() + following.eps
                 )
                 weight = weight * scale[:, None]
-                bias = (bias - following.running_mean.detach().double()) * scale + following.bias.detach().double()
+                bias = (
+                    bias - following.running_mean.detach().double()
+                ) * scale + following.bias.detach().double()
             weights_t.append(weight.T.contiguous().float())
             biases.append(bias.float())
         return cls(weights_t, biases)
@@ -99,7 +101,9 @@ def apply_all(
     if side_info is not None:
         side_info = _as_float32_rows(side_info, "side information")
         if len(side_info) != len(vectors):
-            raise UserError(f"{len(side_info)} side-information rows for {len(vectors)} input vectors")
+            raise UserError(
+                f"{len(side_info)} side-information rows for {len(vectors)} input vectors"
+            )
     head.check_input(vectors.shape[1], None if side_info is None else side_info.shape[1])
     device = torch.device(device) if device is not None else torch.device("cpu")
     frozen = inference_copy(head, device)
@@ -108,7 +112,9 @@ def apply_all(
         for start in range(0, len(vectors), batch_size):
             stop = min(start + batch_size, len(vectors))
             x = torch.from_numpy(vectors[start:stop]).to(device, non_blocking=True)
-            extra = None if side_info is None else torch.from_numpy(side_info[start:stop]).to(device)
+            extra = (
+                None if side_info is None else torch.from_numpy(side_info[start:stop]).to(device)
+            )
             for name, value in frozen.outputs(x, extra).items():
                 if name not in results:
                     results[name] = np.empty((len(vectors), *value.shape[1:]), dtype=np.float32)
@@ -130,7 +136,8 @@ def apply(
     device: torch.device | str | None = None,
     output: str = "transform",
 ) -> np.ndarray:
-    """Transform ``vectors`` with ``head``; ``output`` picks a named output (default: the transform)."""
+    """Transform ``vectors`` with ``head``; ``output`` picks a named output
+    (default: the transform)."""
     if output not in head.output_names:
         raise UserError(
             f"head {head.registry_name!r} has no output {output!r}",

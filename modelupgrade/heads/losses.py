@@ -3,7 +3,8 @@
 MCL (Eq. 11 of "Metric Compatible Training for Online Backfilling") for anchor i, with
 s^old_ik = exp(-d(q_old(x_i), φ_old(x_k))) and s^new_ik = exp(-d(n(x_i), n(x_k))):
 
-    -log Σ_P s^old / (Σ_P s^old + Σ_N s^old + Σ_N s^new)  -  log Σ_P s^new / (Σ_P s^new + Σ_N s^new + Σ_N s^old)
+    -log Σ_P s^old / (Σ_P s^old + Σ_N s^old + Σ_N s^new)
+        -  log Σ_P s^new / (Σ_P s^new + Σ_N s^new + Σ_N s^old)
 
 Positives are summed *inside* the log (not SupCon's mean of logs), each denominator holds the
 negatives of both systems, and there is no temperature in the paper (``temperature`` = 1). Hard
@@ -82,10 +83,16 @@ def metric_compatible_contrastive_loss(
             joint = 0.5 * (old_side_distances + new_side_distances)
             positives_old = hardest_fraction(joint, positives_old, mining_fraction, farthest=True)
             positives_new = hardest_fraction(joint, positives_new, mining_fraction, farthest=True)
-            negatives_old = negatives_new = hardest_fraction(joint, negatives, mining_fraction, farthest=False)
+            negatives_old = negatives_new = hardest_fraction(
+                joint, negatives, mining_fraction, farthest=False
+            )
         else:
-            positives_old = hardest_fraction(old_side_distances, positives_old, mining_fraction, True)
-            positives_new = hardest_fraction(new_side_distances, positives_new, mining_fraction, True)
+            positives_old = hardest_fraction(
+                old_side_distances, positives_old, mining_fraction, True
+            )
+            positives_new = hardest_fraction(
+                new_side_distances, positives_new, mining_fraction, True
+            )
             negatives_old = hardest_fraction(old_side_distances, negatives, mining_fraction, False)
             negatives_new = hardest_fraction(new_side_distances, negatives, mining_fraction, False)
 

@@ -14,7 +14,11 @@ from pydantic import Field
 
 from modelupgrade.config.base import Section
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
-from modelupgrade.heads.losses import Distance, metric_compatible_contrastive_loss, pairwise_distance
+from modelupgrade.heads.losses import (
+    Distance,
+    metric_compatible_contrastive_loss,
+    pairwise_distance,
+)
 from modelupgrade.heads.rqt import REVERSE_DEFAULTS
 
 
@@ -35,10 +39,14 @@ class MCLOptions(Section):
         return self.model_dump(exclude={"distance", "samples_per_class"})
 
 
-def mcl_loss(query_old_side: torch.Tensor, new_side: torch.Tensor, batch: HeadBatch, options: MCLOptions) -> torch.Tensor:
+def mcl_loss(
+    query_old_side: torch.Tensor, new_side: torch.Tensor, batch: HeadBatch, options: MCLOptions
+) -> torch.Tensor:
     old_side = pairwise_distance(query_old_side, batch.old, options.distance)
     new_system = pairwise_distance(new_side, new_side, options.distance)
-    return metric_compatible_contrastive_loss(old_side, new_system, batch.labels, **options.loss_kwargs())
+    return metric_compatible_contrastive_loss(
+        old_side, new_system, batch.labels, **options.loss_kwargs()
+    )
 
 
 @HEADS.register("mcl")

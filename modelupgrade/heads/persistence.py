@@ -2,9 +2,9 @@
 
 The card says what the head is (kind, direction, dimensions, width, depth, options, MACs per
 embedding), how it was trained (resolved hyper-parameters, loss history, time, device) and from what
-(source embeddings and models, with hashes when they are files), and which earlier heads it follows in
-a sequential upgrade. ``load_head`` rebuilds the architecture from the card alone and loads the weights
-with ``torch.load(weights_only=True)``.
+(source embeddings and models, with hashes when they are files), and which earlier heads it follows
+in a sequential upgrade. ``load_head`` rebuilds the architecture from the card alone and loads the
+weights with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,15 @@ from modelupgrade.heads.card import HEAD_WEIGHTS_FILE, HeadCard
 CARD_FORMAT = HeadCard.FORMAT
 WEIGHTS_FILE = HEAD_WEIGHTS_FILE
 
-__all__ = ["CARD_FILE", "CARD_FORMAT", "WEIGHTS_FILE", "head_card", "load_head", "read_head_card", "save_head"]
+__all__ = [
+    "CARD_FILE",
+    "CARD_FORMAT",
+    "WEIGHTS_FILE",
+    "head_card",
+    "load_head",
+    "read_head_card",
+    "save_head",
+]
 
 
 def head_card(head: Head, **extra: Any) -> dict[str, Any]:
@@ -41,8 +49,11 @@ def head_card(head: Head, **extra: Any) -> dict[str, Any]:
 def save_head(head: Head, out_dir: str | Path, **card_fields: Any) -> HeadCard:
     """Write ``head.pt`` and ``card.json`` into ``out_dir`` atomically; returns the card."""
     return save_card_directory(
-        out_dir, {WEIGHTS_FILE: head.state_dict()},
-        lambda hashes: HeadCard.model_validate(head_card(head, weights_sha256=hashes, **card_fields)),
+        out_dir,
+        {WEIGHTS_FILE: head.state_dict()},
+        lambda hashes: HeadCard.model_validate(
+            head_card(head, weights_sha256=hashes, **card_fields)
+        ),
     )
 
 
@@ -53,8 +64,15 @@ def read_head_card(head_dir: str | Path) -> HeadCard:
 def load_head(head_dir: str | Path, device: torch.device | str = "cpu") -> tuple[Head, HeadCard]:
     """Rebuild a saved head (eval mode) from its card, load its checked weights; returns both."""
     card = read_head_card(head_dir)
-    head = build_head(card.kind, card.in_dim, card.out_dim, card.hidden_dim, card.depth,
-                      options=card.options, side_info_dim=card.side_info_dim)
+    head = build_head(
+        card.kind,
+        card.in_dim,
+        card.out_dim,
+        card.hidden_dim,
+        card.depth,
+        options=card.options,
+        side_info_dim=card.side_info_dim,
+    )
     try:
         head.load_state_dict(load_weights(head_dir, card, map_location=device))
     except RuntimeError as err:

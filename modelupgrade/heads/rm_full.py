@@ -1,4 +1,5 @@
-"""Seo et al.'s full method (§4.3): a learnable new embedding ρ trained jointly with ψ_rev under MCL.
+"""Seo et al.'s full method (§4.3): a learnable new embedding ρ trained jointly
+with ψ_rev under MCL.
 
 ρ sits on the frozen new model; ρ∘φ_new becomes the final new embedding, so the backfilled gallery
 stores ρ(φ_new(g)) (output ``new_embedding``) and queries use ρ(φ_new(q)) against it and
@@ -22,7 +23,9 @@ class RMFullOptions(MCLOptions):
     rho_depth: int | None = Field(default=None, ge=1)
 
     def loss_kwargs(self) -> dict[str, object]:
-        return self.model_dump(exclude={"distance", "samples_per_class", "rho_hidden_dim", "rho_depth"})
+        return self.model_dump(
+            exclude={"distance", "samples_per_class", "rho_hidden_dim", "rho_depth"}
+        )
 
 
 @HEADS.register("rm_full")
@@ -36,11 +39,15 @@ class RankMergeFullMethod(Head):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self.rho = MLP(
-            self.in_dim, self.in_dim,
-            self.options.rho_hidden_dim or self.hidden_dim, self.options.rho_depth or self.depth,
+            self.in_dim,
+            self.in_dim,
+            self.options.rho_hidden_dim or self.hidden_dim,
+            self.options.rho_depth or self.depth,
         )
 
-    def outputs(self, x: torch.Tensor, side_info: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def outputs(
+        self, x: torch.Tensor, side_info: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         new_embedding = self.rho(x)
         return {"transform": self.psi(new_embedding), "new_embedding": new_embedding}
 

@@ -100,8 +100,8 @@ def fit_head(
         source_dim = inputs.shape[1]
     if (source_dim, target_dim) != (head.in_dim, head.out_dim):
         raise UserError(
-            f"head {head.registry_name!r} maps {head.in_dim}-d to {head.out_dim}-d vectors, but the "
-            f"training embeddings give {source_dim}-d inputs and {target_dim}-d targets",
+            f"head {head.registry_name!r} maps {head.in_dim}-d to {head.out_dim}-d vectors, but "
+            f"the training embeddings give {source_dim}-d inputs and {target_dim}-d targets",
             hint="check --old-embeddings / --new-embeddings "
             "(a forward head maps old → new, a reverse head new → old)",
         )
@@ -113,15 +113,17 @@ def fit_head(
         )
     if head.needs_classifier and classifier is None:
         raise UserError(
-            f"head {head.registry_name!r} trains through the new model's classifier, but none was given",
+            f"head {head.registry_name!r} trains through the new model's "
+            "classifier, but none was given",
             hint="pass --new-model <dir of the new model>",
         )
     if classifier is not None:
         n_classes = int(data.labels.max()) + 1
         if classifier.num_classes < n_classes or classifier.weight.shape[1] != head.out_dim:
             raise UserError(
-                f"the new classifier ({classifier.num_classes} classes, {classifier.weight.shape[1]}-d) "
-                f"does not fit the training data ({n_classes} classes, {head.out_dim}-d head output)",
+                f"the new classifier ({classifier.num_classes} classes, "
+                f"{classifier.weight.shape[1]}-d) does not fit the training data ({n_classes} "
+                f"classes, {head.out_dim}-d head output)",
                 hint="use the classifier of the model whose embeddings are --new-embeddings",
             )
         # A frozen private copy: the caller's classifier keeps its mode and gradients.
@@ -132,9 +134,8 @@ def fit_head(
     ) -> torch.Tensor | None:
         if array is None:
             return None
-        return torch.tensor(
-            np.asarray(array), dtype=dtype, device=device
-        )  # a copy: inputs may be read-only
+        # a copy: inputs may be read-only
+        return torch.tensor(np.asarray(array), dtype=dtype, device=device)
 
     old = to_device(data.old)
     new = to_device(data.new)
@@ -206,7 +207,8 @@ def fit_head(
             loss = head.loss(batch)
             if not torch.isfinite(loss):
                 raise UserError(
-                    f"head {head.registry_name!r} diverged (loss {loss.item()}) at epoch {epoch + 1}",
+                    f"head {head.registry_name!r} diverged (loss {loss.item()}) "
+                    f"at epoch {epoch + 1}",
                     hint="lower heads.<name>.lr in params.yaml",
                 )
             optimizer.zero_grad(set_to_none=True)

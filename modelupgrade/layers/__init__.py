@@ -13,10 +13,10 @@ from modelupgrade.layers.mlp import MLP
 
 __all__ = [
     "CLASSIFIERS",
+    "MLP",
     "ArcFace",
     "CosFace",
     "GeM",
-    "MLP",
     "MarginClassifier",
     "NormSoftmax",
     "build_classifier",

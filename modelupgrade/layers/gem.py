@@ -26,4 +26,6 @@ class GeM(nn.Module):
         return pooled.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"p={float(self.p):.2f}, eps={self.eps}, learnable={isinstance(self.p, nn.Parameter)}"
+        return (
+            f"p={float(self.p):.2f}, eps={self.eps}, learnable={isinstance(self.p, nn.Parameter)}"
+        )

@@ -43,7 +43,9 @@ class MarginClassifier(nn.Module):
         where bf16's three significant digits would erase them.
         """
         with torch.autocast(features.device.type, enabled=False):
-            return F.linear(F.normalize(features.float(), dim=-1), F.normalize(self.weight.float(), dim=-1))
+            return F.linear(
+                F.normalize(features.float(), dim=-1), F.normalize(self.weight.float(), dim=-1)
+            )
 
     def logits(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         cos = self.cosine(features)
@@ -63,14 +65,19 @@ class MarginClassifier(nn.Module):
         return F.cross_entropy(self.logits(features, labels), labels, reduction=reduction)
 
     def extra_repr(self) -> str:
-        return f"classes={self.num_classes}, dim={self.weight.shape[1]}, s={self.scale}, m={self.margin}"
+        return (
+            f"classes={self.num_classes}, dim={self.weight.shape[1]}, "
+            f"s={self.scale}, m={self.margin}"
+        )
 
 
 @CLASSIFIERS.register("softmax")
 class NormSoftmax(MarginClassifier):
     """Normalised softmax: scaled cosine logits without a margin."""
 
-    def __init__(self, embedding_dim: int, num_classes: int, scale: float = 16.0, margin: float = 0.0):
+    def __init__(
+        self, embedding_dim: int, num_classes: int, scale: float = 16.0, margin: float = 0.0
+    ):
         super().__init__(embedding_dim, num_classes, scale, 0.0)
 
 
@@ -78,7 +85,9 @@ class NormSoftmax(MarginClassifier):
 class ArcFace(MarginClassifier):
     """Additive angular margin: the target logit is s·cos(θ_y + m)."""
 
-    def __init__(self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.3):
+    def __init__(
+        self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.3
+    ):
         super().__init__(embedding_dim, num_classes, scale, margin)
 
     def apply_margin(self, cos: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -95,7 +104,9 @@ class ArcFace(MarginClassifier):
 class CosFace(MarginClassifier):
     """Additive cosine margin: the target logit is s·(cos θ_y − m)."""
 
-    def __init__(self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.35):
+    def __init__(
+        self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.35
+    ):
         super().__init__(embedding_dim, num_classes, scale, margin)
 
     def apply_margin(self, cos: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""The feature-to-feature MLP used by every transformation head: [Linear → BN → ReLU] × (depth−1) → Linear.
+"""The feature-to-feature MLP used by every transformation head:
+[Linear → BN → ReLU] × (depth−1) → Linear.
 
-DMU's forward-adaptive head is depth 4, hidden 1024; BiCT's feature upgrade module depth 4, hidden 4096.
+DMU's forward-adaptive head is depth 4, hidden 1024; BiCT's feature upgrade module
+depth 4, hidden 4096.
 """
 
 from __future__ import annotations
@@ -37,5 +39,6 @@ class MLP(nn.Module):
         return self.net(x)
 
     def macs_per_row(self) -> int:
-        """Multiply-accumulates to transform one embedding (linear layers dominate; BN folds away)."""
+        """Multiply-accumulates to transform one embedding (linear layers
+        dominate; BN folds away)."""
         return sum(m.in_features * m.out_features for m in self.net if isinstance(m, nn.Linear))

@@ -23,7 +23,9 @@ def backfill_cutoffs(num_items: int, steps: int) -> np.ndarray:
     return (i * num_items) // (steps + 1)
 
 
-def mixed_gallery(old: np.ndarray, new: np.ndarray, ordering: np.ndarray, cutoff: int) -> np.ndarray:
+def mixed_gallery(
+    old: np.ndarray, new: np.ndarray, ordering: np.ndarray, cutoff: int
+) -> np.ndarray:
     """Gallery with the first ``cutoff`` items of ``ordering`` holding their new feature."""
     gallery = np.array(old, copy=True)
     refreshed = np.asarray(ordering)[:cutoff]
@@ -47,20 +49,31 @@ def backfill_curve_reference(
     new = np.asarray(new)
     ordering = np.asarray(ordering, dtype=np.int64)
     if old.shape != new.shape:
-        raise UserError(f"old and new features differ in shape: {old.shape} vs {new.shape}",
-                        hint="the reference curve needs old and new features of the same space")
+        raise UserError(
+            f"old and new features differ in shape: {old.shape} vs {new.shape}",
+            hint="the reference curve needs old and new features of the same space",
+        )
     if sorted(ordering.tolist()) != list(range(len(old))):
         raise UserError("ordering must be a permutation of the gallery indices")
     curve: dict[str, list[float]] = {f"top{k}": [] for k in topk}
     curve["mAP"] = []
     for cutoff in backfill_cutoffs(len(old), steps):
         gallery = mixed_gallery(old, new, ordering, int(cutoff))
-        ranking = rank_features(new, gallery, labels, labels, similarity=similarity, leave_one_out=True,
-                                dtype=torch.float64)
+        ranking = rank_features(
+            new,
+            gallery,
+            labels,
+            labels,
+            similarity=similarity,
+            leave_one_out=True,
+            dtype=torch.float64,
+        )
         for k, value in cmc_from_ranking(ranking, topk, "count-as-miss").items():
             curve[f"top{k}"].append(value)
         curve["mAP"].append(map_from_ranking(ranking))
-    result: dict[str, np.ndarray | float] = {name: np.asarray(values) for name, values in curve.items()}
+    result: dict[str, np.ndarray | float] = {
+        name: np.asarray(values) for name, values in curve.items()
+    }
     for name, values in curve.items():
         result[f"auc_{name}"] = float(np.mean(values))
     return result

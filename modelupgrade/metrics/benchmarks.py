@@ -58,20 +58,27 @@ def gldv2_map_at_k(
     if bool((num_relevant == 0).any()):
         raise UserError(
             f"{int((num_relevant == 0).sum())} queries have no ground-truth ids",
-            hint="GLDv2 scores only queries with relevant index images; drop the 'Ignored' ones first",
+            hint="GLDv2 scores only queries with relevant index images; drop the "
+            "'Ignored' ones first",
         )
     return float(truncated_average_precision(hits, num_relevant, k).mean())
 
 
-def gldv2_inputs_from_padded(predictions: np.ndarray, ground_truth: np.ndarray,
-                             has_prediction: np.ndarray | None = None, pad: int = -1
-                             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def gldv2_inputs_from_padded(
+    predictions: np.ndarray,
+    ground_truth: np.ndarray,
+    has_prediction: np.ndarray | None = None,
+    pad: int = -1,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Lists for ``gldv2_map_at_k`` from padded (nq, k) / (nq, m) arrays (``pad`` marks no id)."""
     predictions = np.asarray(predictions)
     ground_truth = np.asarray(ground_truth)
     if has_prediction is None:
         has_prediction = np.ones(len(predictions), dtype=bool)
-    preds = [row[row != pad] if submitted else row[:0] for row, submitted in zip(predictions, has_prediction, strict=True)]
+    preds = [
+        row[row != pad] if submitted else row[:0]
+        for row, submitted in zip(predictions, has_prediction, strict=True)
+    ]
     gts = [row[row != pad] for row in ground_truth]
     return preds, gts
 
@@ -91,7 +98,9 @@ def revisitop_ground_truth(
     if protocol not in REVISITOP_PROTOCOLS:
         raise UserError(f"unknown revisitop protocol {protocol!r}", hint="use easy, medium or hard")
     if not len(easy) == len(hard) == len(junk):
-        raise UserError(f"easy/hard/junk lists differ in length: {len(easy)}, {len(hard)}, {len(junk)}")
+        raise UserError(
+            f"easy/hard/junk lists differ in length: {len(easy)}, {len(hard)}, {len(junk)}"
+        )
     gnd = []
     for e, h, j in zip(easy, hard, junk, strict=True):
         e, h, j = (np.asarray(x, dtype=np.int64).ravel() for x in (e, h, j))
@@ -105,7 +114,8 @@ def revisitop_ground_truth(
 
 
 def revisitop_average_precision(positions: np.ndarray, num_positives: int) -> float:
-    """Trapezoid AP of revisitop: positives at sorted 0-based ``positions`` (junk already removed)."""
+    """Trapezoid AP of revisitop: positives at sorted 0-based ``positions``
+    (junk already removed)."""
     positions = np.asarray(positions, dtype=np.float64)
     if num_positives <= 0 or not len(positions):
         return 0.0
@@ -132,7 +142,8 @@ def revisitop_map(
     if ranks.shape[1] != len(gnd):
         raise UserError(
             f"ranks hold {ranks.shape[1]} queries (columns) but gnd has {len(gnd)} entries",
-            hint="ranks is shaped (gallery, queries) like revisitop's; transpose a (queries, gallery) array",
+            hint="ranks is shaped (gallery, queries) like revisitop's; transpose a "
+            "(queries, gallery) array",
         )
     kappas = [int(k) for k in kappas]
     aps, precisions = [], []
@@ -162,8 +173,9 @@ def revisitop_map(
 
 
 # ----------------------------------------------------------------------------------- TAR@FAR
-def roc_curve(labels: np.ndarray, scores: np.ndarray, drop_intermediate: bool = True
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def roc_curve(
+    labels: np.ndarray, scores: np.ndarray, drop_intermediate: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fpr, tpr, thresholds) as scikit-learn's ``roc_curve`` returns them with its defaults.
 
     Thresholds are the distinct scores, descending, after a leading +inf; with

@@ -1,4 +1,5 @@
-"""Upgrade metrics: negative flips, DMU's Δ↑ / Δ↓, and compatibility-matrix metrics over generations.
+"""Upgrade metrics: negative flips, DMU's Δ↑ / Δ↓, and compatibility-matrix
+metrics over generations.
 
 Compatibility matrix ``M`` (T × T): ``M[i, j]`` is the retrieval score with queries embedded by
 generation i and the gallery by generation j (j ≤ i; the upper triangle is ignored). The empirical
@@ -23,14 +24,16 @@ def negative_flips(old_correct: np.ndarray, new_correct: np.ndarray) -> np.ndarr
     new_correct = np.asarray(new_correct, dtype=bool)
     if old_correct.shape != new_correct.shape:
         raise UserError(
-            f"per-query correctness arrays differ in shape: {old_correct.shape} vs {new_correct.shape}",
+            f"per-query correctness arrays differ in shape: {old_correct.shape} "
+            f"vs {new_correct.shape}",
             hint="both systems must answer the same queries, in the same order",
         )
     return old_correct & ~new_correct
 
 
 def negative_flip_rate(old_correct: np.ndarray, new_correct: np.ndarray) -> float:
-    """Fraction of ALL queries that flip from right to wrong (this project's definition, after PCT)."""
+    """Fraction of ALL queries that flip from right to wrong (this project's
+    definition, after PCT)."""
     flips = negative_flips(old_correct, new_correct)
     return float(flips.mean()) if flips.size else float("nan")
 
@@ -68,7 +71,9 @@ def average_compatibility(matrix: np.ndarray, violation: ViolationRule = "lt") -
     """
     matrix = _check_matrix(matrix)
     if violation not in ("lt", "le"):
-        raise UserError(f"unknown AC violation rule {violation!r}", hint="use 'lt' (CoReS) or 'le' (iamcl2r)")
+        raise UserError(
+            f"unknown AC violation rule {violation!r}", hint="use 'lt' (CoReS) or 'le' (iamcl2r)"
+        )
     t = len(matrix)
     if t < 2:
         return float("nan")
@@ -79,7 +84,8 @@ def average_compatibility(matrix: np.ndarray, violation: ViolationRule = "lt") -
 
 
 def average_multimodel_accuracy(matrix: np.ndarray) -> float:
-    """AM (CoReS): mean of the lower-triangle-and-diagonal entries that are > 0 (0 = not measured)."""
+    """AM (CoReS): mean of the lower-triangle-and-diagonal entries that are > 0
+    (0 = not measured)."""
     matrix = _check_matrix(matrix)
     values = matrix[np.tril_indices(len(matrix))]
     values = values[values > 0]
@@ -87,7 +93,8 @@ def average_multimodel_accuracy(matrix: np.ndarray) -> float:
 
 
 def backward_compatibility(matrix: np.ndarray) -> float:
-    """BC (CL2R): mean over i < T of M[T, i] − M[i, i] (the last model's queries on every old gallery)."""
+    """BC (CL2R): mean over i < T of M[T, i] − M[i, i] (the last model's queries
+    on every old gallery)."""
     matrix = _check_matrix(matrix)
     t = len(matrix)
     if t < 2:
@@ -97,7 +104,8 @@ def backward_compatibility(matrix: np.ndarray) -> float:
 
 
 def forward_compatibility(matrix: np.ndarray) -> float:
-    """FC (CL2R): mean over i ≥ 1 of M[i, i−1] − M[i, i] (each model on the gallery just before it)."""
+    """FC (CL2R): mean over i ≥ 1 of M[i, i−1] − M[i, i] (each model on the
+    gallery just before it)."""
     matrix = _check_matrix(matrix)
     t = len(matrix)
     if t < 2:

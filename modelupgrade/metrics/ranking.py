@@ -23,7 +23,7 @@ threshold. CMC and AP@k read the ranked list as sorted (ties in gallery order, s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,7 +59,9 @@ class PerQueryRanking:
     def concatenate(parts: Sequence[PerQueryRanking]) -> PerQueryRanking:
         if not parts:
             empty_f = np.empty(0, dtype=np.float64)
-            return PerQueryRanking(np.empty(0, dtype=np.int64), empty_f, empty_f, np.empty(0, dtype=np.int64))
+            return PerQueryRanking(
+                np.empty(0, dtype=np.int64), empty_f, empty_f, np.empty(0, dtype=np.int64)
+            )
         return PerQueryRanking(
             np.concatenate([p.first_hit for p in parts]),
             np.concatenate([p.average_precision for p in parts]),
@@ -122,11 +124,14 @@ def rank_block(
     if full_ap and n:
         tie_with_next = sorted_scores[:, 1:] == sorted_scores[:, :-1]
         if bool(tie_with_next.any()):
-            # Precision of a positive is read at the end of its group of tied scores (one threshold).
+            # Precision of a positive is read at the end of its group of tied
+            # scores (one threshold).
             group_end = torch.arange(n, device=scores.device).expand(b, n).clone()
             group_end[:, :-1][tie_with_next] = n
             group_end = group_end.flip(1).cummin(dim=1).values.flip(1)
-            precision = hits_so_far.gather(1, group_end).to(torch.float64) / (group_end + 1).to(torch.float64)
+            precision = hits_so_far.gather(1, group_end).to(torch.float64) / (group_end + 1).to(
+                torch.float64
+            )
         else:
             precision = hits_so_far.to(torch.float64) / positions
         summed = (precision * relevant).sum(dim=1)
@@ -151,12 +156,18 @@ def rank_block(
 
 
 def _as_tensor(array: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    tensor = (
+        array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    )
     return tensor if dtype is None else tensor.to(dtype)
 
 
-def _validate(scores: np.ndarray | torch.Tensor, query_labels: np.ndarray, gallery_labels: np.ndarray,
-              leave_one_out: bool) -> None:
+def _validate(
+    scores: np.ndarray | torch.Tensor,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    leave_one_out: bool,
+) -> None:
     if scores.ndim != 2:
         raise UserError(f"scores must be 2-D (queries, gallery), got shape {tuple(scores.shape)}")
     nq, ng = scores.shape
@@ -168,11 +179,18 @@ def _validate(scores: np.ndarray | torch.Tensor, query_labels: np.ndarray, galle
         )
     if leave_one_out and nq != ng:
         raise UserError(
-            f"leave-one-out needs the query set to be the gallery set, got {nq} queries and {ng} gallery items"
+            f"leave-one-out needs the query set to be the gallery set, got {nq} queries "
+            f"and {ng} gallery items"
         )
-    finite = torch.isfinite(_as_tensor(scores)).all() if isinstance(scores, torch.Tensor) else np.isfinite(scores).all()
+    finite = (
+        torch.isfinite(_as_tensor(scores)).all()
+        if isinstance(scores, torch.Tensor)
+        else np.isfinite(scores).all()
+    )
     if not bool(finite):
-        raise UserError("scores contain NaN or infinite values", hint="check the embeddings for NaN rows")
+        raise UserError(
+            "scores contain NaN or infinite values", hint="check the embeddings for NaN rows"
+        )
 
 
 def rank_queries(
@@ -197,19 +215,34 @@ def rank_queries(
     for start in range(0, nq, block):
         stop = min(start + block, nq)
         self_index = torch.arange(start, stop, device=device) if leave_one_out else None
-        blocks.append(rank_block(scores_t[start:stop], q_labels[start:stop], g_labels, self_index,
-                                 full_ap=full_ap, ap_k=ap_k))
+        blocks.append(
+            rank_block(
+                scores_t[start:stop],
+                q_labels[start:stop],
+                g_labels,
+                self_index,
+                full_ap=full_ap,
+                ap_k=ap_k,
+            )
+        )
     return PerQueryRanking.concatenate(blocks)
 
 
-def cmc_from_ranking(ranking: PerQueryRanking, topk: Sequence[int] = (1, 5),
-                     no_positive: NoPositiveRule = "count-as-miss") -> dict[int, float]:
+def cmc_from_ranking(
+    ranking: PerQueryRanking,
+    topk: Sequence[int] = (1, 5),
+    no_positive: NoPositiveRule = "count-as-miss",
+) -> dict[int, float]:
     """CMC top-k accuracies from per-query first-hit positions."""
     check_rule(no_positive, ("count-as-miss", "exclude"), "CMC")
     for k in topk:
         if int(k) < 1:
             raise UserError(f"top-k values must be ≥ 1, got {k}")
-    keep = ranking.num_positives > 0 if no_positive == "exclude" else np.ones(len(ranking.first_hit), bool)
+    keep = (
+        ranking.num_positives > 0
+        if no_positive == "exclude"
+        else np.ones(len(ranking.first_hit), bool)
+    )
     denominator = int(keep.sum())
     if denominator == 0:
         return {int(k): float("nan") for k in topk}
@@ -222,9 +255,15 @@ def map_from_ranking(ranking: PerQueryRanking) -> float:
     return float(values.mean()) if len(values) else float("nan")
 
 
-def map_at_k_from_ranking(ranking: PerQueryRanking, no_positive: NoPositiveRule = "count-as-zero") -> float:
+def map_at_k_from_ranking(
+    ranking: PerQueryRanking, no_positive: NoPositiveRule = "count-as-zero"
+) -> float:
     check_rule(no_positive, ("count-as-zero", "exclude"), "mAP@k")
-    values = ranking.ap_at_k if no_positive == "count-as-zero" else ranking.ap_at_k[ranking.num_positives > 0]
+    values = (
+        ranking.ap_at_k
+        if no_positive == "count-as-zero"
+        else ranking.ap_at_k[ranking.num_positives > 0]
+    )
     return float(values.mean()) if len(values) else float("nan")
 
 
@@ -242,7 +281,9 @@ def cmc_topk(
     ``no_positive="count-as-miss"`` is FastFill's rule (all queries in the denominator),
     ``"exclude"`` the open-reid / ml-fct ``cmc`` rule.
     """
-    ranking = rank_queries(scores, query_labels, gallery_labels, leave_one_out=leave_one_out, full_ap=False)
+    ranking = rank_queries(
+        scores, query_labels, gallery_labels, leave_one_out=leave_one_out, full_ap=False
+    )
     return cmc_from_ranking(ranking, topk, no_positive)
 
 
@@ -257,11 +298,17 @@ def mean_average_precision(
 
     Queries without positives are excluded from the mean (ml-fct / open-reid ``mean_ap`` rule).
     """
-    return map_from_ranking(rank_queries(scores, query_labels, gallery_labels, leave_one_out=leave_one_out))
+    return map_from_ranking(
+        rank_queries(scores, query_labels, gallery_labels, leave_one_out=leave_one_out)
+    )
 
 
-def leave_one_out_cmc(scores: np.ndarray | torch.Tensor, labels: np.ndarray, topk: Sequence[int] = (1, 5),
-                      no_positive: NoPositiveRule = "count-as-miss") -> dict[int, float]:
+def leave_one_out_cmc(
+    scores: np.ndarray | torch.Tensor,
+    labels: np.ndarray,
+    topk: Sequence[int] = (1, 5),
+    no_positive: NoPositiveRule = "count-as-miss",
+) -> dict[int, float]:
     """CMC with the query set = gallery set, each query's own row excluded."""
     return cmc_topk(scores, labels, labels, topk, leave_one_out=True, no_positive=no_positive)
 

@@ -15,8 +15,11 @@ from modelupgrade.metrics.ranking import (
 from modelupgrade.retrieval.distance import Similarity, as_feature_tensor, prepare, score_block
 
 
-def pairwise_scores(query: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor,
-                    similarity: Similarity = "cosine") -> np.ndarray:
+def pairwise_scores(
+    query: np.ndarray | torch.Tensor,
+    gallery: np.ndarray | torch.Tensor,
+    similarity: Similarity = "cosine",
+) -> np.ndarray:
     """The full (queries × gallery) score matrix; small inputs only (it is materialised)."""
     q = prepare(as_feature_tensor(query, "query features"), similarity)
     g = prepare(as_feature_tensor(gallery, "gallery features"), similarity)
@@ -46,7 +49,8 @@ def rank_features(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
 ) -> PerQueryRanking:
-    """Rank every query against the whole gallery, block by block; the score matrix never exists whole.
+    """Rank every query against the whole gallery, block by block; the score matrix
+    never exists whole.
 
     Memory stays near ``memory_bytes`` (query block × gallery) plus the two feature matrices.
     ``dtype`` defaults to float32 (float64 inputs stay float64).
@@ -60,10 +64,13 @@ def rank_features(
         raise UserError(
             f"{nq} query and {ng} gallery vectors but {len(query_labels)} query and "
             f"{len(gallery_labels)} gallery labels",
-            hint="labels come from the split files the embeddings were computed on, in the same order",
+            hint="labels come from the split files the embeddings were computed "
+            "on, in the same order",
         )
     if leave_one_out and nq != ng:
-        raise UserError(f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items")
+        raise UserError(
+            f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items"
+        )
     q_labels = torch.as_tensor(np.array(query_labels, dtype=np.int64), device=device)
     g_labels = torch.as_tensor(np.array(gallery_labels, dtype=np.int64), device=device)
     block = query_block_size(ng, memory_bytes)
@@ -72,5 +79,9 @@ def rank_features(
         stop = min(start + block, nq)
         scores = score_block(q[start:stop].to(device), g, similarity)
         self_index = torch.arange(start, stop, device=device) if leave_one_out else None
-        blocks.append(rank_block(scores, q_labels[start:stop], g_labels, self_index, full_ap=full_ap, ap_k=ap_k))
+        blocks.append(
+            rank_block(
+                scores, q_labels[start:stop], g_labels, self_index, full_ap=full_ap, ap_k=ap_k
+            )
+        )
     return PerQueryRanking.concatenate(blocks)

@@ -1,7 +1,8 @@
 """timm backbones as feature-map extractors, with a CIFAR-style stem for small inputs.
 
-Every backbone is created with ``pretrained=False, num_classes=0, global_pool=""`` so that it returns
-its last feature map (NCHW, or tokens for ViT-like models); pooling and the embedding layer are ours.
+Every backbone is created with ``pretrained=False, num_classes=0, global_pool=""`` so that it
+returns its last feature map (NCHW, or tokens for ViT-like models); pooling and the
+embedding layer are ours.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ def create_backbone(
         )
     try:
         backbone = timm.create_model(
-            name, pretrained=False, num_classes=0, global_pool="", in_chans=in_chans,
+            name,
+            pretrained=False,
+            num_classes=0,
+            global_pool="",
+            in_chans=in_chans,
             **(backbone_kwargs or {}),
         )
     except TypeError as err:
@@ -52,10 +57,14 @@ def apply_cifar_stem(backbone: nn.Module, name: str, in_chans: int) -> None:
     conv1, bn1, maxpool = (getattr(backbone, attr, None) for attr in ("conv1", "bn1", "maxpool"))
     if conv1 is None or not isinstance(bn1, nn.BatchNorm2d) or maxpool is None:
         raise UserError(
-            f"cifar_stem is only defined for ResNet-family timm models; {name!r} has no conv1/bn1/maxpool stem",
-            hint="set cifar_stem: false for this architecture (and image_size to what the model expects)",
+            f"cifar_stem is only defined for ResNet-family timm models; {name!r} has no "
+            "conv1/bn1/maxpool stem",
+            hint="set cifar_stem: false for this architecture (and image_size to "
+            "what the model expects)",
         )
-    backbone.conv1 = nn.Conv2d(in_chans, bn1.num_features, kernel_size=3, stride=1, padding=1, bias=False)
+    backbone.conv1 = nn.Conv2d(
+        in_chans, bn1.num_features, kernel_size=3, stride=1, padding=1, bias=False
+    )
     nn.init.kaiming_normal_(backbone.conv1.weight, mode="fan_out", nonlinearity="relu")
     backbone.maxpool = nn.Identity()
 
@@ -67,10 +76,12 @@ def probe_feature_shape(backbone: nn.Module, in_chans: int, image_size: int) -> 
     try:
         with torch.no_grad():
             return backbone(torch.zeros(1, in_chans, image_size, image_size)).shape
-    except Exception as err:  # timm raises assorted errors for wrong input sizes
+    except Exception as err:  # noqa: BLE001 - timm raises assorted errors for wrong input sizes
         raise UserError(
-            f"the backbone does not accept {image_size}×{image_size} inputs with {in_chans} channel(s): {err}",
-            hint="set image_size (and img_size in backbone_kwargs for ViT/Swin) in the architecture",
+            f"the backbone does not accept {image_size}×{image_size} inputs with "
+            f"{in_chans} channel(s): {err}",
+            hint="set image_size (and img_size in backbone_kwargs for "
+            "ViT/Swin) in the architecture",
         ) from None
     finally:
         backbone.train(was_training)

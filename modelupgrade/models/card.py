@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from modelupgrade.cards import Card
 from modelupgrade.config.training import ArchitectureParams
@@ -75,15 +75,15 @@ class ModelCard(Card):
     strategy: StrategyCard | None = None
     parent: ParentCard | None = None
     seed: int | None = None
-    data: dict[str, Any] = {}
-    training: dict[str, Any] = {}
-    history: list[dict[str, float]] = []
+    data: dict[str, Any] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+    history: list[dict[str, float]] = Field(default_factory=list)
     train_seconds: float | None = None
     train_images_per_second: float | None = None
     resumed_from_epoch: int | None = None
     device: str | None = None
     training_processes: int | None = None
-    versions: dict[str, str] = {}
+    versions: dict[str, str] = Field(default_factory=dict)
     forward_head: JointHeadCard | None = None
 
     def headline_metrics(self) -> dict[str, float]:
@@ -103,4 +103,8 @@ class ModelCard(Card):
     @property
     def backward_compatible(self) -> bool:
         """Trained to be compared with its parent's vectors (any strategy but independent)."""
-        return self.parent is not None and self.strategy is not None and self.strategy.kind != "independent"
+        return (
+            self.parent is not None
+            and self.strategy is not None
+            and self.strategy.kind != "independent"
+        )

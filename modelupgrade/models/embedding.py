@@ -1,4 +1,5 @@
-"""The embedding model: timm backbone → GeM → linear embedding → L2 normalisation, plus a classifier."""
+"""The embedding model: timm backbone → GeM → linear embedding → L2
+normalisation, plus a classifier."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ class EmbeddingModel(nn.Module):
     of different architectures can embed the same batch.
     """
 
-    def __init__(self, architecture: ArchitectureParams, in_chans: int, num_classes: int, input_size: int) -> None:
+    def __init__(
+        self, architecture: ArchitectureParams, in_chans: int, num_classes: int, input_size: int
+    ) -> None:
         super().__init__()
         if in_chans not in (1, 3):
             raise UserError(f"images must have 1 or 3 channels, got {in_chans}")
@@ -39,8 +42,11 @@ class EmbeddingModel(nn.Module):
         self.pool = GeM(p=architecture.gem_p, learnable=architecture.gem_learnable)
         self.embedding = nn.Linear(channels, architecture.embedding_dim)
         self.classifier: MarginClassifier = build_classifier(
-            architecture.classifier, architecture.embedding_dim, num_classes,
-            scale=architecture.scale, margin=architecture.margin,
+            architecture.classifier,
+            architecture.embedding_dim,
+            num_classes,
+            scale=architecture.scale,
+            margin=architecture.margin,
         )
         # Labels seen in training (the classifier rows that mean something); None = all rows.
         self.trained_classes: list[int] | None = None
@@ -64,9 +70,17 @@ class EmbeddingModel(nn.Module):
                 luma = torch.tensor([0.299, 0.587, 0.114], device=x.device).view(1, 3, 1, 1)
                 x = (x * luma).sum(dim=1, keepdim=True)
             else:
-                raise UserError(f"cannot feed {x.shape[1]}-channel images to a {self.in_chans}-channel model")
+                raise UserError(
+                    f"cannot feed {x.shape[1]}-channel images to a {self.in_chans}-channel model"
+                )
         if x.shape[-2:] != (self.input_size, self.input_size):
-            x = F.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=False)
+            x = F.interpolate(
+                x,
+                size=(self.input_size, self.input_size),
+                mode="bilinear",
+                align_corners=False,
+                antialias=False,
+            )
         x = (x - PIXEL_MEAN) / PIXEL_STD
         return x.contiguous(memory_format=torch.channels_last) if images.is_cuda else x
 

@@ -19,7 +19,10 @@ def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[obje
 
 @torch.no_grad()
 def embed_tensor(
-    model: EmbeddingModel, images: torch.Tensor, batch_size: int = 512, device: torch.device | str | None = None
+    model: EmbeddingModel,
+    images: torch.Tensor,
+    batch_size: int = 512,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Embed ``images`` (N, C, H, W) with ``model``; returns float32 (N, D) on ``device``."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -39,19 +42,34 @@ def embed_tensor(
 
 
 def embed(
-    model: EmbeddingModel, uint8_images: torch.Tensor, batch_size: int = 512, device: torch.device | str = "cpu"
+    model: EmbeddingModel,
+    uint8_images: torch.Tensor,
+    batch_size: int = 512,
+    device: torch.device | str = "cpu",
 ) -> np.ndarray:
-    """Embeddings of ``uint8_images`` (N, C, H, W) as a float32 (N, D) numpy array, rows in input order."""
-    return embed_tensor(model, uint8_images, batch_size, device).cpu().numpy().astype(np.float32, copy=False)
+    """Embeddings of ``uint8_images`` (N, C, H, W) as a float32 (N, D) numpy array,
+    rows in input order."""
+    return (
+        embed_tensor(model, uint8_images, batch_size, device)
+        .cpu()
+        .numpy()
+        .astype(np.float32, copy=False)
+    )
 
 
 @torch.no_grad()
-def classifier_logits(model: EmbeddingModel, embeddings: np.ndarray, batch_size: int = 8192) -> np.ndarray:
+def classifier_logits(
+    model: EmbeddingModel, embeddings: np.ndarray, batch_size: int = 8192
+) -> np.ndarray:
     """The model's scaled cosine logits (no margin) on its own embeddings, float32 (N, classes)."""
     classifier = model.classifier
     device = classifier.weight.device
     chunks = [
-        classifier.logits(torch.from_numpy(np.ascontiguousarray(embeddings[start : start + batch_size], dtype=np.float32)).to(device)).cpu()
+        classifier.logits(
+            torch.from_numpy(
+                np.ascontiguousarray(embeddings[start : start + batch_size], dtype=np.float32)
+            ).to(device)
+        ).cpu()
         for start in range(0, len(embeddings), batch_size)
     ]
     if not chunks:

@@ -1,4 +1,5 @@
-"""Saving and loading embedding models: ``<dir>/checkpoint.pt`` (state dict) and ``<dir>/card.json``.
+"""Saving and loading embedding models: ``<dir>/checkpoint.pt`` (state dict) and
+``<dir>/card.json``.
 
 The card says what the model is (architecture, input channels and size, embedding dimension,
 classifier, classes it was trained on), how it was trained (strategy and its options, training
@@ -16,15 +17,24 @@ from typing import Any
 import torch
 
 from modelupgrade.cards import CARD_FILE, load_weights, read_card, save_card_directory
+from modelupgrade.errors import UserError
 from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard
 from modelupgrade.models.embedding import EmbeddingModel
-from modelupgrade.errors import UserError
 
 CARD_FORMAT = ModelCard.FORMAT
 WEIGHTS_FILE = MODEL_WEIGHTS_FILE
 
-__all__ = ["CARD_FILE", "CARD_FORMAT", "WEIGHTS_FILE", "build_from_card", "cpu_state", "load_model",
-           "model_description", "read_model_card", "save_model"]
+__all__ = [
+    "CARD_FILE",
+    "CARD_FORMAT",
+    "WEIGHTS_FILE",
+    "build_from_card",
+    "cpu_state",
+    "load_model",
+    "model_description",
+    "read_model_card",
+    "save_model",
+]
 
 
 def model_description(model: EmbeddingModel) -> dict[str, Any]:
@@ -56,11 +66,15 @@ def save_model(
     card_fields: Mapping[str, Any],
     extra_weights: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
 ) -> ModelCard:
-    """Write checkpoint.pt, card.json and any ``extra_weights`` files into ``out_dir`` atomically."""
+    """Write checkpoint.pt, card.json and any ``extra_weights`` files into
+    ``out_dir`` atomically."""
     weights = {WEIGHTS_FILE: cpu_state(model), **(extra_weights or {})}
     return save_card_directory(
-        out_dir, weights,
-        lambda hashes: ModelCard.model_validate({**model_description(model), **card_fields, "weights_sha256": hashes}),
+        out_dir,
+        weights,
+        lambda hashes: ModelCard.model_validate(
+            {**model_description(model), **card_fields, "weights_sha256": hashes}
+        ),
     )
 
 
@@ -69,18 +83,25 @@ def read_model_card(model_dir: str | Path) -> ModelCard:
 
 
 def build_from_card(card: ModelCard) -> EmbeddingModel:
-    return EmbeddingModel(card.architecture, in_chans=card.in_chans, num_classes=card.num_classes,
-                          input_size=card.input_size)
+    return EmbeddingModel(
+        card.architecture,
+        in_chans=card.in_chans,
+        num_classes=card.num_classes,
+        input_size=card.input_size,
+    )
 
 
 def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> EmbeddingModel:
-    """Rebuild the model saved in ``model_dir`` from its card, load its checked weights, eval mode."""
+    """Rebuild the model saved in ``model_dir`` from its card, load its
+    checked weights, eval mode."""
     card = read_model_card(model_dir)
     model = build_from_card(card)
     try:
         model.load_state_dict(load_weights(model_dir, card))
     except RuntimeError as err:
-        raise UserError(f"{Path(model_dir) / WEIGHTS_FILE} does not match its card: {err}") from None
+        raise UserError(
+            f"{Path(model_dir) / WEIGHTS_FILE} does not match its card: {err}"
+        ) from None
     model.trained_classes = card.trained_classes
     model.card = card  # type: ignore[assignment]
     return model.to(device).eval()

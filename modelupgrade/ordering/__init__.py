@@ -10,7 +10,13 @@ from modelupgrade.ordering import (  # noqa: F401  (registration)
     random_order,
 )
 from modelupgrade.ordering.base import ORDERINGS, OrderingPolicy, build_ordering
-from modelupgrade.ordering.scores import SCORE_KINDS, OrderingInputs, ScoreKind, score_kind_of, softmax
+from modelupgrade.ordering.scores import (
+    SCORE_KINDS,
+    OrderingInputs,
+    ScoreKind,
+    score_kind_of,
+    softmax,
+)
 
 __all__ = [
     "ORDERINGS",

@@ -10,5 +10,7 @@ from modelupgrade.ordering.base import ORDERINGS, OrderingPolicy
 
 @ORDERINGS.register("oracle")
 class LargestAlignmentErrorFirst(OrderingPolicy):
-    description = "needs the new gallery vectors and the old-state vectors in the same space (oracle)"
+    description = (
+        "needs the new gallery vectors and the old-state vectors in the same space (oracle)"
+    )
     score = "alignment-error"

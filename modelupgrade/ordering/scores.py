@@ -18,14 +18,15 @@ from modelupgrade.errors import UserError
 
 @dataclass(frozen=True)
 class OrderingInputs:
-    """What may be known about the ``n`` gallery items before (and, for the oracle, after) a backfill."""
+    """What may be known about the ``n`` gallery items before (and, for the
+    oracle, after) a backfill."""
 
     n: int
-    old_logits: np.ndarray | None = None          # (n, C) old classifier logits on φ_old(g)
-    old_probabilities: np.ndarray | None = None   # (n, C) or its softmax, when logits are absent
-    sigma2: np.ndarray | None = None              # (n,) FastFill σ² of each stored old vector
-    old_state_vectors: np.ndarray | None = None   # (n, d) what an un-backfilled item serves
-    new_vectors: np.ndarray | None = None         # (n, d) φ_new(g): known only after backfilling
+    old_logits: np.ndarray | None = None  # (n, C) old classifier logits on φ_old(g)
+    old_probabilities: np.ndarray | None = None  # (n, C) or its softmax, when logits are absent
+    sigma2: np.ndarray | None = None  # (n,) FastFill σ² of each stored old vector
+    old_state_vectors: np.ndarray | None = None  # (n, d) what an un-backfilled item serves
+    new_vectors: np.ndarray | None = None  # (n, d) φ_new(g): known only after backfilling
 
     def present(self) -> set[str]:
         return {f.name for f in fields(self) if f.name != "n" and getattr(self, f.name) is not None}
@@ -51,7 +52,9 @@ class OrderingInputs:
             )
         values = np.asarray(score_kind.compute(self), dtype=np.float64).reshape(-1)
         if values.shape != (self.n,) or not np.isfinite(values).all():
-            raise UserError(f"the {kind!r} score must be {self.n} finite numbers, got shape {values.shape}")
+            raise UserError(
+                f"the {kind!r} score must be {self.n} finite numbers, got shape {values.shape}"
+            )
         return values
 
 
@@ -71,7 +74,9 @@ def _alignment_error(inputs: OrderingInputs) -> np.ndarray:
     new = inputs.rows("new_vectors").astype(np.float64)
     old = inputs.rows("old_state_vectors").astype(np.float64)
     if new.shape != old.shape:
-        raise UserError(f"new vectors {new.shape} and old-state vectors {old.shape} differ in shape")
+        raise UserError(
+            f"new vectors {new.shape} and old-state vectors {old.shape} differ in shape"
+        )
     return np.linalg.norm(new - old, axis=1)
 
 
@@ -120,12 +125,14 @@ SCORE_KINDS: dict[str, ScoreKind] = {
         ),
         ScoreKind(
             "alignment-error",
-            "the distance between an item's new vector and the vector it serves before the backfill",
+            "the distance between an item's new vector and the vector it "
+            "serves before the backfill",
             (("new_vectors", "old_state_vectors"),),
             _alignment_error,
             deployable=False,
-            applies=lambda inputs: np.shape(inputs.new_vectors)[1:]
-            == np.shape(inputs.old_state_vectors)[1:],
+            applies=lambda inputs: (
+                np.shape(inputs.new_vectors)[1:] == np.shape(inputs.old_state_vectors)[1:]
+            ),
         ),
     )
 }

@@ -191,5 +191,7 @@ def _number(value: Any, where: str) -> float:
     except (TypeError, ValueError):
         raise UserError(f"{where} must be a number, got {value!r}") from None
     if math.isnan(number):
-        raise UserError(f"{where} is NaN", hint="the metric was not computed; check the evaluate stage")
+        raise UserError(
+            f"{where} is NaN", hint="the metric was not computed; check the evaluate stage"
+        )
     return number

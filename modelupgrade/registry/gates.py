@@ -7,8 +7,8 @@ metric was not measured fails, saying so: an unverified model is not promoted si
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from modelupgrade.config import GateParams
 from modelupgrade.registry_util import Registry
@@ -53,11 +53,14 @@ class GateReport:
         return [c for c in self.checks if not c.passed]
 
     def summary(self) -> str:
-        return "; ".join(f"{c.name}: {'pass' if c.passed else 'FAIL'} ({c.detail})" for c in self.checks)
+        return "; ".join(
+            f"{c.name}: {'pass' if c.passed else 'FAIL'} ({c.detail})" for c in self.checks
+        )
 
     def to_tags(self) -> dict[str, str]:
         """Model-version tags: the overall verdict, and per gate its verdict with the comparison
-        (``gate.<name>``, read by people in the UI) and its measured value (``gate.<name>.value``)."""
+        (``gate.<name>``, read by people in the UI) and its measured value
+        (``gate.<name>.value``)."""
         tags = {"gates.passed": str(self.passed).lower()}
         for c in self.checks:
             tags[f"gate.{c.name}"] = f"{'pass' if c.passed else 'fail'}: {c.detail}"
@@ -87,7 +90,9 @@ class CompatibilityGate(Gate):
 
     def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
         if inputs.cross_score is None or inputs.champion_score is None:
-            return _missing(self.name, f"M(new, champion) or M(champion, champion) [{inputs.metric}]")
+            return _missing(
+                self.name, f"M(new, champion) or M(champion, champion) [{inputs.metric}]"
+            )
         passed = inputs.cross_score > inputs.champion_score
         return GateCheck(
             self.name,
@@ -101,11 +106,12 @@ class CompatibilityGate(Gate):
 
 
 class UpperBoundGate(Gate):
-    """A measured number of the new generation that must not exceed a limit of ``registry.gates``."""
+    """A measured number of the new generation that must not exceed a limit
+    of ``registry.gates``."""
 
-    measured: ClassVar[str]   # the GateInputs field
-    limit: ClassVar[str]      # the GateParams field
-    missing: ClassVar[str]    # what is unmeasured when the field is None
+    measured: ClassVar[str]  # the GateInputs field
+    limit: ClassVar[str]  # the GateParams field
+    missing: ClassVar[str]  # what is unmeasured when the field is None
 
     def describe(self, value: float, passed: bool, limit: float) -> str:
         raise NotImplementedError

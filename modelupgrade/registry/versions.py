@@ -170,15 +170,15 @@ class ModelRegistry:
         return VersionInfo(
             version=int(mv.version),
             tags=dict(mv.tags or {}),
-            aliases=sorted(aliases if aliases is not None else (getattr(mv, "aliases", None) or [])),
+            aliases=sorted(
+                aliases if aliases is not None else (getattr(mv, "aliases", None) or [])
+            ),
             run_id=mv.run_id,
         )
 
     # -- writing -------------------------------------------------------------------------------
 
-    def register(
-        self, model: Any, record: GenerationRecord, stage_run: StageRun
-    ) -> VersionInfo:
+    def register(self, model: Any, record: GenerationRecord, stage_run: StageRun) -> VersionInfo:
         """Log ``model`` with its heads under ``stage_run`` and register it as a new version.
 
         Registering the same checkpoint again (a re-run of the stage) returns the existing version
@@ -190,7 +190,12 @@ class ModelRegistry:
             and record.checkpoint_sha256
             and existing.tags.get(TAG_CHECKPOINT) == record.checkpoint_sha256
         ):
-            log.info("%s: %s already registered as version %d", self.name, record.model_key, existing.version)
+            log.info(
+                "%s: %s already registered as version %d",
+                self.name,
+                record.model_key,
+                existing.version,
+            )
             return existing
 
         parent = self.by_key(record.parent_key) if record.parent_key else None
@@ -221,7 +226,10 @@ class ModelRegistry:
             stage_run.log_artifact(record.model_card, f"{record.model_key}")
         model_info = self._log_model(model, record, stage_run)
         # MLflow resolves the logged model behind the version through its process-wide URI.
-        with self.tracker.config.writer_lock(), fluent_tracking_uri(self.tracker.config.tracking_uri):
+        with (
+            self.tracker.config.writer_lock(),
+            fluent_tracking_uri(self.tracker.config.tracking_uri),
+        ):
             self._ensure_registered_model()
             mv = self.client.create_model_version(
                 self.name,
@@ -240,19 +248,23 @@ class ModelRegistry:
         import torch
 
         requirements = [f"torch=={torch.__version__.split('+')[0]}"]
-        with self.tracker.config.writer_lock(), fluent_tracking_uri(self.tracker.config.tracking_uri):
-            with mlflow.start_run(run_id=stage_run.run_id, nested=mlflow.active_run() is not None):
-                # Explicit requirements: inferring them would import and run the model in a
-                # subprocess, which is slow and needs nothing the torch pin does not say.
-                # Pickle, not the 'pt2' export: an exported graph may fix the batch size, and a
-                # retrieval model must embed batches of any size; loading needs modelupgrade
-                # importable, which every consumer of these models has.
-                return mlflow.pytorch.log_model(
-                    model,
-                    name=_artifact_name(record.model_key),
-                    pip_requirements=requirements,
-                    serialization_format="pickle",
-                )
+        # The run starts (or resumes) after the lock is held and the tracking URI is set.
+        with (
+            self.tracker.config.writer_lock(),
+            fluent_tracking_uri(self.tracker.config.tracking_uri),
+            mlflow.start_run(run_id=stage_run.run_id, nested=mlflow.active_run() is not None),
+        ):
+            # Explicit requirements: inferring them would import and run the model in a
+            # subprocess, which is slow and needs nothing the torch pin does not say.
+            # Pickle, not the 'pt2' export: an exported graph may fix the batch size, and a
+            # retrieval model must embed batches of any size; loading needs modelupgrade
+            # importable, which every consumer of these models has.
+            return mlflow.pytorch.log_model(
+                model,
+                name=_artifact_name(record.model_key),
+                pip_requirements=requirements,
+                serialization_format="pickle",
+            )
 
     def _ensure_registered_model(self) -> None:
         if not self.exists():

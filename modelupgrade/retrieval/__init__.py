@@ -1,9 +1,10 @@
-"""The retrieval kernel: how vectors are compared, ranked and searched, for every part of the project.
+"""The retrieval kernel: how vectors are compared, ranked and searched, for every
+part of the project.
 
-``distance``: the similarities of evaluation and the distances of backfilling and the store, computed
-by one function. ``topk``: the ranking rule of a gallery split between an old and a new part (ties
-to the new side, then the lower index) and exact top-k under it. ``index``: FAISS indexes (exact
-flat, IVF, HNSW) for large galleries.
+``distance``: the similarities of evaluation and the distances of backfilling and the store,
+computed by one function. ``topk``: the ranking rule of a gallery split between an old and a new
+part (ties to the new side, then the lower index) and exact top-k under it. ``index``: FAISS indexes
+(exact flat, IVF, HNSW) for large galleries.
 """
 
 from modelupgrade.retrieval.distance import (

@@ -6,9 +6,9 @@ Evaluation names a *similarity* (higher = closer: ``cosine``, ``inner``, ``eucli
 so a simulated backfill, the cross-model evaluation and the store rank the very same numbers.
 
 A backfill distance is the negated score, exact in float32: ``cosine`` ranks by −cos on
-L2-normalised vectors (the order of 1 − cos without its float32 rounding of distinct small cosines to
-one value), ``l2`` by the squared Euclidean distance (a monotone map of the Euclidean one). What a
-person reads (``reported_distance``) is 1 − cos or the Euclidean distance.
+L2-normalised vectors (the order of 1 − cos without its float32 rounding of distinct small cosines
+to one value), ``l2`` by the squared Euclidean distance (a monotone map of the Euclidean one). What
+a person reads (``reported_distance``) is 1 − cos or the Euclidean distance.
 """
 
 from __future__ import annotations
@@ -51,11 +51,15 @@ def l2_normalise(features: torch.Tensor) -> torch.Tensor:
 
 def prepare(features: torch.Tensor, similarity: Similarity) -> torch.Tensor:
     if similarity not in SIMILARITIES:
-        raise UserError(f"unknown similarity {similarity!r}", hint=f"use one of: {', '.join(SIMILARITIES)}")
+        raise UserError(
+            f"unknown similarity {similarity!r}", hint=f"use one of: {', '.join(SIMILARITIES)}"
+        )
     return l2_normalise(features) if similarity == "cosine" else features
 
 
-def score_block(queries: torch.Tensor, gallery: torch.Tensor, similarity: Similarity) -> torch.Tensor:
+def score_block(
+    queries: torch.Tensor, gallery: torch.Tensor, similarity: Similarity
+) -> torch.Tensor:
     """Scores of prepared query rows against prepared gallery rows (see ``prepare``)."""
     if similarity in ("cosine", "inner"):
         return queries @ gallery.T
@@ -69,7 +73,9 @@ def score_block(queries: torch.Tensor, gallery: torch.Tensor, similarity: Simila
 
 def check_distance(distance: str) -> Distance:
     if distance not in DISTANCES:
-        raise UserError(f"unknown distance {distance!r}", hint=f"use one of: {', '.join(DISTANCES)}")
+        raise UserError(
+            f"unknown distance {distance!r}", hint=f"use one of: {', '.join(DISTANCES)}"
+        )
     return distance  # type: ignore[return-value]
 
 
@@ -79,12 +85,18 @@ class DistanceBlock:
     def __init__(self, queries: np.ndarray, gallery: np.ndarray, distance: Distance) -> None:
         if queries.shape[1] != gallery.shape[1]:
             raise UserError(
-                f"query vectors are {queries.shape[1]}-d but gallery vectors are {gallery.shape[1]}-d",
-                hint="a query and the gallery it searches must live in one space (apply the head first)",
+                f"query vectors are {queries.shape[1]}-d but gallery vectors are "
+                f"{gallery.shape[1]}-d",
+                hint="a query and the gallery it searches must live in one space "
+                "(apply the head first)",
             )
         self.similarity = _SIMILARITY_OF[check_distance(distance)]
-        self.queries = prepare(as_feature_tensor(queries, "query vectors", torch.float32), self.similarity)
-        self.gallery = prepare(as_feature_tensor(gallery, "gallery vectors", torch.float32), self.similarity)
+        self.queries = prepare(
+            as_feature_tensor(queries, "query vectors", torch.float32), self.similarity
+        )
+        self.gallery = prepare(
+            as_feature_tensor(gallery, "gallery vectors", torch.float32), self.similarity
+        )
 
     def __len__(self) -> int:
         return len(self.gallery)

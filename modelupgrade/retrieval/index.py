@@ -34,7 +34,9 @@ def _faiss() -> Any:
     try:
         import faiss
     except ImportError:  # pragma: no cover - faiss-cpu is a core dependency
-        raise UserError("FAISS is not installed", hint="pip install faiss-cpu (or faiss-gpu)") from None
+        raise UserError(
+            "FAISS is not installed", hint="pip install faiss-cpu (or faiss-gpu)"
+        ) from None
     return faiss
 
 
@@ -69,7 +71,13 @@ class SearchOptions:
 
     @classmethod
     def from_params(cls, params: Any) -> SearchOptions:
-        return cls(**{k: getattr(params, k) for k in cls.__dataclass_fields__ if k != "extra" and hasattr(params, k)})
+        return cls(
+            **{
+                k: getattr(params, k)
+                for k in cls.__dataclass_fields__
+                if k != "extra" and hasattr(params, k)
+            }
+        )
 
 
 class SearchIndex(ABC):
@@ -127,13 +135,15 @@ class IVFIndex(SearchIndex):
     def build(self, dim: int) -> Any:
         faiss = _faiss()
         self._quantizer = faiss.IndexFlatIP(dim)
-        return faiss.IndexIVFFlat(self._quantizer, dim, self.options.ivf_nlist, faiss.METRIC_INNER_PRODUCT)
+        return faiss.IndexIVFFlat(
+            self._quantizer, dim, self.options.ivf_nlist, faiss.METRIC_INNER_PRODUCT
+        )
 
     def add(self, vectors: np.ndarray) -> None:
         if len(vectors) < self.options.ivf_nlist:
             raise UserError(
-                f"an IVF index with {self.options.ivf_nlist} cells needs at least that many gallery "
-                f"vectors to train, got {len(vectors)}",
+                f"an IVF index with {self.options.ivf_nlist} cells needs at least that many "
+                f"gallery vectors to train, got {len(vectors)}",
                 hint="lower evaluation.search.ivf_nlist or use the exact 'flat' index",
             )
         super().add(vectors)
@@ -161,7 +171,9 @@ class HNSWIndex(SearchIndex):
         log.info("FAISS has no GPU HNSW; the hnsw index stays on the CPU")
 
 
-def merge_topk(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+def merge_topk(
+    scores: list[np.ndarray], ids: list[np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Merge per-shard top-k lists (ids already global) into one top-k, best first."""
     all_scores = np.concatenate(scores, axis=1)
     all_ids = np.concatenate(ids, axis=1)
@@ -207,19 +219,25 @@ class GallerySearcher:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "index": self.options.index, "exact": self.exact, "gpu": self.use_gpu,
-            "shards": len(self.shards), "gallery": self.size, "dim": self.dim,
+            "index": self.options.index,
+            "exact": self.exact,
+            "gpu": self.use_gpu,
+            "shards": len(self.shards),
+            "gallery": self.size,
+            "dim": self.dim,
         }
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, ids) of the ``k`` best gallery rows per query, best first; ids −1 pad short lists."""
+        """(scores, ids) of the ``k`` best gallery rows per query, best first;
+        ids −1 pad short lists."""
         if k < 1:
             raise UserError(f"k must be ≥ 1, got {k}")
         queries = normalised_float32(queries, "query vectors")
         if queries.shape[1] != self.dim:
             raise UserError(
                 f"query vectors are {queries.shape[1]}-d but the gallery is {self.dim}-d",
-                hint="search a gallery of the same embedding space (apply the transformation head first)",
+                hint="search a gallery of the same embedding space (apply the "
+                "transformation head first)",
             )
         k_shard = min(k, self.options.gallery_block)
         out_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
@@ -231,21 +249,27 @@ class GallerySearcher:
                 s, i = shard.search(block, k_shard)
                 shard_scores.append(s)
                 shard_ids.append(np.where(i >= 0, i + offset, -1))
-            s, i = merge_topk(shard_scores, shard_ids, k) if len(self.shards) > 1 else (shard_scores[0], shard_ids[0])
+            s, i = (
+                merge_topk(shard_scores, shard_ids, k)
+                if len(self.shards) > 1
+                else (shard_scores[0], shard_ids[0])
+            )
             width = s.shape[1]
             out_scores[start : start + len(block), :width] = s
             out_ids[start : start + len(block), :width] = i
         return out_scores, out_ids
 
 
-def search_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
-                options: SearchOptions | None = None) -> tuple[np.ndarray, np.ndarray]:
+def search_topk(
+    queries: np.ndarray, gallery: np.ndarray, k: int, options: SearchOptions | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Cosine top-k of ``queries`` in ``gallery`` (one-off index)."""
     return GallerySearcher(gallery, options).search(queries, k)
 
 
-def exclude_self(ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def exclude_self(
+    ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Drop each query's own gallery row from a (k+1)-wide result list; keep ``k`` columns."""
     keep = ids != np.asarray(query_ids)[:, None]
     # Rows where self was not retrieved drop their last column instead.
@@ -257,8 +281,13 @@ def exclude_self(ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: 
     return ids, scores
 
 
-def torch_knn(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor, k: int,
-              query_block: int = 1024, device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+def torch_knn(
+    queries: np.ndarray | torch.Tensor,
+    gallery: np.ndarray | torch.Tensor,
+    k: int,
+    query_block: int = 1024,
+    device: torch.device | str = "cpu",
+) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force cosine top-k with a dense matmul and ``torch.topk`` (reference and baseline)."""
     device = torch.device(device)
     q = torch.as_tensor(normalised_float32(np.asarray(queries), "query vectors"))

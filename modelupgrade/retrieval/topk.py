@@ -38,7 +38,8 @@ def orderable(values: np.ndarray) -> np.ndarray:
 
 
 def ranking_keys(distances: np.ndarray, columns: np.ndarray, side: Side) -> np.ndarray:
-    """(Q, N) keys of the entries of one side: ``distances[q, j]`` of gallery index ``columns[j]``."""
+    """(Q, N) keys of the entries of one side: ``distances[q, j]`` of gallery
+    index ``columns[j]``."""
     columns = np.asarray(columns, dtype=np.int64)
     if len(columns) and (columns.min() < 0 or columns.max() > MAX_GALLERY):
         raise UserError(f"gallery indices must lie in [0, {MAX_GALLERY}] to be ranked")
@@ -66,9 +67,9 @@ class RankedPart:
 class TopK:
     """Per query (rows), the k best entries in ranking order."""
 
-    columns: np.ndarray      # (Q, k) int64 gallery indices
-    distances: np.ndarray    # (Q, k) float32 backfill distances
-    old_side: np.ndarray     # (Q, k) bool: the entry is an old-side vector
+    columns: np.ndarray  # (Q, k) int64 gallery indices
+    distances: np.ndarray  # (Q, k) float32 backfill distances
+    old_side: np.ndarray  # (Q, k) bool: the entry is an old-side vector
 
 
 def merged_topk(parts: Sequence[RankedPart], k: int, queries: int) -> TopK:
@@ -88,4 +89,6 @@ def merged_topk(parts: Sequence[RankedPart], k: int, queries: int) -> TopK:
         best = np.broadcast_to(np.arange(width), (len(keys), width))
     best = np.take_along_axis(best, np.argsort(np.take_along_axis(keys, best, 1), axis=1), 1)
     chosen = np.take_along_axis(keys, best, 1)
-    return TopK(key_columns(chosen), np.take_along_axis(distances, best, 1), key_is_old_side(chosen))
+    return TopK(
+        key_columns(chosen), np.take_along_axis(distances, best, 1), key_is_old_side(chosen)
+    )

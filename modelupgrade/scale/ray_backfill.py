@@ -1,16 +1,18 @@
-"""The gallery store's backfill with its chunks computed on Ray Data: an executor of ``BackfillJob``.
+r"""The gallery store's backfill with its chunks computed on Ray Data: an executor
+of ``BackfillJob``.
 
     modelupgrade backfill --executor ray --model models/extended-data/gen1-bct
-    modelupgrade backfill --executor ray --ray-address auto --transform-head heads/gen1/bict --space gen1-bict
+    modelupgrade backfill --executor ray --ray-address auto \
+        --transform-head heads/gen1/bict --space gen1-bict
 
 (``pip install .[scale]``.) The job is the store's own (``modelupgrade.store.job.BackfillJob``): the
-plan, the group commits, the resume and SIGTERM handling are the same; only where chunks are computed
-differs. ``RayExecutor`` streams the pending chunks, one block each, through a pool of actors that
-load the new model or ψ once (one GPU each when the cluster has GPUs, CPUs otherwise) and compute a
-chunk's vectors with the single-process job's own ``VectorSource``: decode the images and embed them
-in batches (``embed``), or read the stored vectors and apply ψ in batches (``transform``). Results
-come back in plan order and this process alone writes and commits them, so each item's vector is the
-one the single-process job writes.
+plan, the group commits, the resume and SIGTERM handling are the same; only where chunks are
+computed differs. ``RayExecutor`` streams the pending chunks, one block each, through a pool of
+actors that load the new model or ψ once (one GPU each when the cluster has GPUs, CPUs otherwise)
+and compute a chunk's vectors with the single-process job's own ``VectorSource``: decode the images
+and embed them in batches (``embed``), or read the stored vectors and apply ψ in batches
+(``transform``). Results come back in plan order and this process alone writes and commits them, so
+each item's vector is the one the single-process job writes.
 
 The workers open the store and the images at the paths this process uses: on a cluster, both go on
 a filesystem that every node mounts at the same path.
@@ -186,7 +188,8 @@ class WorkerPool:
 
 
 class RayExecutor:
-    """Computes a backfill's pending chunks on a pool of Ray actors, handing them back in plan order."""
+    """Computes a backfill's pending chunks on a pool of Ray actors, handing
+    them back in plan order."""
 
     def __init__(self, recipe: VectorRecipe, pool: WorkerPool | None = None) -> None:
         recipe.check()  # bad paths fail here, before a cluster is started or joined
@@ -202,16 +205,26 @@ class RayExecutor:
         if not chunks:
             return
         pool = self.pool or WorkerPool.for_cluster()
-        log.info("backfill %d: %d pending chunk(s) on %d Ray worker(s) (%s)",
-                 backfill.id, len(chunks), min(pool.workers, len(chunks)), pool.device)
+        log.info(
+            "backfill %d: %d pending chunk(s) on %d Ray worker(s) (%s)",
+            backfill.id,
+            len(chunks),
+            min(pool.workers, len(chunks)),
+            pool.device,
+        )
         # Results in plan order: the store then always serves a prefix of the plan, as the
         # single-process job and the simulator assume.
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         rows = [{"chunk": chunk.index, "slots": chunk.slots.tobytes()} for chunk in chunks]
         computed = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
             ChunkWorker,
-            fn_constructor_kwargs={"store_path": str(store.path), "backfill_id": backfill.id, "target": target,
-                                   "recipe": self.recipe, "device": pool.device},
+            fn_constructor_kwargs={
+                "store_path": str(store.path),
+                "backfill_id": backfill.id,
+                "target": target,
+                "recipe": self.recipe,
+                "device": pool.device,
+            },
             compute=ray.data.ActorPoolStrategy(size=min(pool.workers, len(rows))),
             num_cpus=pool.cpus_per_worker,
             num_gpus=pool.gpus_per_worker,
@@ -221,6 +234,8 @@ class RayExecutor:
             if row["user_error"]:
                 raise UserError(**json.loads(row["user_error"]))
             slots = np.frombuffer(row["slots"], dtype=np.int64)
-            vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(len(slots), target.dim)
+            vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(
+                len(slots), target.dim
+            )
             failures = {int(slot): reason for slot, reason in json.loads(row["failures"]).items()}
             yield by_index[int(row["chunk"])], ChunkVectors(slots, vectors, failures)

@@ -75,10 +75,13 @@ class ServingMode:
     new_part: ClassVar[Pairing] = Pairing("new", "new")
 
     def plan(self, forms: Forms) -> ServingPlan:
-        """The pairings this mode serves with ``forms``, or a ``UserError`` naming what is missing."""
+        """The pairings this mode serves with ``forms``, or a ``UserError``
+        naming what is missing."""
         found = self.try_plan(forms)
         if found is None:
-            raise UserError(f"serving mode {self.registry_name!r} lacks what it needs", hint=self.description)
+            raise UserError(
+                f"serving mode {self.registry_name!r} lacks what it needs", hint=self.description
+            )
         return found
 
     def try_plan(self, forms: Forms) -> ServingPlan | None:

@@ -8,6 +8,8 @@ from modelupgrade.serving.base import SERVING_MODES, Pairing, ServingMode
 
 @SERVING_MODES.register("rank-merge-full")
 class FullMethodRankMerge(ServingMode):
-    description = "needs ρ and ψ_rev from an rm_full head, with the backfilled part holding ρ(φ_new(g))"
+    description = (
+        "needs ρ and ψ_rev from an rm_full head, with the backfilled part holding ρ(φ_new(g))"
+    )
     old_part = (Pairing("rho_reverse", "stored"),)
     new_part = Pairing("rho", "rho")

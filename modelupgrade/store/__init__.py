@@ -1,5 +1,5 @@
-"""The real gallery store: embedded (SQLite + on-disk float32 arrays), backfilled chunk by chunk with
-crash-safe commits, and searchable in any serving mode at any moment of the backfill.
+"""The real gallery store: embedded (SQLite + on-disk float32 arrays), backfilled chunk by chunk
+with crash-safe commits, and searchable in any serving mode at any moment of the backfill.
 
 Modules by concern: ``schema`` (layout and rows), ``database`` (SQLite, transactions), ``vectors``
 (a space's float32 file), ``spaces``, ``gallery`` (items, scores, vectors, snapshots), ``ledger``
@@ -9,7 +9,12 @@ The ordering policies and serving modes are ``modelupgrade.ordering`` and ``mode
 """
 
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.images import ImageFileSource, ImageSource, LoadedImages, ManifestImageSource
+from modelupgrade.store.images import (
+    ImageFileSource,
+    ImageSource,
+    LoadedImages,
+    ManifestImageSource,
+)
 from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
 from modelupgrade.store.job import (
     BackfillJob,

@@ -31,9 +31,15 @@ class Database:
     def create(cls, path: Path) -> None:
         """Lay out a new, empty store directory (the database is renamed into place whole)."""
         if (path / DATABASE_FILE).exists():
-            raise UserError(f"a gallery store already exists at {path}", hint="open it, or choose another directory")
+            raise UserError(
+                f"a gallery store already exists at {path}",
+                hint="open it, or choose another directory",
+            )
         if path.exists() and any(path.iterdir()):
-            raise UserError(f"{path} exists and is not empty", hint="a new store needs an empty or absent directory")
+            raise UserError(
+                f"{path} exists and is not empty",
+                hint="a new store needs an empty or absent directory",
+            )
         (path / VECTORS_DIR).mkdir(parents=True, exist_ok=True)
         tmp_db = path / f".{DATABASE_FILE}.tmp"
         tmp_db.unlink(missing_ok=True)
@@ -41,7 +47,11 @@ class Database:
         connection.executescript(DDL)
         connection.executemany(
             "INSERT INTO meta (key, value) VALUES (?, ?)",
-            [("schema_version", str(SCHEMA_VERSION)), ("commit_counter", "0"), ("created_at", repr(time.time()))],
+            [
+                ("schema_version", str(SCHEMA_VERSION)),
+                ("commit_counter", "0"),
+                ("created_at", repr(time.time())),
+            ],
         )
         connection.commit()
         connection.close()
@@ -55,13 +65,17 @@ class Database:
                 f"no gallery store at {path} ({DATABASE_FILE} is missing)",
                 hint="create one with `modelupgrade store-ingest`",
             )
-        connection = sqlite3.connect(database, timeout=60.0, isolation_level=None, check_same_thread=False)
+        connection = sqlite3.connect(
+            database, timeout=60.0, isolation_level=None, check_same_thread=False
+        )
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute("PRAGMA busy_timeout=60000")
-            row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            row = connection.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'"
+            ).fetchone()
         except sqlite3.DatabaseError as err:
             connection.close()
             raise UserError(f"{database} is not a readable gallery store: {err}") from None
@@ -69,9 +83,10 @@ class Database:
         if found != str(SCHEMA_VERSION):
             connection.close()
             raise UserError(
-                f"gallery store {path} has schema version {found}, this modelupgrade reads version {SCHEMA_VERSION}",
-                hint="rebuild the store with this version (`modelupgrade store-ingest`), or use the "
-                "modelupgrade release that wrote it",
+                f"gallery store {path} has schema version {found}, this modelupgrade reads "
+                f"version {SCHEMA_VERSION}",
+                hint="rebuild the store with this version (`modelupgrade store-ingest`), or use "
+                "the modelupgrade release that wrote it",
             )
         return cls(path, connection)
 
@@ -87,7 +102,8 @@ class Database:
             try:
                 yield self.connection
                 self.connection.execute(
-                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'commit_counter'"
+                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE "
+                    "key = 'commit_counter'"
                 )
             except BaseException:
                 self.connection.execute("ROLLBACK")
@@ -117,7 +133,8 @@ class Database:
     @staticmethod
     def set_meta(db: sqlite3.Connection, key: str, value: str) -> None:
         db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value",
             (key, value),
         )
 

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class GalleryStore:
                 vector_file.close()
             self.db.close()
 
-    def __enter__(self) -> GalleryStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -61,9 +62,13 @@ class GalleryStore:
 
     # ----- spaces -----------------------------------------------------------------------------
     def spaces(self) -> dict[str, SpaceSpec]:
-        rows = self.db.query("SELECT name, dim, upgrades_from, backward_compatible, model_ref, form FROM spaces")
+        rows = self.db.query(
+            "SELECT name, dim, upgrades_from, backward_compatible, model_ref, form FROM spaces"
+        )
         return {
-            name: SpaceSpec(name, dim, tuple(json.loads(parents)), bool(compatible), model_ref, form)
+            name: SpaceSpec(
+                name, dim, tuple(json.loads(parents)), bool(compatible), model_ref, form
+            )
             for name, dim, parents, compatible, model_ref, form in rows
         }
 
@@ -84,11 +89,13 @@ class GalleryStore:
                 raise UserError(
                     f"embedding space {spec.name!r} already exists in the store with dimension "
                     f"{existing.dim}, not {spec.dim}",
-                    hint="a model version has one embedding size; check that the right model was given",
+                    hint="a model version has one embedding size; check that the "
+                    "right model was given",
                 )
             if existing.form != spec.form:
                 raise UserError(
-                    f"embedding space {spec.name!r} holds {existing.form!r} vectors, not {spec.form!r} ones",
+                    f"embedding space {spec.name!r} holds {existing.form!r} vectors, "
+                    f"not {spec.form!r} ones",
                     hint="name the space of another form differently",
                 )
             return existing
@@ -96,8 +103,15 @@ class GalleryStore:
         with self.db.write() as db:
             db.execute(
                 "INSERT INTO spaces VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (spec.name, spec.dim, json.dumps(list(spec.upgrades_from)), int(spec.backward_compatible),
-                 spec.model_ref, spec.form, time.time()),
+                (
+                    spec.name,
+                    spec.dim,
+                    json.dumps(list(spec.upgrades_from)),
+                    int(spec.backward_compatible),
+                    spec.model_ref,
+                    spec.form,
+                    time.time(),
+                ),
             )
         return spec
 
@@ -160,7 +174,9 @@ class GalleryStore:
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         (int(slot), item_id, path, index, label, spec.name)
-                        for slot, item_id, (path, index, label) in zip(slots, item_ids, source_rows, strict=True)
+                        for slot, item_id, (path, index, label) in zip(
+                            slots, item_ids, source_rows, strict=True
+                        )
                     ),
                 )
                 for kind, values in checked_scores.items():
@@ -170,32 +186,40 @@ class GalleryStore:
                     )
                     db.executemany(
                         "INSERT INTO item_scores VALUES (?, ?, ?)",
-                        ((kind, int(slot), float(value)) for slot, value in zip(slots, values, strict=True)),
+                        (
+                            (kind, int(slot), float(value))
+                            for slot, value in zip(slots, values, strict=True)
+                        ),
                     )
                 if Database.meta(db, "serving_space") is None:
                     Database.set_meta(db, "serving_space", spec.name)
         return len(item_ids)
 
-    def _checked_scores(self, scores: Mapping[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+    def _checked_scores(
+        self, scores: Mapping[str, np.ndarray], count: int
+    ) -> dict[str, np.ndarray]:
         checked: dict[str, np.ndarray] = {}
         for kind, values in scores.items():
             if not score_kind_of(kind).deployable:
                 raise UserError(
-                    f"the {kind!r} score needs every item's new vector, so no store can hold it before "
-                    "its backfill",
-                    hint="store a score computed from the stored vectors (old-confidence, old-entropy, "
-                    "fastfill-sigma2)",
+                    f"the {kind!r} score needs every item's new vector, so no store can hold "
+                    "it before its backfill",
+                    hint="store a score computed from the stored vectors (old-confidence, "
+                    "old-entropy, fastfill-sigma2)",
                 )
             values = np.asarray(values, dtype=np.float64)
             if values.shape != (count,) or not np.isfinite(values).all():
-                raise UserError(f"{kind!r} scores must be {count} finite numbers, got shape {values.shape}")
+                raise UserError(
+                    f"{kind!r} scores must be {count} finite numbers, got shape {values.shape}"
+                )
             checked[kind] = values
         held = set(self.score_kinds())
         if self.item_count() and set(checked) != held:
             raise UserError(
-                f"every item of this store carries the scores {sorted(held) or 'none'}; the new items "
-                f"come with {sorted(checked) or 'none'}",
-                hint="ingest them with the same ordering scores (--score) as the items already stored",
+                f"every item of this store carries the scores {sorted(held) or 'none'}; the new "
+                f"items come with {sorted(checked) or 'none'}",
+                hint="ingest them with the same ordering scores (--score) as the "
+                "items already stored",
             )
         return checked
 
@@ -216,16 +240,19 @@ class GalleryStore:
         return dict(self.db.query("SELECT kind, meaning FROM score_kinds ORDER BY kind"))
 
     def scores(self, kind: str, slots: np.ndarray) -> np.ndarray:
-        """The ``kind`` score of the items in ``slots``; a kind the store does not hold is an error."""
+        """The ``kind`` score of the items in ``slots``; a kind the store does
+        not hold is an error."""
         held = self.score_kinds()
         if kind not in held:
             raise UserError(
                 f"this store holds no {kind!r} scores ({score_kind_of(kind).meaning}); it holds "
                 f"{', '.join(sorted(held)) or 'no scores'}",
-                hint=f"ingest the gallery with --score {kind}, or choose a policy that orders by a score "
-                "the store holds (or 'random' / 'ingest-order', which need none)",
+                hint=f"ingest the gallery with --score {kind}, or choose a policy that orders by a "
+                "score the store holds (or 'random' / 'ingest-order', which need none)",
             )
-        rows = self.db.query("SELECT slot, value FROM item_scores WHERE kind = ? ORDER BY slot", (kind,))
+        rows = self.db.query(
+            "SELECT slot, value FROM item_scores WHERE kind = ? ORDER BY slot", (kind,)
+        )
         table = np.full(self.item_count(), np.nan)
         for slot, value in rows:
             table[slot] = value
@@ -235,7 +262,9 @@ class GalleryStore:
     def read_vectors(self, space: str, slots: np.ndarray) -> np.ndarray:
         return self._vector_file(self.space(space)).read(np.asarray(slots, dtype=np.int64))
 
-    def write_vectors(self, space: str, slots: np.ndarray, vectors: np.ndarray, durable: bool = True) -> None:
+    def write_vectors(
+        self, space: str, slots: np.ndarray, vectors: np.ndarray, durable: bool = True
+    ) -> None:
         """Write rows into their slots of ``space``; nothing points at them until a commit does."""
         spec = self.space(space)
         vectors = check_vectors(vectors, spec, f"vectors for space {space!r}")

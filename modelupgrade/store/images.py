@@ -31,9 +31,12 @@ class ImageSource(Protocol):
 
 
 def _stack(decoded: list[tuple[int, np.ndarray]], failures: dict[int, str]) -> LoadedImages:
-    """Stack decoded images; one whose shape differs from the majority's is a failure, not a crash."""
+    """Stack decoded images; one whose shape differs from the majority's is a
+    failure, not a crash."""
     if not decoded:
-        return LoadedImages(np.empty((0, 1, 1, 1), dtype=np.uint8), np.empty(0, dtype=np.int64), failures)
+        return LoadedImages(
+            np.empty((0, 1, 1, 1), dtype=np.uint8), np.empty(0, dtype=np.int64), failures
+        )
     shapes = [image.shape for _, image in decoded]
     common = max(set(shapes), key=shapes.count)
     kept = []
@@ -62,19 +65,26 @@ class ImageFileSource:
             try:
                 with Image.open(path) as image:
                     image.load()
-                    array = np.asarray(image.convert("L") if image.mode in ("1", "L", "P", "I;16") else image.convert("RGB"))
+                    array = np.asarray(
+                        image.convert("L")
+                        if image.mode in ("1", "L", "P", "I;16")
+                        else image.convert("RGB")
+                    )
             except FileNotFoundError:
                 failures[item.slot] = f"image file {path} does not exist"
                 continue
             except (UnidentifiedImageError, OSError, ValueError) as err:
                 failures[item.slot] = f"cannot decode {path}: {err}"
                 continue
-            decoded.append((item.slot, array[None] if array.ndim == 2 else array.transpose(2, 0, 1)))
+            decoded.append(
+                (item.slot, array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
+            )
         return _stack(decoded, failures)
 
 
 class ManifestImageSource:
-    """Images addressed the manifest way (path + row index) through ``modelupgrade.data.load_images``.
+    """Images addressed the manifest way (path + row index) through
+    ``modelupgrade.data.load_images``.
 
     The whole chunk is decoded in one call; if that fails, items are decoded one by one so that the
     broken ones are named and the rest still go through.
@@ -108,12 +118,18 @@ class ManifestImageSource:
             images = self._decode(items)
             return LoadedImages(images, np.array([item.slot for item in items], dtype=np.int64))
         except Exception as err:  # noqa: BLE001 - any decoding error is isolated item by item below
-            log.warning("decoding a chunk of %d images failed (%s); decoding them one by one", len(items), err)
+            log.warning(
+                "decoding a chunk of %d images failed (%s); decoding them one by one",
+                len(items),
+                err,
+            )
         decoded: list[tuple[int, np.ndarray]] = []
         failures: dict[int, str] = {}
         for item in items:
             try:
                 decoded.append((item.slot, self._decode([item])[0]))
             except Exception as err:  # noqa: BLE001 - recorded as this item's failure reason
-                failures[item.slot] = f"cannot load image {item.source_path}[{item.source_index}]: {err}"
+                failures[item.slot] = (
+                    f"cannot load image {item.source_path}[{item.source_index}]: {err}"
+                )
         return _stack(decoded, failures)

@@ -24,17 +24,22 @@ def ingest_embedding_table(
     space: SpaceSpec,
     scores: Mapping[str, np.ndarray] | None = None,
 ) -> int:
-    """Ingest a split/manifest frame whose row i is embedded by ``vectors[i]`` (the embeddings convention)."""
+    """Ingest a split/manifest frame whose row i is embedded by ``vectors[i]`` (the
+    embeddings convention)."""
     import pandas as pd
 
     assert isinstance(frame, pd.DataFrame)
     missing = {"item_id", "path"} - set(frame.columns)
     if missing:
-        raise UserError(f"the item table lacks column(s) {sorted(missing)}", hint="pass a manifest or split parquet file")
+        raise UserError(
+            f"the item table lacks column(s) {sorted(missing)}",
+            hint="pass a manifest or split parquet file",
+        )
     if len(frame) != len(vectors):
         raise UserError(
             f"the embedding table has {len(vectors)} rows but the item table {len(frame)}",
-            hint="embeddings/<scenario>/<model>/<split>.npy rows follow the split file's rows; pass the matching pair",
+            hint="embeddings/<scenario>/<model>/<split>.npy rows follow the split file's rows; "
+            "pass the matching pair",
         )
     sources = ItemSources(
         paths=frame["path"].astype(str).tolist(),
@@ -54,10 +59,13 @@ def ingest_images(
     scores: Mapping[str, np.ndarray] | None = None,
     batch_size: int = 512,
 ) -> list[dict[str, str]]:
-    """Embed the items' images and ingest them; returns the items that could not be read (skipped, logged)."""
+    """Embed the items' images and ingest them; returns the items that could not be
+    read (skipped, logged)."""
     rows = [
         ItemRow(i, str(item_id), path, index, label, space.name)
-        for i, (item_id, (path, index, label)) in enumerate(zip(item_ids, sources.rows(len(item_ids)), strict=True))
+        for i, (item_id, (path, index, label)) in enumerate(
+            zip(item_ids, sources.rows(len(item_ids)), strict=True)
+        )
     ]
     kept: list[int] = []
     vectors: list[np.ndarray] = []
@@ -75,9 +83,12 @@ def ingest_images(
         raise UserError("none of the items' images could be read; nothing was ingested")
     chosen = np.array(kept)
     kept_sources = ItemSources(
-        paths=[rows[p].source_path for p in chosen], indices=[rows[p].source_index for p in chosen],
+        paths=[rows[p].source_path for p in chosen],
+        indices=[rows[p].source_index for p in chosen],
         labels=None if sources.labels is None else [sources.labels[p] for p in chosen],
     )
     kept_scores = {kind: np.asarray(values)[chosen] for kind, values in (scores or {}).items()}
-    store.ingest([rows[p].item_id for p in chosen], np.concatenate(vectors), space, kept_sources, kept_scores)
+    store.ingest(
+        [rows[p].item_id for p in chosen], np.concatenate(vectors), space, kept_sources, kept_scores
+    )
     return skipped

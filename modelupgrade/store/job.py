@@ -1,8 +1,8 @@
 """The backfill job: moves every gallery item into the new embedding space, chunk by chunk.
 
 A backfill is *planned* once (the policy's order, cut into fixed chunks, written in one transaction)
-and then *executed* chunk by chunk. For each chunk the job computes the new vectors, writes them into
-the items' slots of the target space and makes them durable, and only then commits one SQLite
+and then *executed* chunk by chunk. For each chunk the job computes the new vectors, writes them
+into the items' slots of the target space and makes them durable, and only then commits one SQLite
 transaction that flips the items' space and state and appends the chunk to the chunk log. So:
 
 * an item is never marked done without its vector on disk;
@@ -79,14 +79,19 @@ class ReEmbedImages:
     def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
         loaded = self.images.load(chunk.items)
         if len(loaded.slots) == 0:
-            return ChunkVectors(loaded.slots, np.empty((0, target.dim), dtype=np.float32), loaded.failures)
+            return ChunkVectors(
+                loaded.slots, np.empty((0, target.dim), dtype=np.float32), loaded.failures
+            )
         vectors = np.asarray(self.embed_fn(loaded.images))
         if vectors.ndim != 2 or len(vectors) != len(loaded.slots):
             raise UserError(
-                f"the embedding function returned shape {vectors.shape} for {len(loaded.slots)} images",
+                f"the embedding function returned shape {vectors.shape} for "
+                f"{len(loaded.slots)} images",
                 hint="it must return one (D,) vector per image",
             )
-        return _drop_non_finite(ChunkVectors(loaded.slots, vectors, loaded.failures), target, "the new model")
+        return _drop_non_finite(
+            ChunkVectors(loaded.slots, vectors, loaded.failures), target, "the new model"
+        )
 
 
 class TransformStored:
@@ -126,8 +131,11 @@ class TableVectors:
 
     def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
         found = [item for item in chunk.items if item.item_id in self.rows]
-        failures = {item.slot: f"the vector table has no row for item {item.item_id}"
-                    for item in chunk.items if item.item_id not in self.rows}
+        failures = {
+            item.slot: f"the vector table has no row for item {item.item_id}"
+            for item in chunk.items
+            if item.item_id not in self.rows
+        }
         vectors = self.vectors[[self.rows[item.item_id] for item in found]].reshape(len(found), -1)
         slots = np.array([item.slot for item in found], dtype=np.int64)
         return _drop_non_finite(ChunkVectors(slots, vectors, failures), target, "the vector table")
@@ -136,15 +144,18 @@ class TableVectors:
 def _drop_non_finite(result: ChunkVectors, target: SpaceSpec, producer: str) -> ChunkVectors:
     if result.vectors.shape[1] != target.dim:
         raise UserError(
-            f"{producer} produces {result.vectors.shape[1]}-d vectors, but space {target.name!r} holds "
-            f"{target.dim}-d vectors",
-            hint="the model (or head) does not belong to this embedding space; check which one was given",
+            f"{producer} produces {result.vectors.shape[1]}-d vectors, but space {target.name!r} "
+            f"holds {target.dim}-d vectors",
+            hint="the model (or head) does not belong to this embedding space; "
+            "check which one was given",
         )
     finite = np.isfinite(result.vectors).all(axis=1)
     failures = dict(result.failures)
     for slot in result.slots[~finite]:
         failures[int(slot)] = f"{producer} produced NaN or infinite values"
-    return ChunkVectors(result.slots[finite], np.ascontiguousarray(result.vectors[finite], np.float32), failures)
+    return ChunkVectors(
+        result.slots[finite], np.ascontiguousarray(result.vectors[finite], np.float32), failures
+    )
 
 
 def vectors_digest(slots: np.ndarray, vectors: np.ndarray) -> str:
@@ -197,7 +208,12 @@ class BackfillReport:
 
 
 def start_or_resume(
-    store: GalleryStore, target: SpaceSpec, method: str, policy: OrderingPolicy, chunk_size: int, seed: int = 0
+    store: GalleryStore,
+    target: SpaceSpec,
+    method: str,
+    policy: OrderingPolicy,
+    chunk_size: int,
+    seed: int = 0,
 ) -> Backfill:
     """The running backfill into ``target`` (resumed as planned), or a newly planned one.
 
@@ -214,15 +230,24 @@ def start_or_resume(
             )
         if active.method != method:
             raise UserError(
-                f"backfill {active.id} was started with method {active.method!r}; resume it the same way",
-                hint="embed: re-embed images with the new model; transform: apply ψ to stored vectors; "
-                "table: take vectors from a table",
+                f"backfill {active.id} was started with method {active.method!r}; "
+                "resume it the same way",
+                hint="embed: re-embed images with the new model; transform: apply ψ to stored "
+                "vectors; table: take vectors from a table",
             )
         existing = store.space(target.name)
         if existing.dim != target.dim:
-            raise UserError(f"space {target.name!r} holds {existing.dim}-d vectors, the model gives {target.dim}-d")
-        log.info("resuming backfill %d into %s (planned with %s, chunks of %d)",
-                 active.id, active.target_space, active.policy, active.chunk_size)
+            raise UserError(
+                f"space {target.name!r} holds {existing.dim}-d vectors, the model "
+                f"gives {target.dim}-d"
+            )
+        log.info(
+            "resuming backfill %d into %s (planned with %s, chunks of %d)",
+            active.id,
+            active.target_space,
+            active.policy,
+            active.chunk_size,
+        )
         return active
     snapshot = store.snapshot()
     to_move = snapshot.slots[snapshot.spaces != target.name]
@@ -259,7 +284,9 @@ class LocalExecutor:
             result = self.source.compute(store, chunk, target)
             if not upcoming:
                 # Chunks computed but not yet committed are still pending: read past this one.
-                upcoming.extend(store.backfills.next_chunks(backfill, after=chunk.index, limit=self.read_ahead))
+                upcoming.extend(
+                    store.backfills.next_chunks(backfill, after=chunk.index, limit=self.read_ahead)
+                )
             yield chunk, result
 
 
@@ -283,7 +310,9 @@ class BackfillJob:
         if max_group < 1:
             raise UserError(f"max_group must be at least 1, got {max_group}")
         self.store, self.target = store, target
-        self.executor = source if isinstance(source, ChunkExecutor) else LocalExecutor(source, max_group)
+        self.executor = (
+            source if isinstance(source, ChunkExecutor) else LocalExecutor(source, max_group)
+        )
         self.policy, self.chunk_size, self.seed, self.progress = policy, chunk_size, seed, progress
         self.max_group = max_group
         self._stop = threading.Event()
@@ -301,18 +330,33 @@ class BackfillJob:
         tally = {"chunks": 0, "written": 0, "failed": 0}
         before = self.store.status().backfill or {}
         bar = tqdm(
-            total=backfill.total, initial=before.get("done", 0) + before.get("failed", 0), unit="item",
-            desc=f"backfill → {self.target.name}", disable=not self.progress, dynamic_ncols=True,
+            total=backfill.total,
+            initial=before.get("done", 0) + before.get("failed", 0),
+            unit="item",
+            desc=f"backfill → {self.target.name}",
+            disable=not self.progress,
+            dynamic_ncols=True,
         )
 
         def commit(group: list[tuple[Chunk, ChunkVectors]]) -> None:
             for _, result in group:
-                self.store.write_vectors(self.target.name, result.slots, result.vectors, durable=False)
-            self.store.sync_vectors(self.target.name)  # the rows are on disk before anything points at them
-            self.store.backfills.commit_chunks(self.target.name, [
-                ChunkCommit(chunk, result.slots, result.failures, vectors_digest(result.slots, result.vectors))
-                for chunk, result in group
-            ])
+                self.store.write_vectors(
+                    self.target.name, result.slots, result.vectors, durable=False
+                )
+            # the rows are on disk before anything points at them
+            self.store.sync_vectors(self.target.name)
+            self.store.backfills.commit_chunks(
+                self.target.name,
+                [
+                    ChunkCommit(
+                        chunk,
+                        result.slots,
+                        result.failures,
+                        vectors_digest(result.slots, result.vectors),
+                    )
+                    for chunk, result in group
+                ],
+            )
             for chunk, result in group:
                 names = {item.slot: item.item_id for item in chunk.items}
                 for slot, reason in result.failures.items():
@@ -333,15 +377,24 @@ class BackfillJob:
         computed = 0
         try:
             if max_chunks is None or max_chunks > 0:
-                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-commit") as writer:
+                with ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="backfill-commit"
+                ) as writer:
                     for chunk, result in self.executor.computed(self.store, backfill, self.target):
                         computed += 1
                         waiting.append((chunk, result))
-                        if committing is None or committing.done() or len(waiting) >= self.max_group:
+                        if (
+                            committing is None
+                            or committing.done()
+                            or len(waiting) >= self.max_group
+                        ):
                             if committing is not None:
-                                committing.result()  # the previous group's error, if any, stops the job here
+                                # the previous group's error, if any, stops the job here
+                                committing.result()
                             committing, waiting = writer.submit(commit, waiting), []
-                        if self._stop.is_set() or (max_chunks is not None and computed >= max_chunks):
+                        if self._stop.is_set() or (
+                            max_chunks is not None and computed >= max_chunks
+                        ):
                             break
                     if committing is not None:
                         committing.result()
@@ -351,22 +404,32 @@ class BackfillJob:
                 status = "complete"
             elif self._stop.is_set():
                 status = "stopped"
-                log.warning("stop requested: backfill %d stopped at a chunk boundary; run it again to resume",
-                            backfill.id)
+                log.warning(
+                    "stop requested: backfill %d stopped at a chunk boundary; "
+                    "run it again to resume",
+                    backfill.id,
+                )
             else:
                 status = "paused"
         finally:
             bar.close()
             restore()
         report = BackfillReport(
-            backfill_id=backfill.id, target_space=self.target.name, status=status,
-            chunks_committed=tally["chunks"], items_written=tally["written"], items_failed=tally["failed"],
-            seconds=time.perf_counter() - started, failed=self.store.backfills.failed_items(),
+            backfill_id=backfill.id,
+            target_space=self.target.name,
+            status=status,
+            chunks_committed=tally["chunks"],
+            items_written=tally["written"],
+            items_failed=tally["failed"],
+            seconds=time.perf_counter() - started,
+            failed=self.store.backfills.failed_items(),
         )
         if report.failed and status == "complete":
             log.warning(
                 "backfill %d finished with %d failed item(s), still served from %s: %s",
-                backfill.id, len(report.failed), backfill.source_space,
+                backfill.id,
+                len(report.failed),
+                backfill.source_space,
                 ", ".join(f"{f['item_id']} ({f['reason']})" for f in report.failed),
             )
         return report

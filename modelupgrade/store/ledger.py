@@ -1,10 +1,10 @@
 """The backfill state machine of a store: the plan, its chunks, their commits, and the chunk log.
 
 A backfill is *planned* once: every item not yet in the target space is queued in the policy's
-order and cut into fixed chunks, in one transaction, so chunk membership never changes afterwards and
-a resumed job redoes exactly the chunk it was working on. A chunk is *committed* in one transaction
-that points its written items at the target space, records its failures and appends it to the chunk
-log, whose key forbids a second commit of the same chunk.
+order and cut into fixed chunks, in one transaction, so chunk membership never changes afterwards
+and a resumed job redoes exactly the chunk it was working on. A chunk is *committed* in one
+transaction that points its written items at the target space, records its failures and appends it
+to the chunk log, whose key forbids a second commit of the same chunk.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ class BackfillLedger:
     # ----- which backfill -----------------------------------------------------------------------
     @staticmethod
     def active_in(db: sqlite3.Connection) -> Backfill | None:
-        row = db.execute("SELECT * FROM backfills WHERE status = 'running' ORDER BY id DESC LIMIT 1").fetchone()
+        row = db.execute(
+            "SELECT * FROM backfills WHERE status = 'running' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
         return None if row is None else Backfill(*row)
 
     @staticmethod
@@ -47,7 +49,13 @@ class BackfillLedger:
 
     # ----- planning -----------------------------------------------------------------------------
     def plan(
-        self, target: SpaceSpec, method: str, policy: str, seed: int, order: np.ndarray, chunk_size: int
+        self,
+        target: SpaceSpec,
+        method: str,
+        policy: str,
+        seed: int,
+        order: np.ndarray,
+        chunk_size: int,
     ) -> Backfill:
         """Queue every item not yet in ``target``, in ``order`` (slots), cut into fixed chunks, and
         make ``target`` the serving space."""
@@ -55,17 +63,25 @@ class BackfillLedger:
             raise UserError(f"chunk_size must be ≥ 1, got {chunk_size}")
         with self.db.write() as db:
             if self.active_in(db) is not None:
-                raise UserError("a backfill is already running in this store", hint="resume it instead")
+                raise UserError(
+                    "a backfill is already running in this store", hint="resume it instead"
+                )
             failed = db.execute("SELECT COUNT(*) FROM items WHERE state = 'failed'").fetchone()[0]
             if failed:
                 raise UserError(
-                    f"{failed} item(s) failed in the previous backfill and are still in their old space",
+                    f"{failed} item(s) failed in the previous backfill and are "
+                    "still in their old space",
                     hint="retry them first (`modelupgrade backfill --retry-failed`)",
                 )
-            rows = db.execute("SELECT slot, space FROM items WHERE space != ?", (target.name,)).fetchall()
+            rows = db.execute(
+                "SELECT slot, space FROM items WHERE space != ?", (target.name,)
+            ).fetchall()
             sources = sorted({space for _, space in rows})
             if not rows:
-                raise UserError(f"every item of the store is already in space {target.name!r}; nothing to backfill")
+                raise UserError(
+                    "every item of the store is already in space "
+                    f"{target.name!r}; nothing to backfill"
+                )
             if len(sources) > 1:
                 raise UserError(
                     f"the items to backfill are spread over several spaces ({', '.join(sources)})",
@@ -74,25 +90,37 @@ class BackfillLedger:
             source = sources[0]
             if not target.can_replace(source):
                 raise UserError(
-                    f"model {target.name!r} is not compatible with the store: the store's vectors are in "
-                    f"space {source!r}, but {target.name!r} upgrades from "
+                    f"model {target.name!r} is not compatible with the store: the store's vectors "
+                    f"are in space {source!r}, but {target.name!r} upgrades from "
                     f"{', '.join(target.upgrades_from) or 'no earlier generation'}",
-                    hint=f"backfill with a model trained to upgrade {source!r}, or upgrade the store "
-                    "through the generations in between first",
+                    hint=f"backfill with a model trained to upgrade {source!r}, or upgrade the "
+                    "store through the generations in between first",
                 )
             order = np.asarray(order, dtype=np.int64)
             if len(order) != len(rows) or set(order.tolist()) != {slot for slot, _ in rows}:
                 raise ValueError("the backfill order must list every item to backfill exactly once")
             cursor = db.execute(
-                "INSERT INTO backfills (source_space, target_space, method, policy, seed, chunk_size, total, "
-                "status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (source, target.name, method, policy, int(seed), chunk_size, len(order), time.time()),
+                "INSERT INTO backfills (source_space, target_space, method, policy, seed, "
+                "chunk_size, total, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    source,
+                    target.name,
+                    method,
+                    policy,
+                    int(seed),
+                    chunk_size,
+                    len(order),
+                    time.time(),
+                ),
             )
             backfill_id = int(cursor.lastrowid)
             db.executemany(
-                "UPDATE items SET state = 'pending', backfill_id = ?, planned_chunk = ?, backfill_rank = ?, "
-                "committed_chunk = NULL, failure = NULL WHERE slot = ?",
-                ((backfill_id, rank // chunk_size, rank, int(slot)) for rank, slot in enumerate(order)),
+                "UPDATE items SET state = 'pending', backfill_id = ?, planned_chunk = ?, "
+                "backfill_rank = ?, committed_chunk = NULL, failure = NULL WHERE slot = ?",
+                (
+                    (backfill_id, rank // chunk_size, rank, int(slot))
+                    for rank, slot in enumerate(order)
+                ),
             )
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
             Database.set_meta(db, "serving_space", target.name)
@@ -104,31 +132,47 @@ class BackfillLedger:
             backfill = self.last_in(db)
             if backfill is None:
                 raise UserError("this store has never been backfilled; there is nothing to retry")
-            failed = [r[0] for r in db.execute("SELECT slot FROM items WHERE state = 'failed' ORDER BY backfill_rank")]
+            failed = [
+                r[0]
+                for r in db.execute(
+                    "SELECT slot FROM items WHERE state = 'failed' ORDER BY backfill_rank"
+                )
+            ]
             if not failed:
                 raise UserError("no failed items to retry")
-            next_chunk = int(db.execute(
-                "SELECT COALESCE(MAX(planned_chunk), -1) + 1 FROM items WHERE backfill_id = ?", (backfill.id,)
-            ).fetchone()[0])
+            next_chunk = int(
+                db.execute(
+                    "SELECT COALESCE(MAX(planned_chunk), -1) + 1 FROM items WHERE backfill_id = ?",
+                    (backfill.id,),
+                ).fetchone()[0]
+            )
             db.executemany(
-                "UPDATE items SET state = 'pending', planned_chunk = ?, committed_chunk = NULL, failure = NULL "
-                "WHERE slot = ?",
+                "UPDATE items SET state = 'pending', planned_chunk = ?, committed_chunk = NULL, "
+                "failure = NULL WHERE slot = ?",
                 ((next_chunk + i // backfill.chunk_size, slot) for i, slot in enumerate(failed)),
             )
-            db.execute("UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?", (backfill.id,))
+            db.execute(
+                "UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?",
+                (backfill.id,),
+            )
             return self.active_in(db)  # type: ignore[return-value]
 
     # ----- chunks -------------------------------------------------------------------------------
-    def next_chunks(self, backfill: Backfill, after: int = -1, limit: int | None = 1) -> list[Chunk]:
+    def next_chunks(
+        self, backfill: Backfill, after: int = -1, limit: int | None = 1
+    ) -> list[Chunk]:
         """Up to ``limit`` (None: all) planned chunks after chunk ``after`` that still have pending
         items, in plan order, read in one transaction (a job reads ahead rather than wait on each
         commit; a pool of workers takes them all)."""
         with self.db.read() as db:
-            indexes = [row[0] for row in db.execute(
-                "SELECT DISTINCT planned_chunk FROM items WHERE state = 'pending' AND backfill_id = ? "
-                "AND planned_chunk > ? ORDER BY planned_chunk LIMIT ?",
-                (backfill.id, after, -1 if limit is None else limit),
-            )]
+            indexes = [
+                row[0]
+                for row in db.execute(
+                    "SELECT DISTINCT planned_chunk FROM items WHERE state = 'pending' AND "
+                    "backfill_id = ? AND planned_chunk > ? ORDER BY planned_chunk LIMIT ?",
+                    (backfill.id, after, -1 if limit is None else limit),
+                )
+            ]
             if not indexes:
                 return []
             rows = db.execute(
@@ -145,37 +189,51 @@ class BackfillLedger:
     def commit_chunks(self, target_space: str, commits: Sequence[ChunkCommit]) -> None:
         """Commit several chunks in one transaction (a group commit): all of them or none.
 
-        The caller has made the written rows durable first. One transaction, hence one WAL sync, for a
-        run of chunks whose rows were made durable with one vector sync: what lets a backfill keep up
-        when its ψ is cheaper than a sync.
+        The caller has made the written rows durable first. One transaction, hence one WAL sync, for
+        a run of chunks whose rows were made durable with one vector sync: what lets a backfill keep
+        up when its ψ is cheaper than a sync.
         """
         for commit in commits:
             written = {int(s) for s in commit.written}
             expected = {item.slot for item in commit.chunk.items}
             if written | set(commit.failures) != expected or written & set(commit.failures):
-                raise ValueError("a chunk commit must account for every item of the chunk exactly once")
+                raise ValueError(
+                    "a chunk commit must account for every item of the chunk exactly once"
+                )
         if not commits:
             return
         with self.db.write() as db:
             for commit in commits:
                 chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
                 still_pending = db.execute(
-                    f"SELECT COUNT(*) FROM items WHERE state = 'pending' AND slot IN ({','.join('?' * len(expected))})",
+                    "SELECT COUNT(*) FROM items WHERE state = 'pending' AND slot IN "
+                    f"({','.join('?' * len(expected))})",
                     expected,
                 ).fetchone()[0]
                 if still_pending != len(expected):
-                    raise RuntimeError(f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed")
+                    raise RuntimeError(
+                        f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed"
+                    )
                 db.execute(
                     "INSERT INTO chunk_log VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (chunk.backfill_id, chunk.index, len(expected), len(commit.written), len(commit.failures),
-                     commit.vectors_sha256, time.time()),
+                    (
+                        chunk.backfill_id,
+                        chunk.index,
+                        len(expected),
+                        len(commit.written),
+                        len(commit.failures),
+                        commit.vectors_sha256,
+                        time.time(),
+                    ),
                 )
                 db.executemany(
-                    "UPDATE items SET space = ?, state = 'done', committed_chunk = ? WHERE slot = ?",
+                    "UPDATE items SET space = ?, state = 'done', "
+                    "committed_chunk = ? WHERE slot = ?",
                     ((target_space, chunk.index, int(slot)) for slot in commit.written),
                 )
                 db.executemany(
-                    "UPDATE items SET state = 'failed', failure = ?, committed_chunk = ? WHERE slot = ?",
+                    "UPDATE items SET state = 'failed', failure = ?, "
+                    "committed_chunk = ? WHERE slot = ?",
                     ((reason, chunk.index, slot) for slot, reason in commit.failures.items()),
                 )
 
@@ -183,34 +241,50 @@ class BackfillLedger:
         """Mark ``backfill`` complete if nothing is pending; True when it is."""
         with self.db.write() as db:
             pending = db.execute(
-                "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ?", (backfill.id,)
+                "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ?",
+                (backfill.id,),
             ).fetchone()[0]
             if pending:
                 return False
             db.execute(
-                "UPDATE backfills SET status = 'complete', finished_at = ? WHERE id = ? AND status = 'running'",
+                "UPDATE backfills SET status = 'complete', finished_at = ? WHERE id = ? "
+                "AND status = 'running'",
                 (time.time(), backfill.id),
             )
         return True
 
     # ----- audit --------------------------------------------------------------------------------
     def failed_items(self) -> list[dict[str, str]]:
-        rows = self.db.query("SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank")
+        rows = self.db.query(
+            "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"
+        )
         return [{"item_id": item_id, "reason": reason} for item_id, reason in rows]
 
     def chunk_log(self, backfill_id: int | None = None) -> list[dict[str, Any]]:
-        query = "SELECT backfill_id, chunk, items, written, failed, vectors_sha256, committed_at FROM chunk_log"
+        query = (
+            "SELECT backfill_id, chunk, items, written, failed, vectors_sha256, "
+            "committed_at FROM chunk_log"
+        )
         if backfill_id is None:
             rows = self.db.query(query + " ORDER BY backfill_id, chunk")
         else:
             rows = self.db.query(query + " WHERE backfill_id = ? ORDER BY chunk", (backfill_id,))
-        keys = ("backfill_id", "chunk", "items", "written", "failed", "vectors_sha256", "committed_at")
+        keys = (
+            "backfill_id",
+            "chunk",
+            "items",
+            "written",
+            "failed",
+            "vectors_sha256",
+            "committed_at",
+        )
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def item_states(self) -> list[dict[str, Any]]:
         """Every item's id, space, state and committing chunk (for audits and tests)."""
         rows = self.db.query(
-            "SELECT slot, item_id, space, state, backfill_id, committed_chunk, failure FROM items ORDER BY slot"
+            "SELECT slot, item_id, space, state, backfill_id, committed_chunk, failure "
+            "FROM items ORDER BY slot"
         )
         keys = ("slot", "item_id", "space", "state", "backfill_id", "committed_chunk", "failure")
         return [dict(zip(keys, row, strict=True)) for row in rows]

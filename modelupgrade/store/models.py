@@ -18,6 +18,7 @@ from modelupgrade.store.job import EmbedFn, TransformFn
 from modelupgrade.store.search import HeadTransforms
 from modelupgrade.store.spaces import SpaceSpec
 
+
 def space_for_model(
     model_dir: str | Path,
     name: str | None = None,
@@ -37,7 +38,13 @@ def space_for_model(
     parents = tuple(upgrades_from) if upgrades_from is not None else ((parent,) if parent else ())
     if backward_compatible is None:
         backward_compatible = bool(parents) and card.backward_compatible
-    return SpaceSpec(name or Path(model_dir).name, card.embedding_dim, parents, backward_compatible, str(model_dir))
+    return SpaceSpec(
+        name or Path(model_dir).name,
+        card.embedding_dim,
+        parents,
+        backward_compatible,
+        str(model_dir),
+    )
 
 
 def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "cpu") -> EmbedFn:
@@ -57,22 +64,27 @@ def model_embed_fn(model_dir: str | Path, batch_size: int = 256, device: str = "
 def head_transform_fn(
     head_dir: str | Path, device: str = "cpu", output: str = "transform"
 ) -> tuple[TransformFn, HeadCard]:
-    """The head saved in ``head_dir`` as a vectors → vectors callable (one of its outputs), with its card."""
+    """The head saved in ``head_dir`` as a vectors → vectors callable (one of its
+    outputs), with its card."""
     from modelupgrade.heads import load_head
 
     head, card = load_head(head_dir, device)
     return folded_transform(head, device, output), card
 
 
-def folded_transform(head: Any, device: str = "cpu", output: str = "transform", batch_size: int = 8192) -> TransformFn:
+def folded_transform(
+    head: Any, device: str = "cpu", output: str = "transform", batch_size: int = 8192
+) -> TransformFn:
     """``head``'s ``output`` with BatchNorm folded once, not once per chunk."""
     import torch
 
     from modelupgrade.heads import inference_copy
 
     if output not in head.output_names:
-        raise UserError(f"head {head.registry_name!r} has no output {output!r}",
-                        hint=f"its outputs are: {', '.join(head.output_names)}")
+        raise UserError(
+            f"head {head.registry_name!r} has no output {output!r}",
+            hint=f"its outputs are: {', '.join(head.output_names)}",
+        )
     frozen = inference_copy(head, device)
 
     def transform(vectors: np.ndarray) -> np.ndarray:
@@ -89,7 +101,9 @@ def folded_transform(head: Any, device: str = "cpu", output: str = "transform", 
 
 
 def load_head_transforms(
-    forward_head: str | Path | None = None, reverse_head: str | Path | None = None, device: str = "cpu"
+    forward_head: str | Path | None = None,
+    reverse_head: str | Path | None = None,
+    device: str = "cpu",
 ) -> HeadTransforms:
     """The heads a store serves with: a forward head (ψ on stored vectors) and a reverse head
     (ψ_rev on queries; an rm_full head gives ρ and ψ_rev∘ρ instead, for the full method)."""
@@ -99,16 +113,25 @@ def load_head_transforms(
     if forward_head is not None:
         head, _ = load_head(forward_head, device)
         if head.direction != "forward":
-            raise UserError(f"{forward_head} is a {head.direction} head ({head.registry_name}), not a forward one",
-                            hint="--forward-head takes ψ: fct, fastfill, bict or dmu")
+            raise UserError(
+                f"{forward_head} is a {head.direction} head "
+                f"({head.registry_name}), not a forward one",
+                hint="--forward-head takes ψ: fct, fastfill, bict or dmu",
+            )
         forward = folded_transform(head, device)
     if reverse_head is not None:
         head, _ = load_head(reverse_head, device)
         if head.direction != "reverse":
-            raise UserError(f"{reverse_head} is a {head.direction} head ({head.registry_name}), not a reverse one",
-                            hint="--reverse-head takes ψ_rev: rqt, mcl or rm_full")
+            raise UserError(
+                f"{reverse_head} is a {head.direction} head "
+                f"({head.registry_name}), not a reverse one",
+                hint="--reverse-head takes ψ_rev: rqt, mcl or rm_full",
+            )
         if "new_embedding" in head.output_names:
-            rho, rho_reverse = folded_transform(head, device, "new_embedding"), folded_transform(head, device)
+            rho, rho_reverse = (
+                folded_transform(head, device, "new_embedding"),
+                folded_transform(head, device),
+            )
         else:
             reverse = folded_transform(head, device)
     return HeadTransforms(forward, reverse, rho, rho_reverse)
@@ -133,11 +156,17 @@ def ordering_scores(
     logits = sigma2 = None
     if needs & {"old_logits", "old_probabilities"}:
         if model_dir is None:
-            raise UserError(f"the scores {list(kinds)} need the old model's classifier", hint="pass the old model")
+            raise UserError(
+                f"the scores {list(kinds)} need the old model's classifier",
+                hint="pass the old model",
+            )
         logits = classifier_logits(load_model(model_dir, "cpu"), vectors)
     if "sigma2" in needs:
         if fastfill_head is None:
-            raise UserError("the fastfill-sigma2 score needs a FastFill head", hint="pass the FastFill head directory")
+            raise UserError(
+                "the fastfill-sigma2 score needs a FastFill head",
+                hint="pass the FastFill head directory",
+            )
         from modelupgrade.heads import apply_with_uncertainty, load_head
 
         sigma2 = apply_with_uncertainty(load_head(fastfill_head)[0], vectors)[1].reshape(-1)

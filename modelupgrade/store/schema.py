@@ -130,12 +130,15 @@ class Chunk:
 
     @property
     def slots(self) -> np.ndarray:
-        return np.fromiter((item.slot for item in self.items), dtype=np.int64, count=len(self.items))
+        return np.fromiter(
+            (item.slot for item in self.items), dtype=np.int64, count=len(self.items)
+        )
 
 
 @dataclass(frozen=True)
 class ChunkCommit:
-    """A computed chunk ready to commit: the slots written (rows already durable) and the failures."""
+    """A computed chunk ready to commit: the slots written (rows already
+    durable) and the failures."""
 
     chunk: Chunk
     written: np.ndarray
@@ -159,7 +162,9 @@ class Snapshot:
 
     def partitions(self) -> dict[str, np.ndarray]:
         """Positions (into ``slots``) of the items held by each space."""
-        return {str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)}
+        return {
+            str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)
+        }
 
 
 @dataclass

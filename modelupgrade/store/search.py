@@ -8,8 +8,8 @@ Snapshots and part vectors are reused until the store's commit counter moves.
 What meets what is the serving mode's plan (``modelupgrade.serving``): the items of the serving
 space are the new part, every other item the old part; the store makes each query and gallery form
 the plan names from the query vectors it is given, the stored vectors and the heads. Distances, the
-tie rule and top-k are ``modelupgrade.retrieval``'s: a search returns the list the backfill simulator
-ranks for the same gallery state.
+tie rule and top-k are ``modelupgrade.retrieval``'s: a search returns the list the backfill
+simulator ranks for the same gallery state.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ import numpy as np
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.retrieval.distance import Distance, DistanceBlock, check_distance, reported_distance
+from modelupgrade.retrieval.distance import (
+    Distance,
+    DistanceBlock,
+    check_distance,
+    reported_distance,
+)
 from modelupgrade.retrieval.topk import RankedPart, merged_topk
 from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
 from modelupgrade.store.gallery import GalleryStore
@@ -35,12 +40,13 @@ TransformFn = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class HeadTransforms:
-    """The heads a store serves with, as vectors → vectors callables (``store.models`` loads them)."""
+    """The heads a store serves with, as vectors → vectors callables
+    (``store.models`` loads them)."""
 
-    forward: TransformFn | None = None        # ψ: stored old vectors → the new space
-    reverse: TransformFn | None = None        # ψ_rev: φ_new(q) → the old space (RQT, MCL)
-    rho: TransformFn | None = None            # ρ: φ_new(q) → the full method's space (rm_full)
-    rho_reverse: TransformFn | None = None    # ψ_rev∘ρ: φ_new(q) → the old space (rm_full)
+    forward: TransformFn | None = None  # ψ: stored old vectors → the new space
+    reverse: TransformFn | None = None  # ψ_rev: φ_new(q) → the old space (RQT, MCL)
+    rho: TransformFn | None = None  # ρ: φ_new(q) → the full method's space (rm_full)
+    rho_reverse: TransformFn | None = None  # ψ_rev∘ρ: φ_new(q) → the old space (rm_full)
 
 
 @dataclass(frozen=True)
@@ -102,15 +108,24 @@ class Searcher:
 
     def _current(self) -> _Cached:
         with self._lock:
-            if self._cached is not None and self._cached.snapshot.commit_counter == self.store.commit_counter():
+            if (
+                self._cached is not None
+                and self._cached.snapshot.commit_counter == self.store.commit_counter()
+            ):
                 return self._cached
             snapshot = self.store.snapshot()
             spaces = self.store.spaces()
             parts = []
             for space_name, positions in sorted(snapshot.partitions().items()):
                 slots = snapshot.slots[positions]
-                parts.append(_Part(spaces[space_name], slots, snapshot.item_ids[positions],
-                                   self.store.read_vectors(space_name, slots)))
+                parts.append(
+                    _Part(
+                        spaces[space_name],
+                        slots,
+                        snapshot.item_ids[positions],
+                        self.store.read_vectors(space_name, slots),
+                    )
+                )
             position = np.zeros(int(snapshot.slots.max(initial=-1)) + 1, dtype=np.int64)
             position[snapshot.slots] = np.arange(len(snapshot.slots))
             self._cached = _Cached(snapshot, parts, position)
@@ -124,7 +139,9 @@ class Searcher:
         query_forms = {"new"} | ({"old"} if queries.old is not None else set())
         query_forms |= {"reverse"} if heads.reverse else set()
         query_forms |= {"rho", "rho_reverse"} if heads.rho and heads.rho_reverse else set()
-        return Forms.of(query_forms, {"stored", serving.form} | ({"forward"} if heads.forward else set()))
+        return Forms.of(
+            query_forms, {"stored", serving.form} | ({"forward"} if heads.forward else set())
+        )
 
     def plan(self, queries: QueryVectors, serving: SpaceSpec) -> ServingPlan:
         return self.mode.plan(self.forms(queries, serving))
@@ -136,7 +153,9 @@ class Searcher:
             queries = QueryVectors(np.asarray(queries))
         current = self._current()
         if current.snapshot.serving_space is None:
-            raise UserError(f"the store at {self.store.path} is empty", hint="ingest a gallery first")
+            raise UserError(
+                f"the store at {self.store.path} is empty", hint="ingest a gallery first"
+            )
         serving = self.store.space(current.snapshot.serving_space)
         queries = _checked_queries(queries, serving)
         plan = self.plan(queries, serving)
@@ -153,10 +172,15 @@ class Searcher:
             ranked.append(RankedPart(distances, part.slots, "new" if is_new else "old"))
         top = merged_topk(ranked, k, len(queries.new))
         positions = current.position[top.columns]
-        return SearchHits(current.snapshot.item_ids[positions], reported_distance(top.distances, self.distance),
-                          current.snapshot.spaces[positions])
+        return SearchHits(
+            current.snapshot.item_ids[positions],
+            reported_distance(top.distances, self.distance),
+            current.snapshot.spaces[positions],
+        )
 
-    def _query(self, form: str, queries: QueryVectors, made: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    def _query(
+        self, form: str, queries: QueryVectors, made: dict[str, np.ndarray], rows: int
+    ) -> np.ndarray:
         if form not in made:
             heads = self.heads
             producers: dict[str, Callable[[], np.ndarray]] = {
@@ -178,16 +202,22 @@ class Searcher:
             )
             size = max(len(table), int(part.slots.max(initial=-1)) + 1)
             if size > len(table):
-                table = np.concatenate([table, np.zeros((size - len(table), serving.dim), np.float32)])
+                table = np.concatenate(
+                    [table, np.zeros((size - len(table), serving.dim), np.float32)]
+                )
                 mapped = np.concatenate([mapped, np.zeros(size - len(mapped), dtype=bool)])
             todo = ~mapped[part.slots]
             if todo.any():
-                result = vector_rows(self.heads.forward(part.vectors[todo]), "ψ(stored vectors)",  # type: ignore[misc]
-                                     rows=int(todo.sum()))
+                result = vector_rows(
+                    self.heads.forward(part.vectors[todo]),  # type: ignore[misc]
+                    "ψ(stored vectors)",
+                    rows=int(todo.sum()),
+                )
                 if result.shape[1] != serving.dim:
                     raise UserError(
-                        f"the forward head maps {part.space.name!r} vectors to {result.shape[1]}-d, but the "
-                        f"serving space {serving.name!r} is {serving.dim}-d",
+                        f"the forward head maps {part.space.name!r} vectors to "
+                        f"{result.shape[1]}-d, but the serving space "
+                        f"{serving.name!r} is {serving.dim}-d",
                         hint="the head does not connect the two embedding spaces of this store",
                     )
                 table[part.slots[todo]] = result
@@ -201,10 +231,10 @@ class Searcher:
             serving.backward_compatible and serving.can_replace(old.name)
         ):
             raise UserError(
-                f"space {serving.name!r} is not backward compatible with space {old.name!r}, so new "
-                "queries cannot be compared with its stored vectors",
-                hint="serve with a forward head (mixed), a reverse head (rank-merge-rqt) or the old "
-                "model's query vectors (rank-merge)",
+                f"space {serving.name!r} is not backward compatible with space {old.name!r}, so "
+                "new queries cannot be compared with its stored vectors",
+                hint="serve with a forward head (mixed), a reverse head (rank-merge-rqt) or the "
+                "old model's query vectors (rank-merge)",
             )
 
 
@@ -222,7 +252,9 @@ def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
     old = None
     if queries.old is not None:
         old = np.asarray(queries.old)
-        old = vector_rows(old[None] if old.ndim == 1 else old, "old-model query vectors", rows=len(new))
+        old = vector_rows(
+            old[None] if old.ndim == 1 else old, "old-model query vectors", rows=len(new)
+        )
     return QueryVectors(new, old)
 
 

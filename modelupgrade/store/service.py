@@ -23,9 +23,12 @@ from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher
 
 
 class SearchRequest(BaseModel):
-    vectors: list[list[float]] = Field(min_length=1, description="query vectors in the serving space")
+    vectors: list[list[float]] = Field(
+        min_length=1, description="query vectors in the serving space"
+    )
     old_vectors: list[list[float]] | None = Field(
-        default=None, description="the same queries embedded by the old model (serving mode rank-merge)"
+        default=None,
+        description="the same queries embedded by the old model (serving mode rank-merge)",
     )
     k: int | None = Field(default=None, ge=1, le=10_000)
 
@@ -67,8 +70,12 @@ def create_app(
     @app.get("/health")
     def health() -> dict[str, Any]:
         snapshot = searcher.snapshot()
-        return {"status": "ok", "items": len(snapshot), "serving_space": snapshot.serving_space,
-                "mode": mode.registry_name}
+        return {
+            "status": "ok",
+            "items": len(snapshot),
+            "serving_space": snapshot.serving_space,
+            "mode": mode.registry_name,
+        }
 
     @app.get("/backfill/status")
     def backfill_status() -> dict[str, Any]:
@@ -78,14 +85,19 @@ def create_app(
     def search(request: SearchRequest) -> SearchResponse:
         k = request.k or top_k
         try:
-            queries = QueryVectors(_matrix(request.vectors, "query vectors"),
-                                   None if request.old_vectors is None else _matrix(request.old_vectors,
-                                                                                    "old query vectors"))
+            queries = QueryVectors(
+                _matrix(request.vectors, "query vectors"),
+                None
+                if request.old_vectors is None
+                else _matrix(request.old_vectors, "old query vectors"),
+            )
             hits = searcher.search(queries, k)
         except UserError as err:
             raise _bad_request(err) from None
         return SearchResponse(
-            serving_space=str(searcher.snapshot().serving_space), mode=mode.registry_name, k=k,
+            serving_space=str(searcher.snapshot().serving_space),
+            mode=mode.registry_name,
+            k=k,
             results=[[Hit(**hit) for hit in row] for row in hits.records()],
         )
 

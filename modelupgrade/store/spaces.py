@@ -34,12 +34,17 @@ class SpaceSpec:
         if not _SPACE_NAME.match(self.name):
             raise UserError(
                 f"embedding space name {self.name!r} is not allowed",
-                hint="use letters, digits, '.', '_' or '-' (it names the model version, e.g. gen1-bct)",
+                hint="use letters, digits, '.', '_' or '-' (it names the model "
+                "version, e.g. gen1-bct)",
             )
         if self.dim < 1:
-            raise UserError(f"embedding space {self.name!r} must have a positive dimension, got {self.dim}")
+            raise UserError(
+                f"embedding space {self.name!r} must have a positive dimension, got {self.dim}"
+            )
         if self.form not in ("new", "rho"):
-            raise UserError(f"embedding space {self.name!r} has form {self.form!r}; it must be 'new' or 'rho'")
+            raise UserError(
+                f"embedding space {self.name!r} has form {self.form!r}; it must be 'new' or 'rho'"
+            )
         object.__setattr__(self, "upgrades_from", tuple(self.upgrades_from))
 
     def can_replace(self, space: str) -> bool:

@@ -38,16 +38,23 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
         items = int(db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
         by_space = dict(db.execute("SELECT space, COUNT(*) FROM items GROUP BY space").fetchall())
         by_state = dict(db.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
-        score_kinds = dict(db.execute("SELECT kind, meaning FROM score_kinds ORDER BY kind").fetchall())
+        score_kinds = dict(
+            db.execute("SELECT kind, meaning FROM score_kinds ORDER BY kind").fetchall()
+        )
         serving = Database.meta(db, "serving_space")
         backfill = BackfillLedger.last_in(db)
         backfill_info = None
         if backfill is not None:
-            counts = dict(db.execute(
-                "SELECT state, COUNT(*) FROM items WHERE backfill_id = ? GROUP BY state", (backfill.id,)
-            ).fetchall())
+            counts = dict(
+                db.execute(
+                    "SELECT state, COUNT(*) FROM items WHERE backfill_id = ? GROUP BY state",
+                    (backfill.id,),
+                ).fetchall()
+            )
             done, failed = int(counts.get("done", 0)), int(counts.get("failed", 0))
-            chunks = db.execute("SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ?", (backfill.id,)).fetchone()[0]
+            chunks = db.execute(
+                "SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ?", (backfill.id,)
+            ).fetchone()[0]
             backfill_info = {
                 "id": backfill.id,
                 "source_space": backfill.source_space,
@@ -70,12 +77,24 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
             "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"
         ).fetchall()
     described = {
-        name: {"dim": s.dim, "upgrades_from": list(s.upgrades_from), "backward_compatible": s.backward_compatible,
-               "model_ref": s.model_ref, "form": s.form}
+        name: {
+            "dim": s.dim,
+            "upgrades_from": list(s.upgrades_from),
+            "backward_compatible": s.backward_compatible,
+            "model_ref": s.model_ref,
+            "form": s.form,
+        }
         for name, s in spaces.items()
     }
     return StoreStatus(
-        path=str(database.path), schema_version=SCHEMA_VERSION, items=items, serving_space=serving,
-        spaces=described, items_by_space=by_space, items_by_state=by_state, backfill=backfill_info,
-        score_kinds=score_kinds, failed=[{"item_id": i, "reason": r} for i, r in failed_rows],
+        path=str(database.path),
+        schema_version=SCHEMA_VERSION,
+        items=items,
+        serving_space=serving,
+        spaces=described,
+        items_by_space=by_space,
+        items_by_state=by_state,
+        backfill=backfill_info,
+        score_kinds=score_kinds,
+        failed=[{"item_id": i, "reason": r} for i, r in failed_rows],
     )

@@ -42,8 +42,10 @@ class VectorFile:
             rows = self.rows_on_disk()
             if rows < rows_needed:
                 raise UserError(
-                    f"vector file {self.path} holds {rows} rows, the item table needs {rows_needed}",
-                    hint="the store directory is damaged or was copied while a writer ran; rebuild it",
+                    f"vector file {self.path} holds {rows} rows, the item "
+                    f"table needs {rows_needed}",
+                    hint="the store directory is damaged or was copied while a "
+                    "writer ran; rebuild it",
                 )
             self._map = np.memmap(self.path, dtype=np.float32, mode="r+", shape=(rows, self.dim))
             self._mapped_rows = rows
@@ -85,11 +87,13 @@ class VectorFile:
 
 
 def check_vectors(vectors: np.ndarray, space: SpaceSpec, what: str) -> np.ndarray:
-    """``vectors`` as contiguous float32 (N, dim of ``space``), or a UserError saying what is wrong."""
+    """``vectors`` as contiguous float32 (N, dim of ``space``), or a UserError
+    saying what is wrong."""
     array = np.asarray(vectors)
     if array.ndim == 2 and array.shape[1] != space.dim:
         raise UserError(
-            f"{what} have dimension {array.shape[1]}, but space {space.name!r} holds {space.dim}-d vectors",
+            f"{what} have dimension {array.shape[1]}, but space {space.name!r} holds "
+            f"{space.dim}-d vectors",
             hint="the vectors must come from the model version the space is named after",
         )
     return vector_rows(array, what)

@@ -1,6 +1,15 @@
 """Compatibility strategies: one class each, registered by kind in ``STRATEGIES``."""
 
-from modelupgrade.strategies import bct, contrastive, dmu, focal, independent, lce, regression, unibct
+from modelupgrade.strategies import (
+    bct,
+    contrastive,
+    dmu,
+    focal,
+    independent,
+    lce,
+    regression,
+    unibct,
+)
 from modelupgrade.strategies.base import (
     STRATEGIES,
     CompatibilityStrategy,

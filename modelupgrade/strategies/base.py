@@ -35,7 +35,8 @@ class StepInputs:
 
     labels: torch.Tensor  # (N,) int64
     new_features: torch.Tensor  # (N, D_new), L2-normalised, with gradient
-    old_features: torch.Tensor | None  # (N, D_old), L2-normalised, detached; None without an old model
+    # (N, D_old), L2-normalised, detached; None without an old model
+    old_features: torch.Tensor | None
     new_model: EmbeddingModel
     epoch: int
 
@@ -54,7 +55,10 @@ class TrainingContext:
     def old_features(self) -> torch.Tensor:
         """Old-model embeddings of the whole training set, computed once."""
         if self.old_model is None:
-            raise UserError("this strategy needs the old model, but none was given", hint="pass --old <model dir>")
+            raise UserError(
+                "this strategy needs the old model, but none was given",
+                hint="pass --old <model dir>",
+            )
         if self._old_features is None:
             self._old_features = self.embed_training_set(self.old_model)
         return self._old_features
@@ -80,24 +84,34 @@ class CompatibilityStrategy(nn.Module):
     def check_models(self, new_model: EmbeddingModel, old_model: EmbeddingModel | None) -> None:
         name = getattr(self, "registry_name", type(self).__name__)
         if self.needs_old_model and old_model is None:
-            raise UserError(f"strategy {name!r} needs the old model", hint="pass --old models/<scenario>/gen0")
-        if self.needs_equal_dims and old_model is not None and old_model.embedding_dim != new_model.embedding_dim:
             raise UserError(
-                f"strategy {name!r} compares new and old embeddings directly, so both must have the same "
-                f"dimension; the old model has {old_model.embedding_dim}, the new architecture {new_model.embedding_dim}",
-                hint="give the new architecture the old embedding_dim, or use a strategy that allows a "
-                "dimension change (independent, then a transformation head)",
+                f"strategy {name!r} needs the old model", hint="pass --old models/<scenario>/gen0"
+            )
+        if (
+            self.needs_equal_dims
+            and old_model is not None
+            and old_model.embedding_dim != new_model.embedding_dim
+        ):
+            raise UserError(
+                f"strategy {name!r} compares new and old embeddings directly, so both must have "
+                f"the same dimension; the old model has {old_model.embedding_dim}, the new "
+                f"architecture {new_model.embedding_dim}",
+                hint="give the new architecture the old embedding_dim, or use a strategy that "
+                "allows a dimension change (independent, then a transformation head)",
             )
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         """Called once before training (and before a resumed checkpoint is loaded)."""
         self.check_models(new_model, context.old_model)
 
-    def on_epoch_start(self, epoch: int, new_model: EmbeddingModel, context: TrainingContext) -> None:
+    def on_epoch_start(
+        self, epoch: int, new_model: EmbeddingModel, context: TrainingContext
+    ) -> None:
         """Called at the start of every epoch (UniBCT regenerates its prototypes here)."""
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
-        """Weighted compatibility terms of this batch; the engine adds them to the classification loss."""
+        """Weighted compatibility terms of this batch; the engine adds them to the
+        classification loss."""
         raise NotImplementedError
 
     def artifacts(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -125,7 +139,9 @@ def build_strategy(kind: str, options: Mapping[str, Any] | None = None) -> Compa
 # ---------------------------------------------------------------- shared building blocks
 
 
-def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def class_means(
+    features: torch.Tensor, labels: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean of ``features`` (C, D) and a mask of the classes that have any sample."""
     sums = torch.zeros(num_classes, features.shape[1], device=features.device, dtype=torch.float32)
     sums.index_add_(0, labels, features.float())
@@ -144,13 +160,17 @@ def old_class_prototypes(
     the old model's embeddings of that class's new training images. Returns L2-normalised
     prototypes (C, D) and a bool mask (C,) that is True where the row is the old classifier's own.
     """
-    old_weight = F.normalize(old_model.classifier.weight.detach().float(), dim=1).to(old_features.device)
+    old_weight = F.normalize(old_model.classifier.weight.detach().float(), dim=1).to(
+        old_features.device
+    )
     trained = old_model.trained_classes
     seen = torch.zeros(num_classes, dtype=torch.bool, device=old_features.device)
     if trained is None:
         seen[: min(num_classes, old_weight.shape[0])] = True
     else:
-        known = torch.tensor([c for c in trained if c < num_classes], dtype=torch.long, device=old_features.device)
+        known = torch.tensor(
+            [c for c in trained if c < num_classes], dtype=torch.long, device=old_features.device
+        )
         seen[known] = True
     seen &= torch.arange(num_classes, device=old_features.device) < old_weight.shape[0]
     means, present = class_means(old_features, labels, num_classes)
@@ -165,11 +185,14 @@ def old_class_prototypes(
 
 
 def frozen_classifier_like(template: nn.Module, prototypes: torch.Tensor) -> nn.Module:
-    """A copy of ``template``'s margin classifier whose prototype matrix is ``prototypes``, frozen."""
+    """A copy of ``template``'s margin classifier whose prototype matrix is
+    ``prototypes``, frozen."""
     from modelupgrade.layers import build_classifier
 
     kind = type(template).registry_name  # type: ignore[attr-defined]
-    classifier = build_classifier(kind, prototypes.shape[1], prototypes.shape[0], template.scale, template.margin)
+    classifier = build_classifier(
+        kind, prototypes.shape[1], prototypes.shape[0], template.scale, template.margin
+    )
     classifier.weight.data.copy_(prototypes)
     classifier.weight.requires_grad_(False)
     return classifier.to(prototypes.device)

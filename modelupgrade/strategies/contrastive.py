@@ -12,7 +12,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from modelupgrade.strategies.base import STRATEGIES, CompatibilityStrategy, StepInputs, StrategyOptions
+from modelupgrade.strategies.base import (
+    STRATEGIES,
+    CompatibilityStrategy,
+    StepInputs,
+    StrategyOptions,
+)
 
 
 class ContrastiveOptions(StrategyOptions):
@@ -51,7 +56,11 @@ class Contrastive(CompatibilityStrategy):
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         assert step.old_features is not None
         loss = compatibility_info_nce(
-            step.new_features, step.old_features, step.labels, self.options.temperature, self.options.new_negatives
+            step.new_features,
+            step.old_features,
+            step.labels,
+            self.options.temperature,
+            self.options.new_negatives,
         )
         return {self.registry_name: self.options.weight * loss}
 

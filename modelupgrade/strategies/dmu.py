@@ -1,17 +1,19 @@
-"""DMU selective backward compatibility (Zhang et al., Darwinian Model Upgrades), with forward adaptation.
+"""DMU selective backward compatibility (Zhang et al., Darwinian Model Upgrades), with
+forward adaptation.
 
 L = L_new + Σ_x λ(x)·ℓ_arc(φ_new(x); ω_old) + mean ℓ_arc(ψ(φ_old(x)); ω_new).
 
 λ(x) comes from the OLD classifier on the OLD embedding (the printed Alg. 1 uses the new
 classifier's logits, which would remove the compatibility constraint):
-- ``entropy``: Λ = entropy of softmax over classes of s·⟨φ_old, ω_old⟩; λ = (1 − softmax_batch(Λ)) / (N − 1);
+- ``entropy``: Λ = entropy of softmax over classes of s·⟨φ_old, ω_old⟩;
+  λ = (1 − softmax_batch(Λ)) / (N − 1);
 - ``least_confidence``: Λ = p_y; λ = softmax_batch(Λ);
 - ``uniform``: λ = 1/N (plain BCT, the paper's ablation baseline).
-Both sum to 1 over the batch, so the SBC term is a weighted sum, not a mean. The paper's Eq. 9 has no
-logit scale; on cosine classifiers that makes every entropy ≈ log C and λ uniform, so the scale is an
-option (default: the old classifier's s). ψ = MLP(depth 4, hidden 1024) is trained jointly; its loss
-also moves the new classifier. ``regression`` replaces ℓ_arc by 1 − cos in both terms (Table 7).
-Old and new models see different random views (Alg. 1).
+Both sum to 1 over the batch, so the SBC term is a weighted sum, not a mean. The paper's Eq. 9 has
+no logit scale; on cosine classifiers that makes every entropy ≈ log C and λ uniform, so the scale
+is an option (default: the old classifier's s). ψ = MLP(depth 4, hidden 1024) is trained jointly;
+its loss also moves the new classifier. ``regression`` replaces ℓ_arc by 1 − cos in both terms
+(Table 7). Old and new models see different random views (Alg. 1).
 """
 
 from __future__ import annotations
@@ -79,18 +81,24 @@ class DMU(CompatibilityStrategy):
         super().setup(new_model, context)
         old_model = context.old_model
         assert old_model is not None
-        prototypes, seen = old_class_prototypes(old_model, context.old_features(), context.labels, new_model.num_classes)
+        prototypes, seen = old_class_prototypes(
+            old_model, context.old_features(), context.labels, new_model.num_classes
+        )
         self.old_classifier = frozen_classifier_like(old_model.classifier, prototypes)
         self.register_buffer("seen_classes", seen)
         self.posterior_scale = self.options.posterior_scale or float(old_model.classifier.scale)
         self.psi: MLP | None = None
         if self.options.forward_head:
             self.psi = MLP(
-                old_model.embedding_dim, new_model.embedding_dim,
-                hidden_dim=self.options.head_hidden_dim, depth=self.options.head_depth,
+                old_model.embedding_dim,
+                new_model.embedding_dim,
+                hidden_dim=self.options.head_hidden_dim,
+                depth=self.options.head_depth,
             ).to(context.labels.device)
 
-    def weights(self, old_features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def weights(
+        self, old_features: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """λ(x) over the samples that take part (all, or only old-model classes with ``mask``)."""
         keep = torch.ones_like(labels, dtype=torch.bool)
         if self.options.unseen_classes == "mask":
@@ -98,7 +106,9 @@ class DMU(CompatibilityStrategy):
         weights = torch.zeros(labels.shape[0], device=labels.device)
         if keep.any():
             cosines = self.old_classifier.cosine(old_features[keep])
-            weights[keep] = selective_weights(cosines, labels[keep], self.posterior_scale, self.options.weighting)
+            weights[keep] = selective_weights(
+                cosines, labels[keep], self.posterior_scale, self.options.weighting
+            )
         return weights, keep
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
@@ -121,7 +131,11 @@ class DMU(CompatibilityStrategy):
     def artifacts(self) -> dict[str, dict[str, torch.Tensor]]:
         if self.psi is None:
             return {}
-        return {FORWARD_HEAD_FILE: {k: v.detach().cpu().clone() for k, v in self.psi.state_dict().items()}}
+        return {
+            FORWARD_HEAD_FILE: {
+                k: v.detach().cpu().clone() for k, v in self.psi.state_dict().items()
+            }
+        }
 
     def card_entries(self) -> dict[str, Any]:
         if self.psi is None:
@@ -135,8 +149,10 @@ class DMU(CompatibilityStrategy):
                 "hidden": self.psi.hidden_dim,
                 "depth": self.psi.depth,
                 "batch_norm": True,
-                "trained_with": "dmu forward adaptation (ArcFace of ψ(φ_old) against the new classifier)"
-                if self.options.compatibility_loss == "arcface"
-                else "dmu forward adaptation (1 − cos(ψ(φ_old), φ_new))",
+                "trained_with": (
+                    "dmu forward adaptation (ArcFace of ψ(φ_old) against the new classifier)"
+                    if self.options.compatibility_loss == "arcface"
+                    else "dmu forward adaptation (1 − cos(ψ(φ_old), φ_new))"
+                ),
             }
         }

@@ -1,10 +1,11 @@
 """Focal distillation (PCT, Yan et al., CVPR 2021): distil more where the old model was right.
 
-Per-sample weight α + β·1[old model classifies the sample correctly] times a distance between new and
-old: ``cosine`` (1 − cos of the embeddings, the retrieval form; default) or ``kl`` (KL divergence of
-the old classifier's posteriors on new vs old embeddings, logits scaled by the old classifier's s and
-divided by ``temperature``). "Correct" is the OLD classifier's prediction on the OLD embedding (the
-public toolbox uses the new model's prediction, which is not PCT). PCT's α = 1, β = 5.
+Per-sample weight α + β·1[old model classifies the sample correctly] times a distance between new
+and old: ``cosine`` (1 − cos of the embeddings, the retrieval form; default) or ``kl`` (KL
+divergence of the old classifier's posteriors on new vs old embeddings, logits scaled by the old
+classifier's s and divided by ``temperature``). "Correct" is the OLD classifier's prediction on the
+OLD embedding (the public toolbox uses the new model's prediction, which is not PCT).
+PCT's α = 1, β = 5.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ class FocalDistillation(CompatibilityStrategy):
             distance = cosine_distance(step.new_features, step.old_features)
         else:
             scale = self.old_scale / self.options.temperature
-            new_log_p = F.log_softmax(scale * F.normalize(step.new_features.float(), dim=1) @ self.old_prototypes.t(), dim=1)
-            old_log_p = F.log_softmax(scale * F.normalize(step.old_features.float(), dim=1) @ self.old_prototypes.t(), dim=1)
+            new_log_p = F.log_softmax(
+                scale * F.normalize(step.new_features.float(), dim=1) @ self.old_prototypes.t(),
+                dim=1,
+            )
+            old_log_p = F.log_softmax(
+                scale * F.normalize(step.old_features.float(), dim=1) @ self.old_prototypes.t(),
+                dim=1,
+            )
             distance = F.kl_div(new_log_p, old_log_p, log_target=True, reduction="none").sum(dim=1)
         return {"focal_distillation": self.options.weight * (weights * distance).mean()}

@@ -1,10 +1,12 @@
 """LCE (Meng et al., ICCV 2021), as re-implemented in the AdvBCT benchmark.
 
-Two terms against the old class centres c_y (normalised mean old embedding of each class over the new
-training set, computed once):
-- alignment: the new classifier's prototypes are aligned with the old centres, mean(1 − cos(w_y, c_y));
+Two terms against the old class centres c_y (normalised mean old embedding of each class over the
+new training set, computed once):
+- alignment: the new classifier's prototypes are aligned with the old centres,
+  mean(1 − cos(w_y, c_y));
 - boundary: a new embedding must lie inside its old class's boundary, relu(∠(φ_new(x), c_y) − r_y),
-  with r_y the class radius: the ``radius`` statistic (mean or max) of the old embeddings' angles to c_y.
+  with r_y the class radius: the ``radius`` statistic (mean or max) of the old
+  embeddings' angles to c_y.
 The original LCE also learns a transformation between the classifiers; it is not part of this form.
 """
 
@@ -30,7 +32,9 @@ _COS_EPS = 1e-6
 
 
 def angle(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.acos(F.cosine_similarity(a.float(), b.float(), dim=1).clamp(-1 + _COS_EPS, 1 - _COS_EPS))
+    return torch.acos(
+        F.cosine_similarity(a.float(), b.float(), dim=1).clamp(-1 + _COS_EPS, 1 - _COS_EPS)
+    )
 
 
 class LCEOptions(StrategyOptions):
@@ -61,10 +65,14 @@ class LCE(CompatibilityStrategy):
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         labels = step.labels
-        boundary = F.relu(angle(step.new_features, self.centres[labels]) - self.radii[labels]).mean()
+        boundary = F.relu(
+            angle(step.new_features, self.centres[labels]) - self.radii[labels]
+        ).mean()
         classes = torch.unique(labels)
         prototypes = step.new_model.classifier.weight[classes]
-        alignment = (1.0 - F.cosine_similarity(prototypes.float(), self.centres[classes], dim=1)).mean()
+        alignment = (
+            1.0 - F.cosine_similarity(prototypes.float(), self.centres[classes], dim=1)
+        ).mean()
         return {
             "lce_boundary": self.options.boundary_weight * boundary,
             "lce_alignment": self.options.alignment_weight * alignment,

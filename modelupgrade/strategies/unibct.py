@@ -33,7 +33,9 @@ from modelupgrade.strategies.base import (
 log = logging.getLogger(__name__)
 
 
-def propagation_weights(new_features: torch.Tensor, graph_lambda: float, temperature: float) -> torch.Tensor:
+def propagation_weights(
+    new_features: torch.Tensor, graph_lambda: float, temperature: float
+) -> torch.Tensor:
     """Weights w (m,) with prototype = wᵀV⁰: column means of A = (1 − λ)(I − λE)⁻¹.
 
     (1/m)·1ᵀA V⁰ needs only Aᵀ1, one linear solve with (I − λE)ᵀ instead of an inverse.
@@ -46,7 +48,9 @@ def propagation_weights(new_features: torch.Tensor, graph_lambda: float, tempera
     similarity.fill_diagonal_(float("-inf"))
     transition = torch.softmax(similarity, dim=1)
     identity = torch.eye(m, device=new_features.device)
-    column_sums = torch.linalg.solve((identity - graph_lambda * transition).t(), torch.ones(m, 1, device=new_features.device))
+    column_sums = torch.linalg.solve(
+        (identity - graph_lambda * transition).t(), torch.ones(m, 1, device=new_features.device)
+    )
     return (1.0 - graph_lambda) * column_sums.squeeze(1) / m
 
 
@@ -98,14 +102,17 @@ class UniBCT(CompatibilityStrategy):
         super().setup(new_model, context)
         if self.options.warmup_epochs >= context.epochs:
             raise UserError(
-                f"UniBCT's warm-up ({self.options.warmup_epochs} epochs) is not shorter than the training "
-                f"({context.epochs} epochs), so its compatibility loss would never be used",
+                f"UniBCT's warm-up ({self.options.warmup_epochs} epochs) is not shorter than the "
+                f"training ({context.epochs} epochs), so its compatibility "
+                "loss would never be used",
                 hint="lower strategies.<name>.options.warmup_epochs or raise training.epochs",
             )
         template = new_model.classifier
         self.compat_classifier = frozen_classifier_like(
             template,
-            torch.zeros(new_model.num_classes, new_model.embedding_dim, device=context.labels.device),
+            torch.zeros(
+                new_model.num_classes, new_model.embedding_dim, device=context.labels.device
+            ),
         )
         if self.options.scale is not None:
             self.compat_classifier.scale = self.options.scale
@@ -116,13 +123,21 @@ class UniBCT(CompatibilityStrategy):
         since = epoch - self.options.warmup_epochs
         return since >= 0 and since % self.options.refresh_every == 0
 
-    def on_epoch_start(self, epoch: int, new_model: EmbeddingModel, context: TrainingContext) -> None:
+    def on_epoch_start(
+        self, epoch: int, new_model: EmbeddingModel, context: TrainingContext
+    ) -> None:
         if not self.is_refresh_epoch(epoch):
             return
         new_features = context.embed_training_set(new_model)
         prototypes = refined_prototypes(
-            new_features, context.old_features(), context.labels, new_model.num_classes,
-            self.options.graph_lambda, self.options.temperature, self.options.prototype, self.options.drop_ratio,
+            new_features,
+            context.old_features(),
+            context.labels,
+            new_model.num_classes,
+            self.options.graph_lambda,
+            self.options.temperature,
+            self.options.prototype,
+            self.options.drop_ratio,
         )
         self.compat_classifier.weight.data.copy_(prototypes)
         log.info("UniBCT: regenerated %s prototypes at epoch %d", self.options.prototype, epoch)
@@ -130,4 +145,7 @@ class UniBCT(CompatibilityStrategy):
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         if step.epoch < self.options.warmup_epochs:
             return {}
-        return {"unibct": self.options.weight * self.compat_classifier.loss(step.new_features, step.labels)}
+        return {
+            "unibct": self.options.weight
+            * self.compat_classifier.loss(step.new_features, step.labels)
+        }

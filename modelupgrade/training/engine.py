@@ -120,7 +120,8 @@ class Trainer:
         p = self.params
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise UserError(
-                f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}"
+                f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} "
+                f"{tuple(images.shape)}"
             )
         n = images.shape[0]
         if n < 2:
@@ -246,7 +247,8 @@ class Trainer:
                     trained_images += batch_size
                     last = step_in_epoch == steps_per_epoch - 1
                     if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
-                        # From here on the losses are the global batch's: the mean over the processes.
+                        # From here on the losses are the global batch's: the mean
+                        # over the processes.
                         epoch_losses[checked : step_in_epoch + 1] = data_parallel.average(
                             epoch_losses[checked : step_in_epoch + 1]
                         )
@@ -303,9 +305,11 @@ class Trainer:
         if bad.numel():
             local = checked + int(bad[0, 0])
             raise TrainingDivergedError(
-                f"the training loss became {float(losses[local])} at epoch {epoch + 1}, step {local + 1} of "
-                f"{steps_per_epoch} (global step {epoch * steps_per_epoch + local + 1})",
-                hint="lower training.lr or raise training.warmup_epochs; check the strategy's loss weights",
+                f"the training loss became {float(losses[local])} at epoch {epoch + 1}, step "
+                f"{local + 1} of {steps_per_epoch} (global step "
+                f"{epoch * steps_per_epoch + local + 1})",
+                hint="lower training.lr or raise training.warmup_epochs; check the "
+                "strategy's loss weights",
             )
         return upto
 

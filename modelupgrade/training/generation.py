@@ -157,7 +157,8 @@ def training_arguments(
 def embedding_targets(
     splits: Sequence[str | Path], out: str | Path | None, out_dir: str | Path | None
 ) -> list[Path]:
-    """The ``.npy`` file each split's embeddings go to: ``out`` (one split) or ``<out_dir>/<stem>.npy``."""
+    """The ``.npy`` file each split's embeddings go to: ``out`` (one split) or
+    ``<out_dir>/<stem>.npy``."""
     if (out is None) == (out_dir is None):
         raise UserError("pass exactly one of --out (one split) and --out-dir")
     if out is not None:
@@ -182,7 +183,8 @@ def embed_splits(
     out_dir: str | Path | None = None,
     logits: bool = False,
 ) -> list[Path]:
-    """Embed every split with the model (images decoded once, in one call); returns the written paths.
+    """Embed every split with the model (images decoded once, in one call);
+    returns the written paths.
 
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.

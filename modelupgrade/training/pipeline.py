@@ -24,15 +24,20 @@ log = logging.getLogger(__name__)
 
 
 def default_resume_dir(out_dir: str | Path) -> Path:
-    """Where epoch checkpoints of an unfinished run live: a hidden sibling of the output directory."""
+    """Where epoch checkpoints of an unfinished run live: a hidden sibling of
+    the output directory."""
     out_dir = Path(out_dir)
     return out_dir.parent / f".{out_dir.name}.resume"
 
 
-def build_model(architecture: ArchitectureParams, images: torch.Tensor, labels: torch.Tensor) -> EmbeddingModel:
+def build_model(
+    architecture: ArchitectureParams, images: torch.Tensor, labels: torch.Tensor
+) -> EmbeddingModel:
     """A fresh model sized for this training set (channels, image size, classes 0..max label)."""
     num_classes = int(labels.max()) + 1
-    model = EmbeddingModel(architecture, in_chans=images.shape[1], num_classes=num_classes, input_size=images.shape[-1])
+    model = EmbeddingModel(
+        architecture, in_chans=images.shape[1], num_classes=num_classes, input_size=images.shape[-1]
+    )
     model.trained_classes = sorted(int(c) for c in torch.unique(labels).tolist())
     return model
 
@@ -57,7 +62,8 @@ def train_model(
 ) -> dict[str, Any]:
     """Train and save one model; returns its card. Generation 0 trains without a strategy.
 
-    Under torchrun every process trains; rank 0 alone saves, and the others return the card it wrote.
+    Under torchrun every process trains; rank 0 alone saves, and the others
+    return the card it wrote.
     """
     # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
     from modelupgrade.scale.distributed import current as current_process_group
@@ -65,22 +71,33 @@ def train_model(
     device = torch.device(device)
     if generation == 0:
         if strategy_name is not None or old_model_dir is not None:
-            raise UserError("generation 0 is trained without a strategy or an old model", hint="drop --strategy/--old")
+            raise UserError(
+                "generation 0 is trained without a strategy or an old model",
+                hint="drop --strategy/--old",
+            )
         strategy: CompatibilityStrategy = Independent()
     else:
         if strategy_params is None or strategy_name is None:
-            raise UserError(f"generation {generation} needs a strategy", hint="pass --strategy <name from params.yaml>")
+            raise UserError(
+                f"generation {generation} needs a strategy",
+                hint="pass --strategy <name from params.yaml>",
+            )
         strategy = build_strategy(strategy_params.kind, strategy_params.options)
     old_model = None
     parent = None
     if strategy.needs_old_model:
         if old_model_dir is None:
-            raise UserError(f"strategy {strategy_name!r} needs the previous generation", hint="pass --old <model dir>")
+            raise UserError(
+                f"strategy {strategy_name!r} needs the previous generation",
+                hint="pass --old <model dir>",
+            )
         old_model = load_model(old_model_dir)
     if old_model_dir is not None:
         parent_card = Path(old_model_dir) / CARD_FILE
         if not parent_card.is_file():
-            raise UserError(f"{parent_card} does not exist", hint="train the previous generation first")
+            raise UserError(
+                f"{parent_card} does not exist", hint="train the previous generation first"
+            )
         parent = {"path": str(old_model_dir), "card_sha256": file_sha256(parent_card)}
 
     seed_everything(seed)  # the initial weights depend on the seed only
@@ -89,7 +106,14 @@ def train_model(
         strategy.check_models(model, old_model)
     resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
     name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
-    trainer = Trainer(training, device=device, seed=seed, resume_dir=resume_dir, progress=progress, description=name)
+    trainer = Trainer(
+        training,
+        device=device,
+        seed=seed,
+        resume_dir=resume_dir,
+        progress=progress,
+        description=name,
+    )
     result = trainer.fit(model, images, labels, strategy, old_model)
 
     card_fields = {
@@ -98,7 +122,11 @@ def train_model(
         "strategy": {"name": strategy_name or "independent", **strategy.describe()},
         "parent": parent,
         "seed": seed,
-        "data": {**(data or {}), "images": int(images.shape[0]), "classes": len(model.trained_classes or [])},
+        "data": {
+            **(data or {}),
+            "images": int(images.shape[0]),
+            "classes": len(model.trained_classes or []),
+        },
         "training": training.model_dump(mode="json"),
         "history": result.history,
         "train_seconds": round(result.seconds, 3),
@@ -106,13 +134,19 @@ def train_model(
         "resumed_from_epoch": result.resumed_from_epoch,
         "device": describe_device(device),
         "training_processes": result.world_size,
-        "versions": {"torch": torch.__version__, "timm": importlib.metadata.version("timm"), "python": platform.python_version()},
+        "versions": {
+            "torch": torch.__version__,
+            "timm": importlib.metadata.version("timm"),
+            "python": platform.python_version(),
+        },
         **strategy.card_entries(),
     }
     data_parallel = current_process_group()
     if data_parallel.is_primary:
         card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())
         shutil.rmtree(resume_dir, ignore_errors=True)
-        log.info("saved %s (%.1f s, %.0f images/s)", out_dir, result.seconds, result.images_per_second)
+        log.info(
+            "saved %s (%.1f s, %.0f images/s)", out_dir, result.seconds, result.images_per_second
+        )
     data_parallel.barrier()
     return card if data_parallel.is_primary else read_model_card(out_dir)

@@ -39,7 +39,9 @@ class DatasetLoader(ABC):
 
     def require_root(self) -> Path:
         if not self.root.is_dir():
-            raise UserError(f"dataset directory {self.root} does not exist", hint=self.missing_hint())
+            raise UserError(
+                f"dataset directory {self.root} does not exist", hint=self.missing_hint()
+            )
         return self.root
 
     def missing_hint(self) -> str:
@@ -80,7 +82,9 @@ def read_image_files(loader: DatasetLoader, frame: pd.DataFrame, image_size: int
                 image = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
                 pixels = np.asarray(image, dtype=np.uint8)
         except FileNotFoundError:
-            raise UserError(f"image file {full} does not exist", hint="rebuild the manifest") from None
+            raise UserError(
+                f"image file {full} does not exist", hint="rebuild the manifest"
+            ) from None
         except UnidentifiedImageError:
             raise UserError(f"image file {full} is corrupt: not a readable image") from None
         except (OSError, SyntaxError, ValueError) as err:
@@ -108,7 +112,10 @@ def gather_rows(arrays: dict[str, np.ndarray], frame: pd.DataFrame) -> np.ndarra
 
 
 def array_files_manifest(
-    parts: list[tuple[str, str, np.ndarray]], labels: np.ndarray, class_names: list[str], id_digits: int
+    parts: list[tuple[str, str, np.ndarray]],
+    labels: np.ndarray,
+    class_names: list[str],
+    id_digits: int,
 ) -> pd.DataFrame:
     """The manifest of a dataset kept as arrays in files: one row per array row.
 
@@ -119,7 +126,9 @@ def array_files_manifest(
         item_id=[f"{split}-{i:0{id_digits}d}" for split, _, lab in parts for i in range(len(lab))],
         label=labels,
         class_names=class_names,
-        source_split=np.concatenate([np.full(len(lab), split, dtype=object) for split, _, lab in parts]),
+        source_split=np.concatenate(
+            [np.full(len(lab), split, dtype=object) for split, _, lab in parts]
+        ),
         path=np.concatenate([np.full(len(lab), path, dtype=object) for _, path, lab in parts]),
         index=np.concatenate([np.arange(len(lab), dtype=np.int64) for _, _, lab in parts]),
     )

@@ -75,20 +75,25 @@ class Cifar100Loader(DatasetLoader):
             count = len(_images_of(path))
             if len(labels) != count:
                 raise UserError(
-                    f"CIFAR file {path} has a size mismatch: {len(labels)} fine labels for {count} images"
+                    f"CIFAR file {path} has a size mismatch: {len(labels)} fine "
+                    f"labels for {count} images"
                 )
             parts.append((split, str(path.resolve().relative_to(root)), labels))
         meta_path = base / "meta"
         if self.params.class_names is not None:
             names = list(self.params.class_names)
         elif meta_path.is_file():
-            names = [n.decode() if isinstance(n, bytes) else str(n)
-                     for n in _unpickle(meta_path)["fine_label_names"]]  # type: ignore[union-attr]
+            names = [
+                n.decode() if isinstance(n, bytes) else str(n)
+                for n in _unpickle(meta_path)["fine_label_names"]  # type: ignore[union-attr]
+            ]
         else:
             names = [str(i) for i in range(int(max(p[2].max() for p in parts)) + 1)]
         all_labels = np.concatenate([p[2] for p in parts])
         if all_labels.min() < 0 or all_labels.max() >= len(names):
-            raise UserError(f"CIFAR labels fall outside 0..{len(names) - 1} (the class names in meta)")
+            raise UserError(
+                f"CIFAR labels fall outside 0..{len(names) - 1} (the class names in meta)"
+            )
         return array_files_manifest(parts, all_labels, names, id_digits=5)
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:

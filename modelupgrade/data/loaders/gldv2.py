@@ -1,7 +1,7 @@
 """GLDv2 training CSVs plus the Revisited Oxford/Paris retrieval ground truth (``gnd_*.pkl``).
 
 Layout under ``dataset.root``:
-  <train_csv>                   train.csv (id,url,landmark_id) or train_clean.csv (landmark_id,images)
+  <train_csv>   train.csv (id,url,landmark_id) or train_clean.csv (landmark_id,images)
   <train_images_dir>/a/b/c/abc....jpg
   <set>/gnd_<set>.pkl, <set>/jpg/<name>.jpg   for each of ``revisited_sets`` (e.g. roxford5k)
 
@@ -45,8 +45,8 @@ def load_ground_truth(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(
             f"ground-truth file {path} does not exist",
-            hint="place the Revisited Oxford/Paris gnd_<set>.pkl next to its jpg/ folder, or remove "
-            "the set from dataset.gldv2.revisited_sets",
+            hint="place the Revisited Oxford/Paris gnd_<set>.pkl next to its jpg/ folder, or "
+            "remove the set from dataset.gldv2.revisited_sets",
         )
     try:
         with open(path, "rb") as fh:
@@ -69,10 +69,14 @@ class Gldv2Loader(DatasetLoader):
         config = self.params.gldv2
         csv = self.require_root() / config.train_csv
         if not csv.is_file():
-            raise UserError(f"GLDv2 training CSV {csv} does not exist", hint="set dataset.gldv2.train_csv")
+            raise UserError(
+                f"GLDv2 training CSV {csv} does not exist", hint="set dataset.gldv2.train_csv"
+            )
         table = pd.read_csv(csv, dtype=str, keep_default_na=False)
         if {"landmark_id", "images"} <= set(table.columns):
-            table = table.assign(id=table["images"].str.split()).explode("id")[["id", "landmark_id"]]
+            table = table.assign(id=table["images"].str.split()).explode("id")[
+                ["id", "landmark_id"]
+            ]
         elif not {"id", "landmark_id"} <= set(table.columns):
             raise UserError(
                 f"GLDv2 training CSV {csv} needs columns id,landmark_id (train.csv) or "
@@ -98,21 +102,29 @@ class Gldv2Loader(DatasetLoader):
             for position in [*truth.get("easy", []), *truth.get("hard", [])]:
                 if gallery_class[position] == f"{name}/distractor":
                     gallery_class[position] = landmark
-            bbox = [float(v) for v in truth["bbx"]] if truth.get("bbx") is not None else [np.nan] * 4
+            bbox = (
+                [float(v) for v in truth["bbx"]] if truth.get("bbx") is not None else [np.nan] * 4
+            )
             rows.append(
                 {
-                    "item_id": f"{name}/query/{query}", "class_key": landmark, "source_split": "query",
+                    "item_id": f"{name}/query/{query}",
+                    "class_key": landmark,
+                    "source_split": "query",
                     "path": f"{name}/jpg/{query}.jpg",
                     **dict(zip(CROP_COLUMNS, bbox, strict=True)),
                     **{
                         column: " ".join(gallery_ids[i] for i in truth.get(kind, []))
-                        for column, kind in zip(GROUND_TRUTH_COLUMNS, ("easy", "hard", "junk"), strict=True)
+                        for column, kind in zip(
+                            GROUND_TRUTH_COLUMNS, ("easy", "hard", "junk"), strict=True
+                        )
                     },
                 }
             )
         gallery = pd.DataFrame(
             {
-                "item_id": gallery_ids, "class_key": gallery_class, "source_split": "gallery",
+                "item_id": gallery_ids,
+                "class_key": gallery_class,
+                "source_split": "gallery",
                 "path": [f"{name}/jpg/{im}.jpg" for im in gnd["imlist"]],
             }
         )
@@ -128,9 +140,12 @@ class Gldv2Loader(DatasetLoader):
             table[column] = table[column].fillna("").astype(object) if column in table else ""
         labels, key_names = contiguous_labels(table["class_key"])
         return make_manifest(
-            item_id=table["item_id"].to_numpy(dtype=object), label=labels, class_names=key_names,
+            item_id=table["item_id"].to_numpy(dtype=object),
+            label=labels,
+            class_names=key_names,
             source_split=table["source_split"].to_numpy(dtype=object),
-            path=table["path"].to_numpy(dtype=object), index=-1,
+            path=table["path"].to_numpy(dtype=object),
+            index=-1,
             extra={c: table[c].to_numpy() for c in (*CROP_COLUMNS, *GROUND_TRUTH_COLUMNS)},
         )
 

@@ -1,4 +1,5 @@
-"""IDX directories: Fashion-MNIST (the default), MNIST, KMNIST, EMNIST and any other IDX pair set."""
+"""IDX directories: Fashion-MNIST (the default), MNIST, KMNIST, EMNIST and
+any other IDX pair set."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ class IdxLoader(DatasetLoader):
             pairs.append((source_split_of(prefix), images, labels))
         if not pairs:
             raise UserError(
-                f"no IDX images files (*-images-idx3-ubyte[.gz]) in {root}", hint=self.missing_hint()
+                f"no IDX images files (*-images-idx3-ubyte[.gz]) in {root}",
+                hint=self.missing_hint(),
             )
         splits = [p[0] for p in pairs]
         if len(set(splits)) != len(splits):
@@ -84,7 +86,9 @@ class IdxLoader(DatasetLoader):
             parts.append((split, images_file.name, labels.astype(np.int64)))
         keys, key_names = contiguous_labels(np.concatenate([p[2] for p in parts]))
         names = class_names_for(self.params.name, self.params.class_names, key_names)
-        return array_files_manifest(parts, keys, names, id_digits=len(str(max(len(p[2]) for p in parts))))
+        return array_files_manifest(
+            parts, keys, names, id_digits=len(str(max(len(p[2]) for p in parts)))
+        )
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
         import torch

@@ -25,14 +25,16 @@ SPLIT_FOLDER_NAMES = frozenset({"train", "test", "val", "valid", "validation", "
 
 def _images_under(folder: Path) -> list[Path]:
     return sorted(
-        p for p in folder.rglob("*")
+        p
+        for p in folder.rglob("*")
         if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith(".")
     )
 
 
 @LOADERS.register("imagefolder")
 class ImageFolderLoader(DatasetLoader):
-    """``root/<class>/<image>`` or ``root/<split>/<class>/<image>`` when every top folder is a split."""
+    """``root/<class>/<image>`` or ``root/<split>/<class>/<image>`` when every
+    top folder is a split."""
 
     def split_folders(self) -> list[tuple[str, Path]]:
         root = self.require_root()
@@ -45,20 +47,27 @@ class ImageFolderLoader(DatasetLoader):
         root = self.root
         rows: list[tuple[str, str, str]] = []
         for split, folder in self.split_folders():
-            for class_dir in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for class_dir in sorted(
+                p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+            ):
                 for image in _images_under(class_dir):
                     rows.append((split, class_dir.name, image.relative_to(root).as_posix()))
         if not rows:
             raise UserError(
                 f"no images in class folders under {root}",
-                hint="lay the images out as <root>/<class>/<image> (or <root>/<split>/<class>/<image>)",
+                hint="lay the images out as <root>/<class>/<image> (or "
+                "<root>/<split>/<class>/<image>)",
             )
         splits, class_keys, paths = (list(col) for col in zip(*rows, strict=True))
         labels, key_names = contiguous_labels(pd.Series(class_keys, dtype=object))
         names = class_names_for(self.params.name, self.params.class_names, key_names)
         return make_manifest(
-            item_id=paths, label=labels, class_names=names,
-            source_split=np.asarray(splits, dtype=object), path=np.asarray(paths, dtype=object), index=-1,
+            item_id=paths,
+            label=labels,
+            class_names=names,
+            source_split=np.asarray(splits, dtype=object),
+            path=np.asarray(paths, dtype=object),
+            index=-1,
         )
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:

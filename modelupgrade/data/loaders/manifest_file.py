@@ -28,14 +28,16 @@ class ManifestFileLoader(DatasetLoader):
         if not path.is_file():
             raise UserError(
                 f"manifest file {path} does not exist",
-                hint="set dataset.manifest_file (relative to dataset.root) to your CSV or parquet file",
+                hint="set dataset.manifest_file (relative to dataset.root) to "
+                "your CSV or parquet file",
             )
         try:
             if path.suffix.lower() == ".parquet":
                 table = pd.read_parquet(path)
             else:
-                table = pd.read_csv(path, dtype={"path": str, "split": str}, keep_default_na=False,
-                                    na_values=[""])
+                table = pd.read_csv(
+                    path, dtype={"path": str, "split": str}, keep_default_na=False, na_values=[""]
+                )
         except (ValueError, OSError, pd.errors.ParserError) as err:
             raise UserError(f"manifest file {path} cannot be read ({err})") from None
         missing = [c for c in ("path", "label") if c not in table.columns]
@@ -56,12 +58,19 @@ class ManifestFileLoader(DatasetLoader):
         labels, key_names = contiguous_labels(table["label"])
         names = class_names_for(self.params.name, self.params.class_names, key_names)
         if "split" in table.columns:
-            splits = table["split"].fillna(self.params.train_split).astype(str).to_numpy(dtype=object)
+            splits = (
+                table["split"].fillna(self.params.train_split).astype(str).to_numpy(dtype=object)
+            )
         else:
             splits = self.params.train_split
         paths = table["path"].astype(str).to_numpy(dtype=object)
         return make_manifest(
-            item_id=paths, label=labels, class_names=names, source_split=splits, path=paths, index=-1
+            item_id=paths,
+            label=labels,
+            class_names=names,
+            source_split=splits,
+            path=paths,
+            index=-1,
         )
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
