@@ -19,10 +19,10 @@ import torch
 
 from modelupgrade.backfill import (
     SearchSystems,
-    backfill_curve,
     evaluate_state,
     fastfill_grid,
     naive_curve,
+    simulate_curve,
 )
 
 
@@ -81,16 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     single_s, _ = timed(lambda: evaluate_state(new, new, labels, True, args.distance), args.repeats)
     print(f"single evaluation (one gallery state):   {single_s:8.2f} s")
     curve_s, curve = timed(
-        lambda: backfill_curve(
-            systems,
-            labels,
-            labels,
-            ordering,
-            grid.cutoffs,
-            grid.t,
-            self_index=np.arange(args.n),
-            distance=args.distance,
-        ),
+        lambda: simulate_curve(old, new, new, labels, ordering, grid, distance=args.distance),
         args.repeats,
     )
     print(f"one-pass curve ({len(grid)} points):            {curve_s:8.2f} s")

@@ -25,38 +25,23 @@ import torch
 from modelupgrade.ordering import build_ordering
 from modelupgrade.store import (
     BackfillJob,
-    ChunkCommit,
-    GalleryStore,
     LoadedImages,
     ReEmbedImages,
     SpaceSpec,
     TransformStored,
     start_or_resume,
-    vectors_digest,
 )
-
-
-def _gallery(path: Path, n: int, space: SpaceSpec, seed: int = 0) -> GalleryStore:
-    store = GalleryStore.create(path)
-    rng = np.random.default_rng(seed)
-    store.ingest(
-        [f"i{i}" for i in range(n)],
-        rng.normal(size=(n, space.dim)).astype(np.float32),
-        space,
-        scores={"old-confidence": rng.random(n)},
-    )
-    return store
+from tests.store_helpers import build_gallery
 
 
 def _psi(dim: int, hidden: int, depth: int, device: str):  # type: ignore[no-untyped-def]
-    from modelupgrade.heads import build_head
-    from modelupgrade.store.models import folded_transform
+    from modelupgrade.heads import FrozenHead, build_head
 
-    return folded_transform(build_head("bict", dim, dim, hidden, depth).eval(), device)
+    return FrozenHead(build_head("bict", dim, dim, hidden, depth).eval(), device).output()
 
 
 def _crash_safe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi) -> float:  # type: ignore[no-untyped-def]
-    with _gallery(path, n, old) as store:
+    with build_gallery(path, n, space=old) as store:
         started = time.perf_counter()
         report = BackfillJob(
             store,
@@ -74,7 +59,7 @@ def _crash_safe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, 
 def _unsafe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi) -> float:  # type: ignore[no-untyped-def]
     """The same chunks and ψ, with nothing made durable until one commit of
     every state at the end."""
-    with _gallery(path, n, old) as store:
+    with build_gallery(path, n, space=old) as store:
         started = time.perf_counter()
         backfill = start_or_resume(store, new, "transform", build_ordering("old-confidence"), chunk)
         source = TransformStored(psi)
@@ -84,17 +69,9 @@ def _unsafe(path: Path, n: int, old: SpaceSpec, new: SpaceSpec, chunk: int, psi)
             result = source.compute(store, chunk_rows, new)
             store.write_vectors(new.name, result.slots, result.vectors, durable=False)
             results.append((chunk_rows, result))
+        # every state in one transaction
         store.backfills.commit_chunks(
-            new.name,
-            [  # every state in one transaction
-                ChunkCommit(
-                    chunk_rows,
-                    result.slots,
-                    result.failures,
-                    vectors_digest(result.slots, result.vectors),
-                )
-                for chunk_rows, result in results
-            ],
+            new.name, [result.commit_of(chunk_rows) for chunk_rows, result in results]
         )
         store.sync_vectors(new.name)
         store.backfills.finish(backfill)
@@ -121,7 +98,7 @@ def _re_embed(path: Path, n: int, chunk: int, device: str) -> float:
         .to(device)
     )
     old, new = SpaceSpec("gen0", 128), SpaceSpec("gen1", 128, upgrades_from=("gen0",))
-    with _gallery(path, n, old) as store:
+    with build_gallery(path, n, space=old) as store:
         source = ReEmbedImages(
             _SyntheticImages((1, 28, 28)),
             lambda images: embed(model, torch.from_numpy(images), 256, device),

@@ -67,3 +67,29 @@ def vector_rows(
             f"{what} contain NaN or infinite values", hint="re-run the step that produced them"
         )
     return array
+
+
+def label_vectors(
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    queries: int,
+    gallery: int,
+    leave_one_out: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The query and gallery labels of a ranking as int64 vectors, one per query and per gallery
+    item; a count that does not match, or a leave-one-out ranking whose query set is not its
+    gallery, is a ``UserError``."""
+    q = np.asarray(query_labels, dtype=np.int64)
+    g = np.asarray(gallery_labels, dtype=np.int64)
+    if q.shape != (queries,) or g.shape != (gallery,):
+        raise UserError(
+            f"{queries} queries and {gallery} gallery items but {len(q)} query and {len(g)} "
+            "gallery labels",
+            hint="labels come from the split files the vectors were computed on, in the same order",
+        )
+    if leave_one_out and queries != gallery:
+        raise UserError(
+            f"leave-one-out needs the query set to be the gallery set, got {queries} queries "
+            f"and {gallery} gallery items"
+        )
+    return q, g

@@ -145,3 +145,38 @@ def quadrant_images(count: int, noise_max: int = 256) -> tuple[torch.Tensor, tor
         row, col = divmod(cls, 2)
         images[labels == cls, :, row * 8 : row * 8 + 8, col * 8 : col * 8 + 8] = 255
     return images, labels
+
+
+# The images of the toy scenario's splits (``write_toy_splits``): row i is the image of index i.
+TOY_PIXELS = torch.randint(
+    0, 256, (80, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+)
+TOY_SPLITS = {
+    "old_train": range(32),
+    "new_train": range(64),
+    "query": range(64, 72),
+    "gallery": range(72, 80),
+}
+
+
+def write_toy_splits(project: Path, monkeypatch: Any) -> Path:
+    """The split files of a scenario "toy" of 4 classes in the pipeline's layout under
+    ``project``; the image decoder is replaced so that their images come from TOY_PIXELS."""
+    monkeypatch.setattr(
+        "modelupgrade.data.load_images",
+        lambda frame, dataset: TOY_PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())],
+    )
+    root = project / "data/splits/toy"
+    root.mkdir(parents=True)
+    for name, rows in TOY_SPLITS.items():
+        pd.DataFrame(
+            {
+                "item_id": [f"i{r}" for r in rows],
+                "label": [r % 4 for r in rows],
+                "class_name": [f"c{r % 4}" for r in rows],
+                "source_split": "train",
+                "path": "x.idx",
+                "index": list(rows),
+            }
+        ).to_parquet(root / f"{name}.parquet")
+    return root

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 
-from modelupgrade.store import BackfillJob, GalleryStore, SpaceSpec, TransformStored
+from modelupgrade.store import BackfillJob, GalleryStore, ItemSources, SpaceSpec, TransformStored
 
 OLD = SpaceSpec("gen0", 16)
 NEW = SpaceSpec("gen1", 12, upgrades_from=("gen0",), backward_compatible=False)
@@ -27,17 +28,48 @@ def reverse(queries: np.ndarray) -> np.ndarray:
     return queries @ psi_matrix().T
 
 
-def build_gallery(path: Path, n: int, seed: int = 0) -> GalleryStore:
-    """``n`` items with gen0 vectors and an old-confidence score each."""
+def build_gallery(
+    path: Path,
+    n: int,
+    seed: int = 0,
+    space: SpaceSpec = OLD,
+    item_id: str = "item-{:05d}",
+    sources: ItemSources | None = None,
+) -> GalleryStore:
+    """``n`` items (ids ``item_id`` of 0 … n − 1) with random ``space`` vectors and an
+    old-confidence score each."""
     rng = np.random.default_rng(seed)
     store = GalleryStore.create(path)
     store.ingest(
-        [f"item-{i:05d}" for i in range(n)],
-        rng.normal(size=(n, OLD.dim)).astype(np.float32),
-        OLD,
+        [item_id.format(i) for i in range(n)],
+        rng.normal(size=(n, space.dim)).astype(np.float32),
+        space,
+        sources,
         scores={"old-confidence": rng.random(n)},
     )
     return store
+
+
+def write_images(root: Path, n: int, size: int, corrupt: Collection[int] = ()) -> Path:
+    """Random grey PNGs ``root``/0.png … (n − 1).png; those in ``corrupt`` are not images."""
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        if i in corrupt:
+            (root / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+        else:
+            Image.fromarray(rng.integers(0, 256, (size, size), dtype=np.uint8)).save(
+                root / f"{i}.png"
+            )
+    return root
+
+
+def image_gallery(path: Path, n: int, seed: int = 0) -> GalleryStore:
+    """``build_gallery`` of items img0 … whose images are the files i.png (``write_images``)."""
+    sources = ItemSources([f"{i}.png" for i in range(n)])
+    return build_gallery(path, n, seed, item_id="img{}", sources=sources)
 
 
 def psi_job(

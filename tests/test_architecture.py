@@ -11,13 +11,14 @@ does: it reads a name from a package ``__init__`` that may be mid-import.
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.processes import run_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "modelupgrade"
@@ -123,46 +124,46 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
 # ----- the walker itself, on small packages whose answer is known --------------------------------
 
 
-def test_the_walker_finds_a_cycle_through_a_package_init(tmp_path: Path) -> None:
-    package = write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "from pkg.a import A\n",
-            # A submodule reading a name from its own package's __init__.
-            "pkg/a.py": "def f():\n    from pkg import B\nA = 1\n",
-            "pkg/b.py": "B = 2\n",
-        },
-    )
-    assert cycles(import_graph(package)) == [["pkg", "pkg.a"]]
-
-
-def test_the_walker_counts_function_level_and_relative_imports(tmp_path: Path) -> None:
-    package = write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "",
-            "pkg/x/__init__.py": "from .one import ONE\n",
-            "pkg/x/one.py": "def f():\n    from ..y import two\nONE = 1\n",
-            "pkg/y/__init__.py": "",
-            "pkg/y/two.py": "import pkg.x.one\n",
-        },
-    )
-    assert cycles(import_graph(package)) == [["pkg.x", "pkg.x.one", "pkg.y.two"]]
-
-
-def test_the_walker_lets_a_submodule_import_a_sibling_through_its_initialising_package(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        pytest.param(
+            {
+                "pkg/__init__.py": "from pkg.a import A\n",
+                # A submodule reading a name from its own package's __init__.
+                "pkg/a.py": "def f():\n    from pkg import B\nA = 1\n",
+                "pkg/b.py": "B = 2\n",
+            },
+            [["pkg", "pkg.a"]],
+            id="finds-a-cycle-through-a-package-init",
+        ),
+        pytest.param(
+            {
+                "pkg/__init__.py": "",
+                "pkg/x/__init__.py": "from .one import ONE\n",
+                "pkg/x/one.py": "def f():\n    from ..y import two\nONE = 1\n",
+                "pkg/y/__init__.py": "",
+                "pkg/y/two.py": "import pkg.x.one\n",
+            },
+            [["pkg.x", "pkg.x.one", "pkg.y.two"]],
+            id="counts-function-level-and-relative-imports",
+        ),
+        pytest.param(
+            {
+                "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
+                "pkg/a.py": "from pkg.b import B\nA = B\n",
+                "pkg/b.py": "import pkg.c\nB = 2\n",
+                "pkg/c.py": "",
+            },
+            [],
+            id="lets-a-submodule-import-a-sibling-through-its-initialising-package",
+        ),
+    ],
+)
+def test_the_walker_finds_the_cycles_of_a_small_package(
+    tmp_path: Path, files: dict[str, str], expected: list[list[str]]
 ) -> None:
-    package = write_package(
-        tmp_path,
-        {
-            "pkg/__init__.py": "from pkg.a import A\nfrom pkg.b import B\n",
-            "pkg/a.py": "from pkg.b import B\nA = B\n",
-            "pkg/b.py": "import pkg.c\nB = 2\n",
-            "pkg/c.py": "",
-        },
-    )
-    assert cycles(import_graph(package)) == []
+    assert cycles(import_graph(write_package(tmp_path, files))) == expected
 
 
 # ----- the library ------------------------------------------------------------------------------
@@ -204,7 +205,4 @@ def test_reading_params_does_not_import_torch(module: str) -> None:
         "read_params('params.yaml')\n"
         "assert 'torch' not in sys.modules, 'reading params.yaml imported torch'\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
+    run_ok([sys.executable, "-c", probe], ROOT)

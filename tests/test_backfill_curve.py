@@ -96,6 +96,19 @@ def random_case(seed, n=60, nq=None, d=6, classes=5, quantise=False):
     return SearchSystems(*arrays), q_labels, g_labels, rng.permutation(n)
 
 
+def mixed_curve(systems, labels, ordering, steps, **options):
+    """``simulate_curve`` of a mixed index: the new query searches the old and the new gallery."""
+    return simulate_curve(
+        systems.gallery_old_side,
+        systems.gallery_new_side,
+        systems.query_new_side,
+        labels,
+        ordering,
+        steps,
+        **options,
+    )
+
+
 def test_reproduces_fastfill_leave_one_out_oracle():
     z = np.load(ORACLE)
     curve = simulate_curve(
@@ -194,16 +207,7 @@ def test_fast_curve_equals_naive_loop_of_single_evaluations():
         systems.gallery_new_side,
     )
     grid = fastfill_grid(5, 80)
-    fast = backfill_curve(
-        systems,
-        labels,
-        labels,
-        ordering,
-        grid.cutoffs,
-        grid.t,
-        self_index=np.arange(80),
-        map_at_k=10,
-    )
+    fast = mixed_curve(systems, labels, ordering, grid, map_at_k=10)
     naive = naive_curve(systems, labels, labels, ordering, grid, leave_one_out=True, map_at_k=10)
     for name in ("top1", "top5", "mAP", "mAP@10"):
         np.testing.assert_allclose(fast.as_dict()[name], naive[name], atol=1e-7)
@@ -230,9 +234,7 @@ def test_end_points_match_the_metrics_package_when_present():
 
     systems, _, labels, ordering = random_case(seed=5, n=90)
     query, new_state = systems.query_new_side, systems.gallery_new_side
-    curve = simulate_curve(
-        systems.gallery_old_side, new_state, query, labels, ordering, steps=3, distance="cosine"
-    )
+    curve = mixed_curve(systems, labels, ordering, steps=3, distance="cosine")
     q = torch.from_numpy(query / np.linalg.norm(query, axis=1, keepdims=True))
     g = torch.from_numpy(new_state / np.linalg.norm(new_state, axis=1, keepdims=True))
     ranked = metrics.rank_block(
@@ -245,14 +247,7 @@ def test_end_points_match_the_metrics_package_when_present():
 
 def test_negative_flips_count_queries_lost_since_the_start():
     systems, _, labels, ordering = random_case(seed=8, n=50)
-    curve = simulate_curve(
-        systems.gallery_old_side,
-        systems.gallery_new_side,
-        systems.query_new_side,
-        labels,
-        ordering,
-        steps=4,
-    )
+    curve = mixed_curve(systems, labels, ordering, steps=4)
     hit = curve.per_query.correct_at(1)
     np.testing.assert_allclose(curve.negative_flip_rate, (hit[:, :1] & ~hit).mean(0))
     np.testing.assert_allclose(
@@ -272,14 +267,7 @@ def test_fastfill_grid_points_and_cutoffs():
 def test_bad_inputs_are_user_errors():
     systems, _, labels, ordering = random_case(seed=1, n=20)
     with pytest.raises(UserError, match="permutation"):
-        simulate_curve(
-            systems.gallery_old_side,
-            systems.gallery_new_side,
-            systems.query_new_side,
-            labels,
-            np.zeros(20, dtype=int),
-            steps=2,
-        )
+        mixed_curve(systems, labels, np.zeros(20, dtype=int), steps=2)
     with pytest.raises(UserError, match="NaN"):
         bad = systems.gallery_new_side.copy()
         bad[0, 0] = np.nan

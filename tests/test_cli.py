@@ -9,30 +9,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import pandas as pd
 import pytest
-import torch
 import yaml
 
 from modelupgrade.cli import COMMANDS, command_summary, load_command, main
 from modelupgrade.cli.arguments import command_parser, parse_command, run_command
 from modelupgrade.config import Params, parse_params
+from tests.data_fixtures import write_toy_splits
+from tests.model_fixtures import resnet10t
 
 WORKFLOW = ("train", "embed", "evaluate", "simulate-backfill")
-PIXELS = torch.randint(
-    0, 256, (80, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
-)
 PARAMS = {
     "seed": 7,
     "device": "cpu",
     "scenarios": {"toy": {"kind": "extended-data", "strategies": ["independent", "bct"]}},
     "architectures": {
-        "default": {
-            "backbone": "resnet10t",
-            "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
-            "cifar_stem": False,
-            "embedding_dim": 8,
-        },
+        "default": resnet10t(),
     },
     "training": {"epochs": 1, "batch_size": 16},
     "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
@@ -50,31 +42,10 @@ def quiet_logs(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """params.yaml and a scenario's split files in the pipeline's layout;
-    images come from PIXELS."""
+    images come from TOY_PIXELS."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(
-        "modelupgrade.data.load_images",
-        lambda frame, dataset: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())],
-    )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
-    root = tmp_path / "data/splits/toy"
-    root.mkdir(parents=True)
-    for name, rows in (
-        ("old_train", range(32)),
-        ("new_train", range(64)),
-        ("query", range(64, 72)),
-        ("gallery", range(72, 80)),
-    ):
-        pd.DataFrame(
-            {
-                "item_id": [f"i{r}" for r in rows],
-                "label": [r % 4 for r in rows],
-                "class_name": [f"c{r % 4}" for r in rows],
-                "source_split": "train",
-                "path": "x.idx",
-                "index": list(rows),
-            }
-        ).to_parquet(root / f"{name}.parquet")
+    write_toy_splits(tmp_path, monkeypatch)
     return tmp_path
 
 

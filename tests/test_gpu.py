@@ -8,39 +8,34 @@ property that only holds when the GPU path really trained.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.config.training import ArchitectureParams, TrainingParams
 from modelupgrade.heads import (
     HEADS,
-    EmbeddingPairs,
-    HeadTraining,
-    apply_all,
+    FrozenHead,
     build_head,
     fit_head,
     head_dims,
 )
-from modelupgrade.layers import ArcFace
 from modelupgrade.metrics import leave_one_out_cmc, leave_one_out_map
 from modelupgrade.models import embed, load_model
 from modelupgrade.store.models import model_embed_fn
 from modelupgrade.strategies import build_strategy
-from modelupgrade.training import Trainer, build_model, train_model
+from modelupgrade.training import Trainer, build_model
 from tests.data_fixtures import quadrant_images
+from tests.model_fixtures import compatibility_strategies, resnet10t, train_generation
+from tests.test_heads import mean_cosine, quick_training, synthetic_pairs
 
 pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
-ARCH = ArchitectureParams(
-    backbone="resnet10t",
-    backbone_kwargs={"channels": [16, 16, 32, 32], "stem_width": 16},
-    cifar_stem=False,
-    embedding_dim=16,
-)
+ARCH = ArchitectureParams(**resnet10t((16, 16, 32, 32), embedding_dim=16))
 TRAINING = TrainingParams(epochs=6, batch_size=64, lr=0.05, warmup_epochs=0.5)
 
 
@@ -50,30 +45,11 @@ def quadrants() -> tuple[torch.Tensor, torch.Tensor]:
     return quadrant_images(256, noise_max=128)
 
 
-def _train(tmp_path, data, name, generation, strategy=None, options=None, old=None):
-    images, labels = data
-    return train_model(
-        architecture=ARCH,
-        architecture_name="tiny",
-        training=TRAINING,
-        images=images,
-        labels=labels,
-        out_dir=tmp_path / name,
-        generation=generation,
-        seed=3,
-        device=CUDA,
-        strategy_name=strategy,
-        strategy_params=StrategyParams(kind=strategy, options=options or {}) if strategy else None,
-        old_model_dir=old,
-        data={"split": "synthetic"},
-        progress=False,
-    )
-
-
-def _mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return float(np.mean(np.sum(a * b, axis=1)))
+# _train(tmp_path, data, name, generation, strategy=None, options=None, old=None): this module's
+# model and training, into tmp_path / name.
+_train = functools.partial(
+    train_generation, architecture=ARCH, training=TRAINING, seed=3, device=CUDA
+)
 
 
 def _fit(data, device):
@@ -105,18 +81,7 @@ def test_training_on_the_gpu_keeps_images_on_the_device_and_follows_the_cpu_run(
     assert leave_one_out_cmc(vectors @ vectors.T, labels.numpy(), topk=(1,))[1] > 0.9
 
 
-@pytest.mark.parametrize(
-    "kind,options",
-    [
-        ("bct", {}),
-        ("regression", {}),
-        ("focal_distillation", {}),
-        ("lce", {}),
-        ("unibct", {"warmup_epochs": 1, "refresh_every": 1}),
-        ("ract", {}),
-        ("dmu", {"head_hidden_dim": 32}),
-    ],
-)
+@pytest.mark.parametrize("kind,options", compatibility_strategies("contrastive"))
 def test_every_strategy_trains_on_the_gpu_and_its_model_embeds_the_same_on_the_cpu(
     tmp_path, quadrants, kind, options
 ):
@@ -129,48 +94,25 @@ def test_every_strategy_trains_on_the_gpu_and_its_model_embeds_the_same_on_the_c
     model = load_model(tmp_path / f"gen1-{kind}")
     on_cpu = embed(model, images, 128, "cpu")
     on_gpu = embed(model, images, 128, CUDA)  # bf16 autocast
-    assert _mean_cosine(on_cpu, on_gpu) > 0.995
-
-
-def _pairs(n: int = 1024, dim: int = 16, classes: int = 8, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(classes, dim))
-    rotation, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
-    labels = rng.integers(0, classes, n)
-    old = centres[labels] + 0.3 * rng.normal(size=(n, dim))
-    old /= np.linalg.norm(old, axis=1, keepdims=True)
-    new = old @ rotation
-    classifier = ArcFace(dim, classes)
-    with torch.no_grad():
-        classifier.weight.copy_(torch.tensor(centres @ rotation, dtype=torch.float32))
-    return EmbeddingPairs(old.astype(np.float32), new.astype(np.float32), labels), classifier
+    assert mean_cosine(on_cpu, on_gpu) > 0.995
 
 
 @pytest.mark.parametrize("kind", sorted(HEADS.names()))
 def test_every_head_trains_on_the_gpu_and_applies_there_as_on_the_cpu(kind):
-    data, classifier = _pairs()
+    data, classifier, _ = synthetic_pairs(n=1024)
     in_dim, out_dim = head_dims(kind, data.old.shape[1], data.new.shape[1])
     head = build_head(kind, in_dim, out_dim, 64, 2)
-    training = HeadTraining.from_defaults(
-        HEADS.get(kind).TRAINING_DEFAULTS,
-        hidden_dim=64,
-        depth=2,
-        epochs=15,
-        batch_size=128,
-        optimizer="adam",
-        lr=1e-2,
-        weight_decay=0.0,
-        warmup_epochs=1,
-        lr_min_ratio=0.0,
-        freeze_bn_after=1.0,
-    )
     result = fit_head(
-        head, data, training, classifier=classifier if head.needs_classifier else None, device=CUDA
+        head,
+        data,
+        quick_training(kind, epochs=15),
+        classifier=classifier if head.needs_classifier else None,
+        device=CUDA,
     )
     assert result.epoch_losses[-1] < result.epoch_losses[0]
     source = data.old if head.direction == "forward" else data.new
-    on_gpu = apply_all(head, source, device=CUDA)
-    on_cpu = apply_all(head, source, device="cpu")
+    on_gpu = FrozenHead(head, CUDA).outputs(source)
+    on_cpu = FrozenHead(head, "cpu").outputs(source)
     assert on_gpu.keys() == on_cpu.keys()
     for name in on_cpu:
         # TF32 matmuls on the GPU: agreement to about 1e-3 relative, not bit for bit.
@@ -200,4 +142,4 @@ def test_store_re_embedding_on_the_gpu_matches_the_cpu(tmp_path, quadrants):
     on_gpu = model_embed_fn(tmp_path / "gen0", batch_size=64, device="cuda")(images)
     on_cpu = model_embed_fn(tmp_path / "gen0", batch_size=64, device="cpu")(images)
     assert on_gpu.shape == on_cpu.shape == (len(images), ARCH.embedding_dim)
-    assert _mean_cosine(on_cpu, on_gpu) > 0.995
+    assert mean_cosine(on_cpu, on_gpu) > 0.995

@@ -11,7 +11,6 @@ import torch
 import yaml
 
 from modelupgrade.config import ParamsError, parse_params
-from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.heads import (
     DMUForwardAdapter,
@@ -30,8 +29,9 @@ from modelupgrade.heads import (
     save_head,
 )
 from modelupgrade.layers import MLP
-from modelupgrade.models import EmbeddingModel, save_model
+from modelupgrade.models import save_model
 from modelupgrade.plugins import check_params
+from tests.model_fixtures import tiny_model
 from tests.test_heads import DIM, quick_training, synthetic_pairs
 
 
@@ -160,13 +160,7 @@ def test_fct_side_information_is_an_extra_input():
 
 def save_model_with_joint_head(directory, mlp: MLP | None) -> None:
     """A model saved the way the DMU strategy saves one: ψ beside it, described in its card."""
-    architecture = ArchitectureParams(
-        backbone="resnet10t",
-        cifar_stem=False,
-        embedding_dim=DIM,
-        backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8},
-    )
-    model = EmbeddingModel(architecture, in_chans=1, num_classes=4, input_size=16)
+    model = tiny_model(DIM)
     if mlp is None:
         save_model(model, directory, {})
         return
@@ -221,19 +215,31 @@ def _params(tmp_path, heads: dict):
     return parse_params(raw)
 
 
-def _write_split(tmp_path, data: EmbeddingPairs):
+def _write_split(tmp_path, data: EmbeddingPairs) -> list[str]:
+    """old.npy, new.npy and split.parquet of ``data``; returns the train_heads arguments that name
+    them and params.yaml."""
     np.save(tmp_path / "old.npy", data.old)
     np.save(tmp_path / "new.npy", data.new)
     pd.DataFrame({"item_id": [str(i) for i in range(len(data))], "label": data.labels}).to_parquet(
         tmp_path / "split.parquet"
     )
+    return [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--old-embeddings",
+        str(tmp_path / "old.npy"),
+        "--new-embeddings",
+        str(tmp_path / "new.npy"),
+        "--labels",
+        str(tmp_path / "split.parquet"),
+    ]
 
 
 def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
     from stages import train_heads
 
     data, _, _ = synthetic_pairs(n=256)
-    _write_split(tmp_path, data)
+    args = _write_split(tmp_path, data)
     small = {
         "hidden_dim": 32,
         "depth": 2,
@@ -249,16 +255,6 @@ def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
             "bict_mom": {"kind": "bict", "input_momentum": 0.5, **small},
         },
     )
-    args = [
-        "--params",
-        str(tmp_path / "params.yaml"),
-        "--old-embeddings",
-        str(tmp_path / "old.npy"),
-        "--new-embeddings",
-        str(tmp_path / "new.npy"),
-        "--labels",
-        str(tmp_path / "split.parquet"),
-    ]
     train_heads.main([*args, "--head", "bict", "--out", str(tmp_path / "gen1")])
     card = read_head_card(tmp_path / "gen1")
     assert card.kind == "bict" and card.training["mode"] == "standalone"
@@ -361,7 +357,7 @@ def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monk
     from stages import train_heads
 
     data, classifier, _ = synthetic_pairs(n=128)
-    _write_split(tmp_path, data)
+    split_args = _write_split(tmp_path, data)
     monkeypatch.setattr(
         "modelupgrade.heads.pipeline.load_new_classifier", lambda model_dir: classifier
     )
@@ -369,18 +365,7 @@ def test_stage_trains_classifier_heads_and_wraps_a_joint_dmu_head(tmp_path, monk
     _params(tmp_path, {"ff": {"kind": "fastfill", **small}, "dmu": {"kind": "dmu", **small}})
     model_dir = tmp_path / "model"
     save_model_with_joint_head(model_dir, None)
-    args = [
-        "--params",
-        str(tmp_path / "params.yaml"),
-        "--old-embeddings",
-        str(tmp_path / "old.npy"),
-        "--new-embeddings",
-        str(tmp_path / "new.npy"),
-        "--labels",
-        str(tmp_path / "split.parquet"),
-        "--new-model",
-        str(model_dir),
-    ]
+    args = [*split_args, "--new-model", str(model_dir)]
     train_heads.main([*args, "--head", "ff", "--out", str(tmp_path / "ff")])
     assert load_head(tmp_path / "ff")[1].outputs == ["transform", "log_variance"]
     train_heads.main([*args, "--head", "dmu", "--out", str(tmp_path / "dmu-standalone")])

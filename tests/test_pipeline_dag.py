@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.data_fixtures import write_idx
+from tests.processes import run_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -107,19 +108,7 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
         "PYTHONPATH": str(project),
     }
-    result = subprocess.run(
-        [str(BIN / "dvc"), *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, (
-        f"dvc {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    )
-    return result
+    return run_ok([str(BIN / "dvc"), *args], project, env, timeout=900)
 
 
 def ran_stages(output: str) -> set[str]:

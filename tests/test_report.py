@@ -14,19 +14,7 @@ import pandas as pd
 from modelupgrade.config import Params, parse_params
 from modelupgrade.layout import StudyLayout
 from modelupgrade.registry import VersionInfo
-from modelupgrade.report import (
-    BulletList,
-    CodeBlock,
-    Heading,
-    Image,
-    Paragraph,
-    Table,
-    check_claims,
-    collect_results,
-    render_html,
-    render_markdown,
-    write_report,
-)
+from modelupgrade.report import check_claims, collect_results, document, write_report
 from modelupgrade.report.upgrade import (
     BackfillOutcome,
     Chain,
@@ -44,17 +32,17 @@ from modelupgrade.report.upgrade import (
 
 def test_markdown_renders_every_block_kind() -> None:
     blocks = [
-        Heading("Part", 2),
-        Paragraph("Some `code` text."),
-        Table(
+        document.Heading("Part", 2),
+        document.Paragraph("Some `code` text."),
+        document.Table(
             ["name", "value", "ok", "missing"],
             [["a", 0.123456, True, None], ["b", 2, False, math.nan]],
         ),
-        Image("plots/x.png", "a plot"),
-        CodeBlock("root\n└── v1"),
-        BulletList(["one: `1`", "two"]),
+        document.Image("plots/x.png", "a plot"),
+        document.CodeBlock("root\n└── v1"),
+        document.BulletList(["one: `1`", "two"]),
     ]
-    assert render_markdown("Title", blocks) == (
+    assert document.render_markdown("Title", blocks) == (
         "# Title\n\n"
         "## Part\n\n"
         "Some `code` text.\n\n"
@@ -67,7 +55,9 @@ def test_markdown_renders_every_block_kind() -> None:
 
 
 def test_markdown_cells_cannot_break_the_table() -> None:
-    text = render_markdown("T", [Table(["a|b", "reason"], [["x | y", "line one\nline two"]])])
+    text = document.render_markdown(
+        "T", [document.Table(["a|b", "reason"], [["x | y", "line one\nline two"]])]
+    )
     assert text.splitlines()[2:5] == [
         "| a\\|b | reason |",
         "|---|---|",
@@ -77,13 +67,13 @@ def test_markdown_cells_cannot_break_the_table() -> None:
 
 def test_html_escapes_text_and_shows_the_same_values() -> None:
     blocks = [
-        Paragraph("a < b & c"),
-        Table(["x"], [[None], [0.5], ["<b>"]]),
-        CodeBlock("<tree>"),
-        BulletList(["<i>"]),
-        Image('p".png', "cap <1>"),
+        document.Paragraph("a < b & c"),
+        document.Table(["x"], [[None], [0.5], ["<b>"]]),
+        document.CodeBlock("<tree>"),
+        document.BulletList(["<i>"]),
+        document.Image('p".png', "cap <1>"),
     ]
-    page = render_html("T & U", blocks)
+    page = document.render_html("T & U", blocks)
     assert "<title>T &amp; U</title>" in page and "<h1>T &amp; U</h1>" in page
     assert "<p>a &lt; b &amp; c</p>" in page
     assert "<td>–</td></tr><tr><td>0.5000</td></tr><tr><td>&lt;b&gt;</td>" in page

@@ -15,21 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.heads import build_head, save_head
-from modelupgrade.models import EmbeddingModel, save_model
+from modelupgrade.models import save_model
 from modelupgrade.ordering import build_ordering
 from modelupgrade.runtime import seed_everything
 from modelupgrade.store import (
     BackfillJob,
     GalleryStore,
     ImageFileSource,
-    ItemSources,
 )
-from tests.store_helpers import NEW, OLD, build_gallery
+from tests.model_fixtures import tiny_model
+from tests.store_helpers import NEW, OLD, build_gallery, image_gallery, write_images
 
 ray = pytest.importorskip("ray")
 from modelupgrade.scale.ray_backfill import (  # only with the [scale] extra
@@ -56,14 +54,8 @@ def local_ray_cluster():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny embedding model of NEW's dimension, saved as the train stage saves one."""
-    architecture = ArchitectureParams(
-        backbone="resnet10t",
-        cifar_stem=False,
-        embedding_dim=NEW.dim,
-        backbone_kwargs={"channels": [8, 8, 8, 8], "stem_width": 8},
-    )
     seed_everything(0)
-    model = EmbeddingModel(architecture, in_chans=1, num_classes=4, input_size=16).eval()
+    model = tiny_model(NEW.dim).eval()
     out = tmp_path_factory.mktemp("models") / "gen1"
     save_model(model, out, {"generation": 1})
     return out
@@ -71,27 +63,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for i in range(ITEMS):
-        if i == CORRUPT:
-            (root / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
-        else:
-            Image.fromarray(rng.integers(0, 256, (16, 16), dtype=np.uint8)).save(root / f"{i}.png")
-    return root
+    return write_images(tmp_path_factory.mktemp("images"), ITEMS, 16, corrupt={CORRUPT})
 
 
 def _image_store(path: Path) -> GalleryStore:
-    rng = np.random.default_rng(1)
-    store = GalleryStore.create(path)
-    store.ingest(
-        [f"img{i}" for i in range(ITEMS)],
-        rng.normal(size=(ITEMS, OLD.dim)),
-        OLD,
-        ItemSources([f"{i}.png" for i in range(ITEMS)]),
-        scores={"old-confidence": rng.random(ITEMS)},
-    )
-    return store
+    return image_gallery(path, ITEMS, seed=1)
 
 
 def run_ray_backfill(store, target, recipe, policy, chunk_size, pool, max_chunks=None):
@@ -141,13 +117,17 @@ def test_re_embedding_images_on_two_ray_workers_equals_the_single_process_job(
         _assert_same_outcome(single, on_ray)
 
 
+def _bict_head(directory: Path, out_dim: int = NEW.dim) -> Path:
+    """A small BiCT head from OLD to ``out_dim``, seeded, saved in ``directory``."""
+    torch.manual_seed(0)
+    save_head(build_head("bict", OLD.dim, out_dim, hidden_dim=8, depth=2), directory)
+    return directory
+
+
 def test_applying_psi_to_stored_vectors_on_ray_equals_the_single_process_job(
     tmp_path: Path,
 ) -> None:
-    torch.manual_seed(0)
-    head_dir = tmp_path / "bict"
-    save_head(build_head("bict", OLD.dim, NEW.dim, hidden_dim=8, depth=2), head_dir)
-    recipe = HeadVectors(str(head_dir))
+    recipe = HeadVectors(str(_bict_head(tmp_path / "bict")))
     policy = build_ordering("random")
     with (
         build_gallery(tmp_path / "single", 50) as single,
@@ -160,8 +140,7 @@ def test_applying_psi_to_stored_vectors_on_ray_equals_the_single_process_job(
 
 
 def test_a_user_error_in_a_worker_reaches_the_caller_as_itself(tmp_path: Path) -> None:
-    head_dir = tmp_path / "too-narrow"
-    save_head(build_head("bict", OLD.dim, NEW.dim - 2, hidden_dim=8, depth=2), head_dir)
+    head_dir = _bict_head(tmp_path / "too-narrow", out_dim=NEW.dim - 2)
     with build_gallery(tmp_path / "store", 12) as store:
         with pytest.raises(UserError, match="produces 10-d vectors, but space 'gen1' holds 12-d"):
             run_ray_backfill(
@@ -178,9 +157,7 @@ def test_a_user_error_in_a_worker_reaches_the_caller_as_itself(tmp_path: Path) -
 def test_the_ray_executor_computes_every_pending_chunk_and_returns_them_in_plan_order(
     tmp_path: Path,
 ) -> None:
-    torch.manual_seed(0)
-    head_dir = tmp_path / "bict"
-    save_head(build_head("bict", OLD.dim, NEW.dim, hidden_dim=8, depth=2), head_dir)
+    head_dir = _bict_head(tmp_path / "bict")
     with build_gallery(tmp_path / "store", 20) as store:
         BackfillJob(
             store,

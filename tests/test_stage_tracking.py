@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from modelupgrade.config import Params, parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.registry import PARENT_RUN_ENV, StageLog, StageRecord, Tracker
 from modelupgrade.registry.spool import spool_record
+from tests.processes import run_ok
 from tests.registry_support import fresh_tracker, make_template
 from tests.test_evaluation import _write_scenario
 
@@ -205,16 +205,8 @@ def test_a_stage_process_spools_its_run_and_a_writer_process_writes_it(
         "import runpy, sys; runpy.run_module('stages.evaluate', run_name='__main__'); "
         "print('mlflow' in sys.modules)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, "--params", "params.yaml", "--scenario", "sc"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    args = [sys.executable, "-c", probe, "--params", "params.yaml", "--scenario", "sc"]
+    done = run_ok(args, tmp_path, env)
     # The stage prints what it did, then the probe whether the stage process ever imported MLflow.
     assert "sc: evaluation written to metrics/sc" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "False"

@@ -23,7 +23,6 @@ from modelupgrade.store import (
     GalleryStore,
     HeadTransforms,
     ImageFileSource,
-    ItemSources,
     QueryVectors,
     ReEmbedImages,
     Searcher,
@@ -31,7 +30,16 @@ from modelupgrade.store import (
     TransformStored,
     start_or_resume,
 )
-from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, psi, reverse
+from tests.store_helpers import (
+    NEW,
+    OLD,
+    PROJECT_PARAMS,
+    build_gallery,
+    image_gallery,
+    psi,
+    reverse,
+    write_images,
+)
 from tests.store_helpers import psi_job as _job
 
 
@@ -230,23 +238,8 @@ def test_a_model_of_the_wrong_dimension_stops_the_job_before_any_commit(tmp_path
 
 
 def _image_gallery(tmp_path: Path, n: int, corrupt: set[int]) -> tuple[GalleryStore, Path]:
-    root = tmp_path / "images"
-    root.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        if i in corrupt:
-            (root / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not an image")
-        else:
-            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(root / f"{i}.png")
-    store = GalleryStore.create(tmp_path / "s")
-    store.ingest(
-        [f"img{i}" for i in range(n)],
-        rng.normal(size=(n, OLD.dim)),
-        OLD,
-        ItemSources([f"{i}.png" for i in range(n)]),
-        scores={"old-confidence": rng.random(n)},
-    )
-    return store, root
+    root = write_images(tmp_path / "images", n, 8, corrupt)
+    return image_gallery(tmp_path / "s", n), root
 
 
 def _embed(images: np.ndarray) -> np.ndarray:

@@ -23,14 +23,12 @@ import pytest
 from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store import (
-    BackfillJob,
     GalleryStore,
     HeadTransforms,
     Searcher,
-    TransformStored,
     start_or_resume,
 )
-from tests.store_helpers import NEW, build_gallery, psi, reverse
+from tests.store_helpers import NEW, build_gallery, psi, psi_job, reverse
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS = 3000
@@ -84,14 +82,7 @@ def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
 
 def _reference(tmp_path: Path) -> tuple[list, np.ndarray, list]:
     with build_gallery(tmp_path / "reference", N_ITEMS) as store:
-        report = BackfillJob(
-            store,
-            NEW,
-            TransformStored(psi),
-            build_ordering("old-confidence"),
-            CHUNK,
-            progress=False,
-        ).run()
+        report = psi_job(store, chunk=CHUNK, seed=0).run()
         assert report.status == "complete"
         return _final_state(store)
 
@@ -194,14 +185,7 @@ def test_crash_between_vector_write_and_commit_redoes_the_chunk(
 ) -> None:
     expected_states, expected_vectors, expected_chunks = _reference(tmp_path)
     with build_gallery(tmp_path / "crashed", N_ITEMS) as store:
-        job = BackfillJob(
-            store,
-            NEW,
-            TransformStored(psi),
-            build_ordering("old-confidence"),
-            CHUNK,
-            progress=False,
-        )
+        job = psi_job(store, chunk=CHUNK, seed=0)
         assert job.run(max_chunks=3).status == "paused"
         real_commit = store.backfills.commit_chunks
 
@@ -242,13 +226,6 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
         committed = len(store.backfills.chunk_log())
         assert 2 <= committed < N_ITEMS // CHUNK
         assert status["done"] == committed * CHUNK  # whole chunks only
-        report = BackfillJob(
-            store,
-            NEW,
-            TransformStored(psi),
-            build_ordering("old-confidence"),
-            CHUNK,
-            progress=False,
-        ).run()
+        report = psi_job(store, chunk=CHUNK, seed=0).run()
         assert report.status == "complete"
         assert report.chunks_committed + committed == len(store.backfills.chunk_log())

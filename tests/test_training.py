@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
 import pytest
 import torch
 
-from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.config.training import ArchitectureParams, TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MLP
 from modelupgrade.models import load_model, read_model_card
@@ -20,16 +21,11 @@ from modelupgrade.training import (
     TrainingDivergedError,
     build_model,
     learning_rate,
-    train_model,
 )
 from tests.data_fixtures import quadrant_images
+from tests.model_fixtures import compatibility_strategies, resnet10t, train_generation
 
-ARCH = ArchitectureParams(
-    backbone="resnet10t",
-    backbone_kwargs={"channels": [8, 8, 16, 16], "stem_width": 8},
-    cifar_stem=False,
-    embedding_dim=8,
-)
+ARCH = ArchitectureParams(**resnet10t((8, 8, 16, 16), embedding_dim=8))
 FAST = TrainingParams(epochs=2, batch_size=16, lr=0.05, warmup_epochs=0.5)
 
 
@@ -121,23 +117,9 @@ def test_training_with_a_poisoned_step_reports_that_step(data):
         _fit(data, strategy=strategy)
 
 
-def _train(tmp_path, data, name, generation, strategy=None, options=None, old=None, arch=ARCH):
-    images, labels = data
-    return train_model(
-        architecture=arch,
-        architecture_name="tiny",
-        training=FAST,
-        images=images,
-        labels=labels,
-        out_dir=tmp_path / name,
-        generation=generation,
-        seed=1,
-        strategy_name=strategy,
-        strategy_params=StrategyParams(kind=strategy, options=options or {}) if strategy else None,
-        old_model_dir=old,
-        data={"split": "synthetic"},
-        progress=False,
-    )
+# _train(tmp_path, data, name, generation, strategy=None, options=None, old=None): this module's
+# model and training, into tmp_path / name.
+_train = functools.partial(train_generation, architecture=ARCH, training=FAST, seed=1)
 
 
 def test_train_model_writes_cards_with_lineage_and_dmu_forward_head(tmp_path, data):
@@ -155,18 +137,7 @@ def test_train_model_writes_cards_with_lineage_and_dmu_forward_head(tmp_path, da
     assert model.embedding_dim == 8 and read_model_card(tmp_path / "gen1-dmu").seed == 1
 
 
-@pytest.mark.parametrize(
-    "kind,options",
-    [
-        ("bct", {}),
-        ("regression", {}),
-        ("focal_distillation", {}),
-        ("lce", {}),
-        ("unibct", {"warmup_epochs": 1, "refresh_every": 1}),
-        ("ract", {}),
-        ("contrastive", {}),
-    ],
-)
+@pytest.mark.parametrize("kind,options", compatibility_strategies("dmu"))
 def test_every_strategy_trains_a_new_generation(tmp_path, data, kind, options):
     _train(tmp_path, data, "gen0", 0)
     card = _train(tmp_path, data, f"gen1-{kind}", 1, kind, options, old=tmp_path / "gen0")
@@ -184,15 +155,21 @@ def test_mixed_upgrade_changes_architecture_and_dimension_only_where_allowed(tmp
         image_size=20,
     )
     card = _train(
-        tmp_path, data, "gen1-independent", 1, "independent", old=tmp_path / "gen0", arch=wider
+        tmp_path,
+        data,
+        "gen1-independent",
+        1,
+        "independent",
+        old=tmp_path / "gen0",
+        architecture=wider,
     )
     assert card.embedding_dim == 12 and card.input_size == 20
     with pytest.raises(UserError, match="same dimension"):
-        _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=wider)
+        _train(tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", architecture=wider)
     same_dim = wider.model_copy(update={"embedding_dim": 8})
     assert (
         _train(
-            tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", arch=same_dim
+            tmp_path, data, "gen1-bct", 1, "bct", old=tmp_path / "gen0", architecture=same_dim
         ).embedding_dim
         == 8
     )

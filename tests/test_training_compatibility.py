@@ -16,17 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.config.training import ArchitectureParams, TrainingParams
 from modelupgrade.models import embed, load_model
-from modelupgrade.training import train_model
+from tests.model_fixtures import resnet10t, train_generation
 
 ROOT = Path("/usr/share/datasets/fashion-mnist")
-DEFAULT_ARCHITECTURE = ArchitectureParams(
-    backbone="resnet10t",
-    backbone_kwargs={"channels": [16, 32, 64, 128], "stem_width": 16},
-    cifar_stem=False,
-    embedding_dim=128,
-)
+DEFAULT_ARCHITECTURE = ArchitectureParams(**resnet10t((16, 32, 64, 128), embedding_dim=128))
 DEFAULT_TRAINING = TrainingParams(epochs=5, batch_size=64, lr=0.1, warmup_epochs=0.5)
 
 pytestmark = [
@@ -79,19 +74,18 @@ def test_bct_is_backward_compatible_and_independent_training_is_not(tmp_path):
     def train(name: str, generation: int, strategy: str | None = None) -> float:
         rows = new_rows if generation else old_rows
         started = time.perf_counter()
-        train_model(
+        train_generation(
+            tmp_path,
+            (train_images[rows], train_labels[rows]),
+            name,
+            generation,
+            strategy,
+            old=tmp_path / "gen0" if generation else None,
             architecture=DEFAULT_ARCHITECTURE,
             architecture_name="default",
             training=DEFAULT_TRAINING,
-            images=train_images[rows],
-            labels=train_labels[rows],
-            out_dir=tmp_path / name,
-            generation=generation,
             seed=666 + generation,
-            strategy_name=strategy,
-            strategy_params=StrategyParams(kind=strategy) if strategy else None,
-            old_model_dir=tmp_path / "gen0" if generation else None,
-            progress=False,
+            data=None,
         )
         return time.perf_counter() - started
 

@@ -6,19 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-import torch
 
 import stages.train
 from modelupgrade.commands.training import embed as embed_splits
 from modelupgrade.commands.training import train
 from modelupgrade.config import parse_params
 from modelupgrade.models import embed, load_model, read_model_card
-
-PIXELS = torch.randint(
-    0, 256, (80, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
-)
+from tests.data_fixtures import TOY_PIXELS, write_toy_splits
+from tests.model_fixtures import resnet10t
 
 
 @pytest.fixture
@@ -29,12 +25,7 @@ def params():
             "device": "cpu",
             "scenarios": {"toy": {"kind": "extended-data", "strategies": ["bct"]}},
             "architectures": {
-                "default": {
-                    "backbone": "resnet10t",
-                    "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
-                    "cifar_stem": False,
-                    "embedding_dim": 8,
-                },
+                "default": resnet10t(),
             },
             "training": {"epochs": 1, "batch_size": 16},
             "strategies": {
@@ -49,30 +40,7 @@ def params():
 @pytest.fixture
 def splits(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(
-        "modelupgrade.data.load_images",
-        lambda frame, dataset: PIXELS[torch.as_tensor(frame["index"].to_numpy().copy())],
-    )
-
-    def split(rows):
-        return pd.DataFrame(
-            {
-                "item_id": [f"i{r}" for r in rows],
-                "label": [r % 4 for r in rows],
-                "class_name": [f"c{r % 4}" for r in rows],
-                "source_split": "train",
-                "path": "x.idx",
-                "index": list(rows),
-            }
-        )
-
-    root = tmp_path / "data/splits/toy"
-    root.mkdir(parents=True)
-    split(range(32)).to_parquet(root / "old_train.parquet")
-    split(range(64)).to_parquet(root / "new_train.parquet")
-    split(range(64, 72)).to_parquet(root / "query.parquet")
-    split(range(72, 80)).to_parquet(root / "gallery.parquet")
-    return root
+    return write_toy_splits(tmp_path, monkeypatch)
 
 
 def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path):
@@ -96,7 +64,7 @@ def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path)
     ).paths
     assert [p.name for p in written] == ["query.npy", "gallery.npy"]
     gallery = np.load(written[1])
-    expected = embed(load_model("models/toy/gen1-bct"), PIXELS[72:80])
+    expected = embed(load_model("models/toy/gen1-bct"), TOY_PIXELS[72:80])
     np.testing.assert_allclose(gallery, expected, atol=1e-6)
     assert gallery.dtype == np.float32
 

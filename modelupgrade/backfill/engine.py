@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from modelupgrade.arrays import vector_rows
+from modelupgrade.arrays import label_vectors, vector_rows
 from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import Distance, DistanceBlock, check_distance
 from modelupgrade.retrieval.topk import (
@@ -170,13 +170,7 @@ def backfill_curve(
         raise UserError(
             f"a gallery of {n} items is too large for one simulation (limit {MAX_GALLERY})"
         )
-    query_labels = np.asarray(query_labels, dtype=np.int64)
-    gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
-    if query_labels.shape != (nq,) or gallery_labels.shape != (n,):
-        raise UserError(
-            f"{len(query_labels)} query labels for {nq} queries and {len(gallery_labels)} gallery "
-            f"labels for {n} gallery items"
-        )
+    query_labels, gallery_labels = label_vectors(query_labels, gallery_labels, nq, n)
     self_index = (
         np.full(nq, -1, dtype=np.int64)
         if self_index is None

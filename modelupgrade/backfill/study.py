@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.arrays import load_array
-from modelupgrade.backfill.engine import SearchSystems, backfill_curve
+from modelupgrade.backfill.engine import backfill_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
 from modelupgrade.backfill.serving_arrays import ServingArrays
+from modelupgrade.backfill.simulate import evaluate_state
 from modelupgrade.backfill.summary import (
     BackfillSummary,
     CurveSummary,
@@ -231,15 +232,13 @@ def simulate_backfill(
     memory = cfg.memory_mb * 1024 * 1024
 
     def evaluate(query: np.ndarray, gallery: np.ndarray) -> dict[str, float]:
-        result = backfill_curve(
-            SearchSystems(query, gallery, query, gallery),
-            query_labels,
+        result = evaluate_state(
+            query,
+            gallery,
             gallery_labels,
-            np.arange(n),
-            np.array([n]),
-            np.array([1.0]),
-            self_index=self_index,
-            distance=cfg.distance,
+            leave_one_out,
+            cfg.distance,
+            query_labels=query_labels,
             topk=topk,
             map_at_k=cfg.map_at_k,
             memory_bytes=memory,

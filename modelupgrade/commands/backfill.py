@@ -4,32 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.backfill.summary import BackfillSummary
-from modelupgrade.commands.results import metric_lines
+from modelupgrade.commands.results import SummaryWritten
 from modelupgrade.config import Params
 from modelupgrade.layout import StudyLayout
 
 
-@dataclass
-class BackfillStudy:
+class BackfillStudy(SummaryWritten[BackfillSummary]):
     """A simulation's summary (``backfill_summary.json``) and where its tables went."""
 
-    summary: BackfillSummary
-    metrics_dir: Path
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.summary.as_dict()
-
-    def describe(self) -> str:
-        headline = (
+    def heading(self) -> str:
+        return (
             f"{self.summary.scenario}: {len(self.summary.curves)} backfill curves written to "
             f"{self.metrics_dir} ({len(self.summary.skipped)} skipped)"
         )
-        return "\n".join([headline, *metric_lines(self.summary.headline_metrics())])
 
 
 def simulate_backfill(

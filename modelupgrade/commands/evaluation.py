@@ -4,29 +4,19 @@ flows' evaluation task. The work is ``modelupgrade.evaluation.scenario``'s."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from modelupgrade.commands.results import metric_lines
+from modelupgrade.commands.results import SummaryWritten
 from modelupgrade.config import Params
 from modelupgrade.evaluation.summary import ScenarioEvaluation, SequentialEvaluation
 from modelupgrade.layout import SEQUENTIAL, StudyLayout
 
 
-@dataclass
-class Evaluation:
+class Evaluation(SummaryWritten[ScenarioEvaluation | SequentialEvaluation]):
     """An evaluation's summary (``summary.json``) and where its files went."""
 
-    summary: ScenarioEvaluation | SequentialEvaluation
-    metrics_dir: Path
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.summary.as_dict()
-
-    def describe(self) -> str:
-        headline = f"{self.summary.scenario}: evaluation written to {self.metrics_dir}"
-        return "\n".join([headline, *metric_lines(self.summary.headline_metrics())])
+    def heading(self) -> str:
+        return f"{self.summary.scenario}: evaluation written to {self.metrics_dir}"
 
 
 def evaluate(

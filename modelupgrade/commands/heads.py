@@ -8,37 +8,15 @@ the same process.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from modelupgrade.commands.results import metric_lines
+from modelupgrade.commands.results import SavedWithCard
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.heads.card import HeadCard
 
-
-@dataclass
-class TrainedHead:
-    """A saved head: its directory, its card, and the outputs written on the evaluation splits."""
-
-    out: Path
-    card: HeadCard
-    outputs: list[Path]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "head": str(self.out),
-            "card": self.card.as_dict(),
-            "outputs": [str(p) for p in self.outputs],
-        }
-
-    def describe(self) -> str:
-        lines = [
-            f"head {self.card.name} ({self.card.kind}) saved to {self.out}:",
-            *metric_lines(self.card.headline_metrics()),
-        ]
-        return "\n".join([*lines, *(f"wrote {p}" for p in self.outputs)])
+# A saved head: its directory, its card, and the outputs written on the evaluation splits.
+TrainedHead = SavedWithCard[HeadCard]
 
 
 def train_heads(
@@ -135,4 +113,5 @@ def train_heads(
         written = write_head_outputs(
             out, evaluation_old, evaluation_new, outputs_dir, device=select_device(params.device)
         )
-    return TrainedHead(Path(out), card, written)
+    heading = f"head {card.name} ({card.kind}) saved to {Path(out)}:"
+    return TrainedHead(Path(out), card, written, ("head", "outputs"), heading)

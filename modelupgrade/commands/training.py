@@ -9,37 +9,18 @@ writes the files ``dvc repro`` writes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from modelupgrade.commands.results import WrittenFiles, metric_lines
+from modelupgrade.commands.results import SavedWithCard, WrittenFiles
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.layout import EVALUATION_SPLITS, OLD_MODEL, StudyLayout, model_name
 from modelupgrade.models.card import ModelCard
 
-
-@dataclass
-class TrainedModel:
-    """A trained model: its directory, its card, and the embeddings written with it."""
-
-    out: Path
-    card: ModelCard
-    embeddings: list[Path]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "model": str(self.out),
-            "card": self.card.as_dict(),
-            "embeddings": [str(p) for p in self.embeddings],
-        }
-
-    def describe(self) -> str:
-        lines = [f"trained {self.out}:", *metric_lines(self.card.headline_metrics())]
-        return "\n".join([*lines, *(f"wrote {p}" for p in self.embeddings)])
+# A trained model: its directory, its card, and the embeddings written with it.
+TrainedModel = SavedWithCard[ModelCard]
 
 
 def train(
@@ -113,17 +94,7 @@ def train(
     }
     with track_stage("train", params, run_name=f"train@{out}", arguments=asked) as stage:
         job = training_arguments(
-            params,
-            out,
-            generation,
-            scenario=scenario,
-            strategy=strategy,
-            old=old,
-            split=split,
-            architecture=architecture,
-            resume_dir=resume_dir,
-            progress=progress,
-            layout=layout,
+            params, **asked, resume_dir=resume_dir, progress=progress, layout=layout
         )
         if scenario is not None:
             stage.set_tags({"scenario": scenario})
@@ -147,7 +118,7 @@ def train(
         written = embed(
             params, Path(out), split=embed_split, out_dir=embed_dir, logits=embed_logits
         ).paths
-    return TrainedModel(Path(out), card, written)
+    return TrainedModel(Path(out), card, written, ("model", "embeddings"), f"trained {Path(out)}:")
 
 
 def embed(

@@ -15,12 +15,13 @@ from modelupgrade.data.loaders import LOADERS, DatasetLoader, build_loader
 from modelupgrade.data.manifest import MANIFEST_COLUMNS, make_manifest, read_manifest
 from modelupgrade.data.scenarios import (
     EVALUATION_SPLITS,
-    SPLITTERS,
+    SCENARIO_KINDS,
     TRAINING_SPLITS,
-    ScenarioSplitter,
+    ScenarioKind,
     Splits,
     make_scenario_splits,
     make_sequential_snapshots,
+    scenario_kind,
     with_supplied_snapshot,
 )
 from modelupgrade.data.split_files import read_splits, write_splits
@@ -29,10 +30,10 @@ __all__ = [
     "EVALUATION_SPLITS",
     "LOADERS",
     "MANIFEST_COLUMNS",
-    "SPLITTERS",
+    "SCENARIO_KINDS",
     "TRAINING_SPLITS",
     "DatasetLoader",
-    "ScenarioSplitter",
+    "ScenarioKind",
     "Splits",
     "build_loader",
     "build_manifest",
@@ -42,6 +43,7 @@ __all__ = [
     "make_sequential_snapshots",
     "read_manifest",
     "read_splits",
+    "scenario_kind",
     "with_supplied_snapshot",
     "write_splits",
 ]

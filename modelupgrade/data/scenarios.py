@@ -7,7 +7,7 @@ manifest rows written in manifest order, so equal inputs and seed give byte-iden
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,6 @@ from modelupgrade.data.sampling import (
     row_keys,
 )
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
 
 TRAINING_SPLITS = ("old_train", "new_train")
 EVALUATION_SPLITS = ("query", "gallery")
@@ -51,12 +50,14 @@ _NEW_SETS = {
 }
 
 
-class ScenarioSplitter:
-    """Turns the training pool into the old and the new training set of one scenario kind."""
+@dataclass(frozen=True)
+class ScenarioKind:
+    """An upgrade scenario: how the old and the new training sets are drawn from the pool."""
 
-    registry_name: str
-    old_set: ClassVar[OldSet]
-    new_set: ClassVar[NewSet]
+    name: str
+    old_set: OldSet
+    new_set: NewSet
+    description: str
 
     def old_mask(self, pool: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
         """Rows of the pool in the old training set."""
@@ -80,42 +81,26 @@ class ScenarioSplitter:
         return relation[self.new_set]  # type: ignore[return-value]
 
 
-SPLITTERS: Registry[ScenarioSplitter] = Registry("scenario kind")
+SCENARIO_KINDS: dict[str, ScenarioKind] = {
+    kind.name: kind
+    for kind in (
+        ScenarioKind("extended-data", "images", "everything", "more images of the same classes"),
+        ScenarioKind("open-data", "images", "the rest", "other images of the same classes"),
+        ScenarioKind("extended-class", "classes", "everything", "more classes, the old included"),
+        ScenarioKind("open-class", "classes", "the rest", "other classes only"),
+        ScenarioKind("identical-data", "images", "the same", "same data: new architecture"),
+    )
+}
 
 
-@SPLITTERS.register("extended-data")
-class ExtendedData(ScenarioSplitter):
-    """The new model trains on more images of the same classes."""
-
-    old_set, new_set = "images", "everything"
-
-
-@SPLITTERS.register("open-data")
-class OpenData(ScenarioSplitter):
-    """The new model trains on other images of the same classes."""
-
-    old_set, new_set = "images", "the rest"
-
-
-@SPLITTERS.register("extended-class")
-class ExtendedClass(ScenarioSplitter):
-    """The new model trains on more classes, the old ones included."""
-
-    old_set, new_set = "classes", "everything"
-
-
-@SPLITTERS.register("open-class")
-class OpenClass(ScenarioSplitter):
-    """The new model trains on other classes only."""
-
-    old_set, new_set = "classes", "the rest"
-
-
-@SPLITTERS.register("identical-data")
-class IdenticalData(ScenarioSplitter):
-    """Same data for both generations: the upgrade is the architecture or the objective."""
-
-    old_set, new_set = "images", "the same"
+def scenario_kind(name: str) -> ScenarioKind:
+    try:
+        return SCENARIO_KINDS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown scenario kind {name!r}",
+            hint=f"choose one of: {', '.join(sorted(SCENARIO_KINDS))}",
+        ) from None
 
 
 @dataclass
@@ -207,7 +192,7 @@ def make_scenario_splits(
     seed: int,
 ) -> Splits:
     """old_train, new_train, query and gallery of one scenario."""
-    splitter = SPLITTERS.get(scenario.kind)()
+    splitter = scenario_kind(scenario.kind)
     pool, eval_pool = partition_pools(manifest, dataset, evaluation, seed)
     old = splitter.old_mask(pool, scenario.old_fraction, seed)
     frames = {

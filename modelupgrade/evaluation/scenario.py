@@ -35,18 +35,7 @@ import pandas as pd
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.evaluation.cross_model import (
-    NFR_METRIC,
-    StrategyComparisons,
-    all_compatible_pairs,
-    cross_model_matrix,
-    delta_down,
-    essential_pairs,
-    self_scores,
-    sequential_summary,
-    strategy_summary,
-    write_heatmap,
-)
+from modelupgrade.evaluation import cross_model
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protocol
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
@@ -175,7 +164,7 @@ def write_outputs(
     )
     write_text(out_dir / f"{SUMMARY}.csv", summary_rows.to_csv(index=False))
     write_json(out_dir / f"{SUMMARY}.json", summary.as_dict())
-    write_heatmap(result, heatmap_metrics, plot_path, queries, galleries, title)
+    cross_model.write_heatmap(result, heatmap_metrics, plot_path, queries, galleries, title)
 
 
 def _source(path: Path) -> dict[str, str]:
@@ -281,7 +270,7 @@ def evaluate_scenario(
     # The oracle is the reference, not a candidate; it is compared only through its heads (FCT,
     # FastFill, RQT and MCL pair with the independent model), so their rows reach the summary.
     comparisons = [
-        StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
+        cross_model.StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
         for s in strategies
         if s != ev.oracle_strategy or forward[s] or reverse[s]
     ]
@@ -289,24 +278,26 @@ def evaluate_scenario(
     if oracle is None:
         log.warning("oracle strategy %r is not evaluated: Δ↓ is left empty", ev.oracle_strategy)
     pairs = (
-        all_compatible_pairs(query_sets, gallery_sets)
+        cross_model.all_compatible_pairs(query_sets, gallery_sets)
         if ev.all_pairs
-        else essential_pairs(OLD_MODEL, comparisons, oracle)
+        else cross_model.essential_pairs(OLD_MODEL, comparisons, oracle)
     )
-    result = cross_model_matrix(
+    result = cross_model.cross_model_matrix(
         evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL)
     )
     new_models = [c.new for c in comparisons] + ([oracle] if oracle else [])
     oracle_self = result.value(oracle, oracle, ev.headline_metric) if oracle else None
     degradation = (
-        delta_down(
-            self_scores(result, new_models, ev.headline_metric),
+        cross_model.delta_down(
+            cross_model.self_scores(result, new_models, ev.headline_metric),
             dict.fromkeys(new_models, oracle_self),
         )
         if oracle_self is not None
         else {}
     )
-    rows = strategy_summary(result, OLD_MODEL, comparisons, degradation, ev.headline_metric)
+    rows = cross_model.strategy_summary(
+        result, OLD_MODEL, comparisons, degradation, ev.headline_metric
+    )
 
     summary = ScenarioEvaluation(
         scenario=scenario,
@@ -355,7 +346,7 @@ def evaluate_scenario(
             row.value,
             row.delta_up_pct,
             row.delta_down_pct,
-            row[NFR_METRIC],
+            row[cross_model.NFR_METRIC],
         )
     return summary
 
@@ -403,16 +394,16 @@ def evaluate_sequential(
             for g in names[: i + 1]
             if query_sets[q].shape[1] == gallery_sets[g].shape[1]
         ]
-        result = cross_model_matrix(
+        result = cross_model.cross_model_matrix(
             evaluator, query_sets, gallery_sets, pairs, reference=(names[0], names[0])
         )
-        scores = self_scores(result, names, ev.headline_metric)
+        scores = cross_model.self_scores(result, names, ev.headline_metric)
         if strategy == oracle:
             oracle_scores = scores
         compat = {
-            metric: sequential_summary(result, names, metric)
+            metric: cross_model.sequential_summary(result, names, metric)
             for metric in sorted(set(result.table.metric))
-            if metric != NFR_METRIC
+            if metric != cross_model.NFR_METRIC
         }
         summary = ChainEvaluation(
             strategy=strategy,
@@ -422,7 +413,7 @@ def evaluate_sequential(
             oracle=oracle,
             # Δ↓ per generation: the registry's gates read it here
             # (``modelupgrade.registry.sources``).
-            delta_down_pct=delta_down(scores, oracle_scores),
+            delta_down_pct=cross_model.delta_down(scores, oracle_scores),
         )
         rows = pd.DataFrame(
             [

@@ -21,8 +21,8 @@ from modelupgrade.heads.fastfill import FastFillAdapter
 from modelupgrade.heads.fct import FCTAdapter
 from modelupgrade.heads.inference import (
     FoldedMLP,
+    FrozenHead,
     apply,
-    apply_all,
     apply_with_uncertainty,
     inference_copy,
 )
@@ -40,6 +40,7 @@ __all__ = [
     "FCTAdapter",
     "FastFillAdapter",
     "FoldedMLP",
+    "FrozenHead",
     "Head",
     "HeadBatch",
     "HeadChain",
@@ -49,7 +50,6 @@ __all__ = [
     "ReverseQueryTransform",
     "TrainingResult",
     "apply",
-    "apply_all",
     "apply_with_uncertainty",
     "build_head",
     "fit_head",

@@ -206,19 +206,10 @@ class Head(nn.Module):
         return x
 
 
-def build_head(
-    kind: str,
-    in_dim: int,
-    out_dim: int,
-    hidden_dim: int | None = None,
-    depth: int | None = None,
-    options: dict[str, Any] | None = None,
-    side_info_dim: int = 0,
-) -> Head:
-    head_class = HEADS.get(kind)
-    return head_class(
-        in_dim, out_dim, hidden_dim, depth, options=options, side_info_dim=side_info_dim
-    )
+def build_head(kind: str, *args: Any, **kwargs: Any) -> Head:
+    """A new head of the registered ``kind``; the other arguments are ``Head``'s: in_dim, out_dim,
+    hidden_dim, depth, options, side_info_dim."""
+    return HEADS.get(kind)(*args, **kwargs)
 
 
 def head_dims(kind: str, old_dim: int, new_dim: int) -> tuple[int, int]:

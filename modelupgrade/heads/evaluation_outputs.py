@@ -17,7 +17,7 @@ import torch
 
 from modelupgrade.errors import UserError
 from modelupgrade.heads.chain import HeadChain, load_chain
-from modelupgrade.heads.inference import apply_all
+from modelupgrade.heads.inference import FrozenHead
 from modelupgrade.heads.persistence import load_head, read_head_card
 from modelupgrade.io import atomic_path
 from modelupgrade.layout import (
@@ -65,8 +65,8 @@ def write_head_outputs(
         states = earlier.gallery_states(
             _embeddings(Path(old_embeddings), GALLERY_SPLIT), device=device
         )
-        outputs = apply_all(
-            chain.heads[-1], chain.input_of(states, chain.momenta[-1]), device=device
+        outputs = FrozenHead(chain.heads[-1], device).outputs(
+            chain.input_of(states, chain.momenta[-1])
         )
         arrays[embedding_file_name(GALLERY_SPLIT)] = outputs["transform"]
         if "log_variance" in outputs:
@@ -74,13 +74,14 @@ def write_head_outputs(
     else:
         head, _ = load_head(head_dir)
         new = Path(new_embeddings)
-        outputs = apply_all(head, _embeddings(new, QUERY_SPLIT), device=device)
+        frozen = FrozenHead(head, device)
+        outputs = frozen.outputs(_embeddings(new, QUERY_SPLIT))
         arrays[embedding_file_name(QUERY_SPLIT)] = outputs["transform"]
         if "new_embedding" in outputs:
             arrays[RHO_QUERY_FILE] = outputs["new_embedding"]
-            arrays[RHO_GALLERY_FILE] = apply_all(
-                head, _embeddings(new, GALLERY_SPLIT), device=device
-            )["new_embedding"]
+            arrays[RHO_GALLERY_FILE] = frozen.outputs(_embeddings(new, GALLERY_SPLIT))[
+                "new_embedding"
+            ]
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for name, array in arrays.items():

@@ -10,22 +10,21 @@ image is re-embedded.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from pydantic import Field
 from torch import nn
 
 from modelupgrade.config.base import Section
-from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.fct import FCTAdapter
+from modelupgrade.heads.losses import Reduction, squared_error
 
 
 class FastFillOptions(Section):
     # λ of Eq. 5; the issue's form (L / σ² + log σ²) is λ = 1, the Gaussian NLL would give 1/d.
     uncertainty_lambda: float = Field(default=1.0, gt=0)
-    alignment_reduction: Literal["mean", "sum"] = "mean"
+    alignment_reduction: Reduction = "mean"
     # Ablations of FastFill Table 5: drop one of the two terms.
     use_alignment: bool = True
     use_discriminative: bool = True
@@ -37,19 +36,7 @@ class FastFillAdapter(Head):
     Options = FastFillOptions
     needs_classifier = True
     output_names = ("transform", "log_variance")
-    TRAINING_DEFAULTS = HeadTraining(
-        hidden_dim=2048,
-        depth=4,
-        epochs=80,
-        batch_size=1024,
-        optimizer="adam",
-        lr=5e-4,
-        weight_decay=3.0517578125e-5,
-        warmup_epochs=5,
-        warmup_start_ratio=1e-2,
-        lr_min_ratio=0.0,
-        freeze_bn_after=0.5,
-    )
+    TRAINING_DEFAULTS = FCTAdapter.TRAINING_DEFAULTS  # the FCT recipe, which FastFill re-used
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
@@ -73,10 +60,7 @@ class FastFillAdapter(Head):
         """L_align + L_disc per sample (also the FastFill-Cheating oracle's backfill score)."""
         total = torch.zeros(len(transformed), device=transformed.device)
         if self.options.use_alignment:
-            squared = (transformed - batch.new).pow(2)
-            total = total + (
-                squared.mean(1) if self.options.alignment_reduction == "mean" else squared.sum(1)
-            )
+            total = total + squared_error(transformed, batch.new, self.options.alignment_reduction)
         if self.options.use_discriminative:
             if batch.classifier is None:
                 raise UserError("FastFill's discriminative loss needs the new model's classifier")

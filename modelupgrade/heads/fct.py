@@ -9,18 +9,17 @@ embedding, e.g. a self-supervised feature) is concatenated to the old embedding 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.losses import Reduction, squared_error
 
 
 class FCTOptions(Section):
     # "mean" over dimensions is the official code's nn.MSELoss; "sum" is the paper's ‖·‖².
-    reduction: Literal["mean", "sum"] = "mean"
+    reduction: Reduction = "mean"
 
 
 @HEADS.register("fct")
@@ -28,6 +27,7 @@ class FCTAdapter(Head):
     direction = "forward"
     Options = FCTOptions
     accepts_side_info = True
+    # The official FCT code's recipe; FastFill trains its adapter the same way.
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=2048,
         depth=4,
@@ -43,10 +43,5 @@ class FCTAdapter(Head):
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:
-        squared_error = (self(batch.old, batch.side_info) - batch.new).pow(2)
-        per_sample = (
-            squared_error.mean(dim=1)
-            if self.options.reduction == "mean"
-            else squared_error.sum(dim=1)
-        )
-        return per_sample.mean()
+        transformed = self(batch.old, batch.side_info)
+        return squared_error(transformed, batch.new, self.options.reduction).mean()

@@ -8,6 +8,7 @@ costs exactly its linear algebra; rows are never visited one by one in Python.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -87,45 +88,71 @@ def _as_float32_rows(vectors: np.ndarray, what: str) -> np.ndarray:
     return array if array.flags.writeable else array.copy()
 
 
-def apply_all(
-    head: Head,
-    vectors: np.ndarray,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    side_info: np.ndarray | None = None,
-    device: torch.device | str | None = None,
-) -> dict[str, np.ndarray]:
-    """Run ``head`` over ``vectors`` in batches; every named output as a float32 array."""
-    if batch_size < 1:
-        raise UserError(f"batch_size must be ≥ 1, got {batch_size}")
-    vectors = _as_float32_rows(vectors, "input vectors")
-    if side_info is not None:
-        side_info = _as_float32_rows(side_info, "side information")
-        if len(side_info) != len(vectors):
-            raise UserError(
-                f"{len(side_info)} side-information rows for {len(vectors)} input vectors"
-            )
-    head.check_input(vectors.shape[1], None if side_info is None else side_info.shape[1])
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    frozen = inference_copy(head, device)
-    results: dict[str, np.ndarray] = {}
-    with torch.inference_mode():
-        for start in range(0, len(vectors), batch_size):
-            stop = min(start + batch_size, len(vectors))
-            x = torch.from_numpy(vectors[start:stop]).to(device, non_blocking=True)
-            extra = (
-                None if side_info is None else torch.from_numpy(side_info[start:stop]).to(device)
-            )
-            for name, value in frozen.outputs(x, extra).items():
-                if name not in results:
-                    results[name] = np.empty((len(vectors), *value.shape[1:]), dtype=np.float32)
-                results[name][start:stop] = value.float().cpu().numpy()
-    if not results:  # zero rows: shapes from a one-row dry run
+class FrozenHead:
+    """A head folded once for inference, run over numpy vectors in batches of ``batch_size``.
+
+    The simulator's head outputs and the store's transforms both run heads through this class, so
+    the same vectors give the same outputs wherever a head is applied.
+    """
+
+    def __init__(
+        self,
+        head: Head,
+        device: torch.device | str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> None:
+        if batch_size < 1:
+            raise UserError(f"batch_size must be ≥ 1, got {batch_size}")
+        self.head, self.batch_size = head, batch_size
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.frozen = inference_copy(head, self.device)
+
+    def outputs(
+        self, vectors: np.ndarray, side_info: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """Every named output of the head on ``vectors``, as float32 arrays."""
+        head, device, batch_size = self.head, self.device, self.batch_size
+        vectors = _as_float32_rows(vectors, "input vectors")
+        if side_info is not None:
+            side_info = _as_float32_rows(side_info, "side information")
+            if len(side_info) != len(vectors):
+                raise UserError(
+                    f"{len(side_info)} side-information rows for {len(vectors)} input vectors"
+                )
+        head.check_input(vectors.shape[1], None if side_info is None else side_info.shape[1])
+        results: dict[str, np.ndarray] = {}
         with torch.inference_mode():
-            x = torch.zeros(1, head.in_dim, device=device)
-            extra = None if side_info is None else torch.zeros(1, head.side_info_dim, device=device)
-            for name, value in frozen.outputs(x, extra).items():
-                results[name] = np.empty((0, *value.shape[1:]), dtype=np.float32)
-    return results
+            for start in range(0, len(vectors), batch_size):
+                stop = min(start + batch_size, len(vectors))
+                x = torch.from_numpy(vectors[start:stop]).to(device, non_blocking=True)
+                extra = (
+                    None
+                    if side_info is None
+                    else torch.from_numpy(side_info[start:stop]).to(device)
+                )
+                for name, value in self.frozen.outputs(x, extra).items():
+                    if name not in results:
+                        shape = (len(vectors), *value.shape[1:])
+                        results[name] = np.empty(shape, dtype=np.float32)
+                    results[name][start:stop] = value.float().cpu().numpy()
+        if not results:  # zero rows: shapes from a one-row dry run
+            with torch.inference_mode():
+                x = torch.zeros(1, head.in_dim, device=device)
+                extra = (
+                    None if side_info is None else torch.zeros(1, head.side_info_dim, device=device)
+                )
+                for name, value in self.frozen.outputs(x, extra).items():
+                    results[name] = np.empty((0, *value.shape[1:]), dtype=np.float32)
+        return results
+
+    def output(self, name: str = "transform") -> Callable[[np.ndarray], np.ndarray]:
+        """The vectors → vectors callable of one named output."""
+        if name not in self.head.output_names:
+            raise UserError(
+                f"head {self.head.registry_name!r} has no output {name!r}",
+                hint=f"its outputs are: {', '.join(self.head.output_names)}",
+            )
+        return lambda vectors: self.outputs(vectors)[name]
 
 
 def apply(
@@ -138,12 +165,9 @@ def apply(
 ) -> np.ndarray:
     """Transform ``vectors`` with ``head``; ``output`` picks a named output
     (default: the transform)."""
-    if output not in head.output_names:
-        raise UserError(
-            f"head {head.registry_name!r} has no output {output!r}",
-            hint=f"its outputs are: {', '.join(head.output_names)}",
-        )
-    return apply_all(head, vectors, batch_size, side_info, device)[output]
+    frozen = FrozenHead(head, device, batch_size)
+    frozen.output(output)  # an unknown output is refused before any work
+    return frozen.outputs(vectors, side_info)[output]
 
 
 def apply_with_uncertainty(
@@ -158,5 +182,5 @@ def apply_with_uncertainty(
             f"head {head.registry_name!r} predicts no uncertainty",
             hint="σ² comes from a FastFill head (kind: fastfill)",
         )
-    out = apply_all(head, vectors, batch_size, device=device)
+    out = FrozenHead(head, device, batch_size).outputs(vectors)
     return out["transform"], np.exp(out["log_variance"]).astype(np.float32)

@@ -19,6 +19,9 @@ import torch
 import torch.nn.functional as F
 
 Distance = Literal["cosine", "l2"]
+# How a squared error is reduced over the dimensions: "mean" is the FCT code's nn.MSELoss, "sum"
+# the papers' ‖·‖².
+Reduction = Literal["mean", "sum"]
 
 
 def paired_distance(a: torch.Tensor, b: torch.Tensor, distance: Distance) -> torch.Tensor:
@@ -26,6 +29,12 @@ def paired_distance(a: torch.Tensor, b: torch.Tensor, distance: Distance) -> tor
     if distance == "cosine":
         return 1.0 - F.cosine_similarity(a, b, dim=1)
     return (a - b).pow(2).sum(dim=1).clamp_min(1e-12).sqrt()
+
+
+def squared_error(a: torch.Tensor, b: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+    """Row-wise squared error between a[i] and b[i] over the dimensions, shape (N,)."""
+    squared = (a - b).pow(2)
+    return squared.mean(dim=1) if reduction == "mean" else squared.sum(dim=1)
 
 
 def pairwise_distance(a: torch.Tensor, b: torch.Tensor, distance: Distance) -> torch.Tensor:

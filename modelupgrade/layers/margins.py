@@ -9,6 +9,7 @@ entropy, inference). Papers' defaults: ArcFace s = 30, m = 0.3 for landmarks; s 
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -25,12 +26,22 @@ _COS_EPS = 1e-7
 class MarginClassifier(nn.Module):
     """Base: cosine logits scaled by ``scale``; subclasses add their margin to the target class."""
 
-    def __init__(self, embedding_dim: int, num_classes: int, scale: float, margin: float) -> None:
+    # The kind's defaults, for ``scale`` and ``margin`` left out.
+    default_scale: ClassVar[float] = 30.0
+    default_margin: ClassVar[float] = 0.0
+
+    def __init__(
+        self,
+        embedding_dim: int,
+        num_classes: int,
+        scale: float | None = None,
+        margin: float | None = None,
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(num_classes, embedding_dim))
         nn.init.normal_(self.weight, std=0.01)
-        self.scale = float(scale)
-        self.margin = float(margin)
+        self.scale = float(self.default_scale if scale is None else scale)
+        self.margin = float(self.default_margin if margin is None else margin)
 
     @property
     def num_classes(self) -> int:
@@ -75,20 +86,18 @@ class MarginClassifier(nn.Module):
 class NormSoftmax(MarginClassifier):
     """Normalised softmax: scaled cosine logits without a margin."""
 
-    def __init__(
-        self, embedding_dim: int, num_classes: int, scale: float = 16.0, margin: float = 0.0
-    ):
-        super().__init__(embedding_dim, num_classes, scale, 0.0)
+    default_scale = 16.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.margin = 0.0  # none, whatever is asked
 
 
 @CLASSIFIERS.register("arcface")
 class ArcFace(MarginClassifier):
     """Additive angular margin: the target logit is s·cos(θ_y + m)."""
 
-    def __init__(
-        self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.3
-    ):
-        super().__init__(embedding_dim, num_classes, scale, margin)
+    default_margin = 0.3
 
     def apply_margin(self, cos: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         target = cos.gather(1, labels[:, None]).clamp(-1 + _COS_EPS, 1 - _COS_EPS)
@@ -104,10 +113,7 @@ class ArcFace(MarginClassifier):
 class CosFace(MarginClassifier):
     """Additive cosine margin: the target logit is s·(cos θ_y − m)."""
 
-    def __init__(
-        self, embedding_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.35
-    ):
-        super().__init__(embedding_dim, num_classes, scale, margin)
+    default_margin = 0.35
 
     def apply_margin(self, cos: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         target = cos.gather(1, labels[:, None])

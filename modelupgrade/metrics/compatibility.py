@@ -9,7 +9,8 @@ beats the older model searching its own gallery.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 
@@ -95,23 +96,26 @@ def average_multimodel_accuracy(matrix: np.ndarray) -> float:
 def backward_compatibility(matrix: np.ndarray) -> float:
     """BC (CL2R): mean over i < T of M[T, i] − M[i, i] (the last model's queries
     on every old gallery)."""
-    matrix = _check_matrix(matrix)
-    t = len(matrix)
-    if t < 2:
-        return float("nan")
-    i = np.arange(t - 1)
-    return float((matrix[t - 1, i] - matrix[i, i]).mean())
+    return _mean_cross_gap(matrix, lambda t: (t - 1, np.arange(t - 1), np.arange(t - 1)))
 
 
 def forward_compatibility(matrix: np.ndarray) -> float:
     """FC (CL2R): mean over i ≥ 1 of M[i, i−1] − M[i, i] (each model on the
     gallery just before it)."""
+    return _mean_cross_gap(matrix, lambda t: (np.arange(1, t), np.arange(t - 1), np.arange(1, t)))
+
+
+def _mean_cross_gap(
+    matrix: np.ndarray, pairs: Callable[[int], tuple[Any, np.ndarray, np.ndarray]]
+) -> float:
+    """Mean of M[q, g] − M[s, s] over the (queries q, galleries g, models s) that ``pairs`` gives
+    for T models; NaN with fewer than two models."""
     matrix = _check_matrix(matrix)
     t = len(matrix)
     if t < 2:
         return float("nan")
-    i = np.arange(1, t)
-    return float((matrix[i, i - 1] - matrix[i, i]).mean())
+    query, gallery, own = pairs(t)
+    return float((matrix[query, gallery] - matrix[own, own]).mean())
 
 
 def compatibility_summary(matrix: np.ndarray) -> dict[str, float]:

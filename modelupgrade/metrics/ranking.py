@@ -30,6 +30,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from modelupgrade.arrays import label_vectors
 from modelupgrade.errors import UserError
 
 NoPositiveRule = Literal["count-as-miss", "count-as-zero", "exclude"]
@@ -170,18 +171,7 @@ def _validate(
 ) -> None:
     if scores.ndim != 2:
         raise UserError(f"scores must be 2-D (queries, gallery), got shape {tuple(scores.shape)}")
-    nq, ng = scores.shape
-    if len(query_labels) != nq or len(gallery_labels) != ng:
-        raise UserError(
-            f"scores are {nq}×{ng} but there are {len(query_labels)} query labels and "
-            f"{len(gallery_labels)} gallery labels",
-            hint="rows are queries, columns gallery items, in the order of the label arrays",
-        )
-    if leave_one_out and nq != ng:
-        raise UserError(
-            f"leave-one-out needs the query set to be the gallery set, got {nq} queries "
-            f"and {ng} gallery items"
-        )
+    label_vectors(query_labels, gallery_labels, *scores.shape, leave_one_out)
     finite = (
         torch.isfinite(_as_tensor(scores)).all()
         if isinstance(scores, torch.Tensor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from modelupgrade.arrays import label_vectors
 from modelupgrade.errors import UserError
 from modelupgrade.metrics.ranking import (
     DEFAULT_MEMORY_BYTES,
@@ -60,17 +61,9 @@ def rank_features(
     g = prepare(as_feature_tensor(gallery, "gallery features", dtype), similarity).to(device)
     _check_dims(q, g)
     nq, ng = len(q), len(g)
-    if len(query_labels) != nq or len(gallery_labels) != ng:
-        raise UserError(
-            f"{nq} query and {ng} gallery vectors but {len(query_labels)} query and "
-            f"{len(gallery_labels)} gallery labels",
-            hint="labels come from the split files the embeddings were computed "
-            "on, in the same order",
-        )
-    if leave_one_out and nq != ng:
-        raise UserError(
-            f"leave-one-out needs query set = gallery set, got {nq} queries and {ng} gallery items"
-        )
+    query_labels, gallery_labels = label_vectors(
+        query_labels, gallery_labels, nq, ng, leave_one_out
+    )
     q_labels = torch.as_tensor(np.array(query_labels, dtype=np.int64), device=device)
     g_labels = torch.as_tensor(np.array(gallery_labels, dtype=np.int64), device=device)
     block = query_block_size(ng, memory_bytes)

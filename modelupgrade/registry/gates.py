@@ -69,7 +69,12 @@ class GateReport:
 
 
 class Gate(ABC):
-    name: str
+    registry_name: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        """The name the gate is registered under (its ``gate.<name>`` tags)."""
+        return self.registry_name
 
     @abstractmethod
     def check(self, inputs: GateInputs, params: GateParams) -> GateCheck: ...
@@ -85,8 +90,6 @@ def _missing(name: str, what: str) -> GateCheck:
 @GATES.register("compatibility")
 class CompatibilityGate(Gate):
     """The new model's queries must search the champion's gallery better than the champion does."""
-
-    name = "compatibility"
 
     def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
         if inputs.cross_score is None or inputs.champion_score is None:
@@ -129,7 +132,6 @@ class UpperBoundGate(Gate):
 class DegradationGate(UpperBoundGate):
     """Δ↓: compatibility may cost new-to-new accuracy only up to a bound."""
 
-    name = "degradation"
     measured, limit = "degradation_pct", "max_degradation_pct"
     missing = "Δ↓ (degradation against the independent model)"
 
@@ -141,7 +143,6 @@ class DegradationGate(UpperBoundGate):
 class NegativeFlipGate(UpperBoundGate):
     """Queries the champion answered right must rarely be answered wrong after the upgrade."""
 
-    name = "negative_flips"
     measured, limit = "negative_flip_rate", "max_negative_flip_rate"
     missing = "the negative-flip rate against the champion"
 

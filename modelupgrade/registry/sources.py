@@ -102,8 +102,20 @@ def _sequential_sources(
     if not strategies:
         raise UserError("sequential.strategies is empty: there is no chain to register")
 
-    def snapshot(generation: int) -> list[Path]:
-        return [layout.split_file(SEQUENTIAL, snapshot_split(generation))]
+    def chain_source(
+        key: str, generation: int, strategy: str, parent: str | None, model_dir: Path | None = None
+    ) -> GenerationSource:
+        """Generation ``generation`` of a chain, trained on that generation's snapshot."""
+        return _source(
+            model_dir or layout.model(SEQUENTIAL, key),
+            key,
+            model_name(generation),
+            strategy,
+            SEQUENTIAL,
+            parent,
+            [layout.split_file(SEQUENTIAL, snapshot_split(generation))],
+            heads,
+        )
 
     shared = layout.model(SEQUENTIAL, OLD_MODEL)
     gen0_dirs = (
@@ -114,48 +126,15 @@ def _sequential_sources(
     shared_gen0 = len(gen0_dirs) == 1 or len({_checkpoint_hash(d) for d in gen0_dirs}) == 1
     sources: list[GenerationSource] = []
     if shared_gen0:
-        sources.append(
-            _source(
-                gen0_dirs[0],
-                OLD_MODEL,
-                OLD_MODEL,
-                INITIAL_STRATEGY,
-                SEQUENTIAL,
-                None,
-                snapshot(0),
-                heads,
-            )
-        )
+        sources.append(chain_source(OLD_MODEL, 0, INITIAL_STRATEGY, None, gen0_dirs[0]))
     for strategy in strategies:
         parent = OLD_MODEL
         if not shared_gen0:
             parent = chain_model_name(strategy, 0)
-            sources.append(
-                _source(
-                    layout.model(SEQUENTIAL, parent),
-                    parent,
-                    OLD_MODEL,
-                    INITIAL_STRATEGY,
-                    SEQUENTIAL,
-                    None,
-                    snapshot(0),
-                    heads,
-                )
-            )
+            sources.append(chain_source(parent, 0, INITIAL_STRATEGY, None))
         for i in range(1, generations):
             key = chain_model_name(strategy, i)
-            sources.append(
-                _source(
-                    layout.model(SEQUENTIAL, key),
-                    key,
-                    model_name(i),
-                    strategy,
-                    SEQUENTIAL,
-                    parent,
-                    snapshot(i),
-                    heads,
-                )
-            )
+            sources.append(chain_source(key, i, strategy, parent))
             parent = key
     return sources
 

@@ -8,34 +8,14 @@
 
 from modelupgrade.report.build import run_metadata, write_report
 from modelupgrade.report.claims import Claim, check_claims
-from modelupgrade.report.document import (
-    Block,
-    BulletList,
-    CodeBlock,
-    Heading,
-    Image,
-    Paragraph,
-    Table,
-    render_html,
-    render_markdown,
-)
 from modelupgrade.report.results import ScenarioResults, StudyResults, collect_results
 
 __all__ = [
-    "Block",
-    "BulletList",
     "Claim",
-    "CodeBlock",
-    "Heading",
-    "Image",
-    "Paragraph",
     "ScenarioResults",
     "StudyResults",
-    "Table",
     "check_claims",
     "collect_results",
-    "render_html",
-    "render_markdown",
     "run_metadata",
     "write_report",
 ]

@@ -7,7 +7,8 @@ for a claim leaves it untested. The strategies a claim is about are found by the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from modelupgrade.evaluation.summary import BACKWARD, FORWARD_HEAD, SELF
@@ -26,7 +27,9 @@ REVERSE_RANK_MERGE = "rank-merge-rqt"
 # Where the reverse-transform claim compares the rank merges: half the gallery backfilled.
 HALF_WAY = 0.5
 
-Evidence = list[tuple[bool, str]]
+# One check of a claim on one scenario: whether it holds there, and the numbers that say so.
+Check = tuple[bool, str]
+ScenarioChecks = Callable[[StudyResults, ScenarioResults], Iterator[Check]]
 
 
 @dataclass(frozen=True)
@@ -45,165 +48,150 @@ def check_claims(study: StudyResults) -> list[Claim]:
     return [claim(study) for claim in CLAIMS]
 
 
-def _claim(statement: str, checks: Evidence, missing: str) -> Claim:
-    holds = all(ok for ok, _ in checks) if checks else None
-    return Claim(statement, holds, "; ".join(text for _, text in checks) or missing)
+def _claim(
+    statement: str, missing: str
+) -> Callable[[ScenarioChecks], Callable[[StudyResults], Claim]]:
+    """A claim from its checks on each scenario: it holds where every check holds; no check,
+    not tested (``missing`` says why)."""
+
+    def from_checks(checks_of: ScenarioChecks) -> Callable[[StudyResults], Claim]:
+        @functools.wraps(checks_of)
+        def claim(study: StudyResults) -> Claim:
+            checks = [check for sc in study.scenarios for check in checks_of(study, sc)]
+            holds = all(ok for ok, _ in checks) if checks else None
+            return Claim(statement, holds, "; ".join(text for _, text in checks) or missing)
+
+        return claim
+
+    return from_checks
 
 
 def _label(strategy: str) -> str:
     return strategy.upper()
 
 
-def bct_is_backward_compatible(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        old_self = sc.evaluation.old_self
-        for bct in study.strategies_of_kind(BCT_KIND):
-            cross = sc.value(bct, BACKWARD)
-            if cross is not None and old_self is not None:
-                evidence = (
-                    f"{sc.name}: M({_label(bct)}, old) = {cross:.4f} vs M(old, old) = "
-                    f"{old_self:.4f}"
-                )
-                checks.append((cross > old_self, evidence))
-    return _claim(
-        "BCT is backward compatible: M(φ_new^BCT, φ_old) > M(φ_old, φ_old).",
-        checks,
-        "BCT was not evaluated",
-    )
-
-
-def bct_loses_new_to_new_accuracy(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        oracle_self = sc.evaluation.oracle_self
-        for bct in study.strategies_of_kind(BCT_KIND):
-            bct_self = sc.value(bct, SELF)
-            if bct_self is not None and oracle_self is not None:
-                label = _label(bct)
-                evidence = (
-                    f"{sc.name}: M({label}, {label}) = {bct_self:.4f} vs independent "
-                    f"{oracle_self:.4f}"
-                )
-                checks.append((bct_self < oracle_self, evidence))
-    return _claim(
-        "BCT loses new-to-new accuracy against the independently trained new model.",
-        checks,
-        "BCT or the independent model was not evaluated",
-    )
-
-
-def dmu_narrows_bct_loss(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        for bct_name in study.strategies_of_kind(BCT_KIND):
-            for dmu_name in study.strategies_of_kind(DMU_KIND):
-                bct, dmu = sc.row(bct_name, SELF), sc.row(dmu_name, SELF)
-                if bct is None or dmu is None:
-                    continue
-                ours, theirs = dmu.delta_down_pct, bct.delta_down_pct
-                evidence = (
-                    f"{sc.name}: Δ↓ {_label(dmu_name)} {ours:.2f}% vs "
-                    f"{_label(bct_name)} {theirs:.2f}%"
-                )
-                checks.append((ours < theirs, evidence))
-    return _claim(
-        "DMU narrows BCT's new-to-new loss (smaller Δ↓).", checks, "BCT or DMU was not evaluated"
-    )
-
-
-def forward_adapters_raise_new_to_old(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        old_self = sc.evaluation.old_self
-        for strategy in sc.evaluation.strategies:
-            backward = sc.value(strategy, BACKWARD)
-            if backward is None or old_self is None:
-                continue
-            for row in sc.rows(strategy):
-                if row.comparison != FORWARD_HEAD:
-                    continue
-                # An incompatible (independent) new model is measured against old/old, as FCT does.
-                if sc.evaluation.oracle == row.query_set:
-                    reference, label = old_self, "M(old, old)"
-                else:
-                    reference, label = backward, f"M({strategy}, old)"
-                evidence = (
-                    f"{sc.name}: M({row.query_set}, {row.gallery_set}) = "
-                    f"{row.value:.4f} vs {label} = {reference:.4f}"
-                )
-                checks.append((row.value > reference, evidence))
-    return _claim(
-        "Forward adapters ψ raise new-to-old retrieval: M(new, ψ(old)) above M(new, old) for "
-        "compatible new models, and above M(old, old) for an independent one (FCT).",
-        checks,
-        "no forward head was evaluated",
-    )
-
-
-def reverse_transforms_beat_naive_merge(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        systems = {c.strategy for c in sc.backfill_curves() if c.mode == REVERSE_RANK_MERGE}
-        for system in sorted(systems):
-            base = _paired_strategy(sc, system)
-            with_head = sc.curve_value(system, RANDOM_ORDER, REVERSE_RANK_MERGE, HALF_WAY)
-            naive = sc.curve_value(base, RANDOM_ORDER, RANK_MERGE, HALF_WAY)
-            if with_head is not None and naive is not None:
-                evidence = (
-                    f"{sc.name}: {system} rank merge at t = {HALF_WAY}: {CURVE_METRIC} "
-                    f"{with_head:.4f} vs naive two-model merge {naive:.4f}"
-                )
-                checks.append((with_head > naive, evidence))
-    return _claim(
-        "Reverse query transforms (RQT/MCL) make rank merge beat the naive two-model merge at "
-        "t = 0.5.",
-        checks,
-        "no reverse transform was simulated",
-    )
-
-
-def rank_merge_is_monotone(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        for curve in sc.backfill_curves():
-            if curve.mode != RANK_MERGE or not curve.deployable:
-                continue
-            conditions = curve.conditions[CURVE_METRIC]
-            shape = (
-                "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
-            )
-            evidence = f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
-            checks.append((conditions.monotone, evidence))
-    return _claim(
-        "Distance rank merge gives a monotone backfill curve (Seo et al.'s third condition, mAP).",
-        checks,
-        "no rank-merge curve was simulated",
-    )
-
-
-def uncertainty_order_beats_random(study: StudyResults) -> Claim:
-    checks: Evidence = []
-    for sc in study.scenarios:
-        auc = sc.primary_auc
-        for curve in sc.backfill_curves():
-            if (curve.policy, curve.mode) != (UNCERTAINTY_ORDER, MIXED):
-                continue
-            random_order = sc.curve(curve.strategy, RANDOM_ORDER, MIXED)
-            if random_order is None:
-                continue
-            ours, theirs = curve.auc(auc)[CURVE_METRIC], random_order.auc(auc)[CURVE_METRIC]
+@_claim(
+    "BCT is backward compatible: M(φ_new^BCT, φ_old) > M(φ_old, φ_old).",
+    "BCT was not evaluated",
+)
+def bct_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    old_self = sc.evaluation.old_self
+    for bct in study.strategies_of_kind(BCT_KIND):
+        cross = sc.value(bct, BACKWARD)
+        if cross is not None and old_self is not None:
             evidence = (
-                f"{sc.name} {curve.strategy}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
-                f"vs random {theirs:.4f}"
+                f"{sc.name}: M({_label(bct)}, old) = {cross:.4f} vs M(old, old) = {old_self:.4f}"
             )
-            checks.append((ours > theirs, evidence))
-    return _claim(
-        "FastFill's σ² order backfills better than a random order for the same adapter (AUC of "
-        "mAP).",
-        checks,
-        "no FastFill adapter was simulated",
-    )
+            yield cross > old_self, evidence
+
+
+@_claim(
+    "BCT loses new-to-new accuracy against the independently trained new model.",
+    "BCT or the independent model was not evaluated",
+)
+def bct_loses_new_to_new_accuracy(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    oracle_self = sc.evaluation.oracle_self
+    for bct in study.strategies_of_kind(BCT_KIND):
+        bct_self = sc.value(bct, SELF)
+        if bct_self is not None and oracle_self is not None:
+            label = _label(bct)
+            evidence = (
+                f"{sc.name}: M({label}, {label}) = {bct_self:.4f} vs independent {oracle_self:.4f}"
+            )
+            yield bct_self < oracle_self, evidence
+
+
+@_claim("DMU narrows BCT's new-to-new loss (smaller Δ↓).", "BCT or DMU was not evaluated")
+def dmu_narrows_bct_loss(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    for bct_name in study.strategies_of_kind(BCT_KIND):
+        for dmu_name in study.strategies_of_kind(DMU_KIND):
+            bct, dmu = sc.row(bct_name, SELF), sc.row(dmu_name, SELF)
+            if bct is None or dmu is None:
+                continue
+            ours, theirs = dmu.delta_down_pct, bct.delta_down_pct
+            evidence = (
+                f"{sc.name}: Δ↓ {_label(dmu_name)} {ours:.2f}% vs {_label(bct_name)} {theirs:.2f}%"
+            )
+            yield ours < theirs, evidence
+
+
+@_claim(
+    "Forward adapters ψ raise new-to-old retrieval: M(new, ψ(old)) above M(new, old) for "
+    "compatible new models, and above M(old, old) for an independent one (FCT).",
+    "no forward head was evaluated",
+)
+def forward_adapters_raise_new_to_old(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    old_self = sc.evaluation.old_self
+    for strategy in sc.evaluation.strategies:
+        backward = sc.value(strategy, BACKWARD)
+        if backward is None or old_self is None:
+            continue
+        for row in sc.rows(strategy):
+            if row.comparison != FORWARD_HEAD:
+                continue
+            # An incompatible (independent) new model is measured against old/old, as FCT does.
+            if sc.evaluation.oracle == row.query_set:
+                reference, label = old_self, "M(old, old)"
+            else:
+                reference, label = backward, f"M({strategy}, old)"
+            evidence = (
+                f"{sc.name}: M({row.query_set}, {row.gallery_set}) = "
+                f"{row.value:.4f} vs {label} = {reference:.4f}"
+            )
+            yield row.value > reference, evidence
+
+
+@_claim(
+    "Reverse query transforms (RQT/MCL) make rank merge beat the naive two-model merge at t = 0.5.",
+    "no reverse transform was simulated",
+)
+def reverse_transforms_beat_naive_merge(
+    study: StudyResults, sc: ScenarioResults
+) -> Iterator[Check]:
+    systems = {c.strategy for c in sc.backfill_curves() if c.mode == REVERSE_RANK_MERGE}
+    for system in sorted(systems):
+        base = _paired_strategy(sc, system)
+        with_head = sc.curve_value(system, RANDOM_ORDER, REVERSE_RANK_MERGE, HALF_WAY)
+        naive = sc.curve_value(base, RANDOM_ORDER, RANK_MERGE, HALF_WAY)
+        if with_head is not None and naive is not None:
+            evidence = (
+                f"{sc.name}: {system} rank merge at t = {HALF_WAY}: {CURVE_METRIC} "
+                f"{with_head:.4f} vs naive two-model merge {naive:.4f}"
+            )
+            yield with_head > naive, evidence
+
+
+@_claim(
+    "Distance rank merge gives a monotone backfill curve (Seo et al.'s third condition, mAP).",
+    "no rank-merge curve was simulated",
+)
+def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    for curve in sc.backfill_curves():
+        if curve.mode != RANK_MERGE or not curve.deployable:
+            continue
+        conditions = curve.conditions[CURVE_METRIC]
+        shape = "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
+        yield conditions.monotone, f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
+
+
+@_claim(
+    "FastFill's σ² order backfills better than a random order for the same adapter (AUC of mAP).",
+    "no FastFill adapter was simulated",
+)
+def uncertainty_order_beats_random(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
+    auc = sc.primary_auc
+    for curve in sc.backfill_curves():
+        if (curve.policy, curve.mode) != (UNCERTAINTY_ORDER, MIXED):
+            continue
+        random_order = sc.curve(curve.strategy, RANDOM_ORDER, MIXED)
+        if random_order is None:
+            continue
+        ours, theirs = curve.auc(auc)[CURVE_METRIC], random_order.auc(auc)[CURVE_METRIC]
+        evidence = (
+            f"{sc.name} {curve.strategy}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
+            f"vs random {theirs:.4f}"
+        )
+        yield ours > theirs, evidence
 
 
 def _paired_strategy(sc: ScenarioResults, system: str) -> str:

@@ -324,13 +324,21 @@ def _write(
 
 
 @dataclass
-class CycleOutcome:
-    """What one upgrade cycle did: the record of its report (registered, or skipped)."""
+class RecordedOutcome:
+    """What a flow did, as the record of its report: ``as_dict`` is the record, ``describe`` what a
+    person reads of it."""
 
     record: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
         return self.record
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class CycleOutcome(RecordedOutcome):
+    """What one upgrade cycle did: the record of its report (registered, or skipped)."""
 
     def describe(self) -> str:
         r = self.record
@@ -349,14 +357,8 @@ class CycleOutcome:
         )
 
 
-@dataclass
-class LineageOutcome:
+class LineageOutcome(RecordedOutcome):
     """A chain's lineage and compatibility matrix: the record of ``write_lineage_report``."""
-
-    record: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.record
 
     def describe(self) -> str:
         r = self.record
@@ -385,14 +387,8 @@ class LineageOutcome:
         return "\n".join(lines)
 
 
-@dataclass
-class BackfillOutcome:
+class BackfillOutcome(RecordedOutcome):
     """What keeping the gallery store on the champion did: the record of its backfill report."""
-
-    record: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.record
 
     def describe(self) -> str:
         lines = [f"store {self.record['store']}: {self.record['outcome']}"]

@@ -97,28 +97,34 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; it bumps the commit counter."""
-        with self.lock:
-            self.connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.connection
-                self.connection.execute(
-                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE "
-                    "key = 'commit_counter'"
-                )
-            except BaseException:
-                self.connection.execute("ROLLBACK")
-                raise
-            self.connection.execute("COMMIT")
+        with self._transaction(
+            "BEGIN IMMEDIATE",
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'commit_counter'",
+        ) as connection:
+            yield connection
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: every query in it sees the same committed state."""
+        with self._transaction("BEGIN") as connection:
+            yield connection
+
+    @contextmanager
+    def _transaction(
+        self, begin: str, last_statement: str | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """A transaction opened with ``begin`` that commits, after ``last_statement``, only if its
+        block ends normally."""
         with self.lock:
-            self.connection.execute("BEGIN")
+            self.connection.execute(begin)
             try:
                 yield self.connection
-            finally:
-                self.connection.execute("COMMIT")
+                if last_statement is not None:
+                    self.connection.execute(last_statement)
+            except BaseException:
+                self.connection.execute("ROLLBACK")
+                raise
+            self.connection.execute("COMMIT")
 
     def query(self, sql: str, arguments: tuple[object, ...] | list[object] = ()) -> list[tuple]:
         """A single read statement's rows (one implicit transaction)."""

@@ -59,6 +59,12 @@ class ChunkVectors:
     vectors: np.ndarray
     failures: dict[int, str] = field(default_factory=dict)
 
+    def commit_of(self, chunk: Chunk) -> ChunkCommit:
+        """What commits ``chunk`` once these vectors are durable: its slots, failures, digest."""
+        return ChunkCommit(
+            chunk, self.slots, self.failures, vectors_digest(self.slots, self.vectors)
+        )
+
 
 class VectorSource(Protocol):
     """Computes the target-space vectors of a chunk's items."""
@@ -347,15 +353,7 @@ class BackfillJob:
             self.store.sync_vectors(self.target.name)
             self.store.backfills.commit_chunks(
                 self.target.name,
-                [
-                    ChunkCommit(
-                        chunk,
-                        result.slots,
-                        result.failures,
-                        vectors_digest(result.slots, result.vectors),
-                    )
-                    for chunk, result in group
-                ],
+                [result.commit_of(chunk) for chunk, result in group],
             )
             for chunk, result in group:
                 names = {item.slot: item.item_id for item in chunk.items}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -66,38 +65,10 @@ def head_transform_fn(
 ) -> tuple[TransformFn, HeadCard]:
     """The head saved in ``head_dir`` as a vectors → vectors callable (one of its
     outputs), with its card."""
-    from modelupgrade.heads import load_head
+    from modelupgrade.heads import FrozenHead, load_head
 
     head, card = load_head(head_dir, device)
-    return folded_transform(head, device, output), card
-
-
-def folded_transform(
-    head: Any, device: str = "cpu", output: str = "transform", batch_size: int = 8192
-) -> TransformFn:
-    """``head``'s ``output`` with BatchNorm folded once, not once per chunk."""
-    import torch
-
-    from modelupgrade.heads import inference_copy
-
-    if output not in head.output_names:
-        raise UserError(
-            f"head {head.registry_name!r} has no output {output!r}",
-            hint=f"its outputs are: {', '.join(head.output_names)}",
-        )
-    frozen = inference_copy(head, device)
-
-    def transform(vectors: np.ndarray) -> np.ndarray:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        head.check_input(vectors.shape[1], None)
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(vectors), batch_size):
-                x = torch.from_numpy(vectors[start : start + batch_size]).to(device)
-                out.append(frozen.outputs(x)[output].float().cpu().numpy())
-        return np.concatenate(out) if out else np.empty((0, head.out_dim), dtype=np.float32)
-
-    return transform
+    return FrozenHead(head, device).output(output), card
 
 
 def load_head_transforms(
@@ -107,33 +78,26 @@ def load_head_transforms(
 ) -> HeadTransforms:
     """The heads a store serves with: a forward head (ψ on stored vectors) and a reverse head
     (ψ_rev on queries; an rm_full head gives ρ and ψ_rev∘ρ instead, for the full method)."""
-    from modelupgrade.heads import load_head
+    from modelupgrade.heads import FrozenHead, load_head
+
+    def loaded(path: str | Path, direction: str, takes: str) -> FrozenHead:
+        head, _ = load_head(path, device)
+        if head.direction != direction:
+            raise UserError(
+                f"{path} is a {head.direction} head ({head.registry_name}), not a {direction} one",
+                hint=f"--{direction}-head takes {takes}",
+            )
+        return FrozenHead(head, device)
 
     forward = reverse = rho = rho_reverse = None
     if forward_head is not None:
-        head, _ = load_head(forward_head, device)
-        if head.direction != "forward":
-            raise UserError(
-                f"{forward_head} is a {head.direction} head "
-                f"({head.registry_name}), not a forward one",
-                hint="--forward-head takes ψ: fct, fastfill, bict or dmu",
-            )
-        forward = folded_transform(head, device)
+        forward = loaded(forward_head, "forward", "ψ: fct, fastfill, bict or dmu").output()
     if reverse_head is not None:
-        head, _ = load_head(reverse_head, device)
-        if head.direction != "reverse":
-            raise UserError(
-                f"{reverse_head} is a {head.direction} head "
-                f"({head.registry_name}), not a reverse one",
-                hint="--reverse-head takes ψ_rev: rqt, mcl or rm_full",
-            )
-        if "new_embedding" in head.output_names:
-            rho, rho_reverse = (
-                folded_transform(head, device, "new_embedding"),
-                folded_transform(head, device),
-            )
+        head = loaded(reverse_head, "reverse", "ψ_rev: rqt, mcl or rm_full")
+        if "new_embedding" in head.head.output_names:
+            rho, rho_reverse = head.output("new_embedding"), head.output()
         else:
-            reverse = folded_transform(head, device)
+            reverse = head.output()
     return HeadTransforms(forward, reverse, rho, rho_reverse)
 
 

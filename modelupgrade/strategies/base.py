@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from modelupgrade.config.base import Section
@@ -27,6 +28,12 @@ class StrategyOptions(Section):
     # Whether the old model embeds the same augmented view as the new model or its own random view
     # (DMU's Alg. 1 uses two views; BCT/BiCT regression reads naturally as the same view).
     old_view: Literal["same", "separate"] = "same"
+
+
+class WeightedOptions(StrategyOptions):
+    """Options of a strategy whose compatibility term has one weight in the total loss."""
+
+    weight: float = Field(default=1.0, ge=0)
 
 
 @dataclass
@@ -104,6 +111,19 @@ class CompatibilityStrategy(nn.Module):
         """Called once before training (and before a resumed checkpoint is loaded)."""
         self.check_models(new_model, context.old_model)
 
+    def keep_old_prototypes(
+        self, new_model: EmbeddingModel, context: TrainingContext
+    ) -> torch.Tensor:
+        """The old model's prototypes of every class of the new training set
+        (``old_class_prototypes``); which rows are the old classifier's own is kept in the buffer
+        ``seen_classes``."""
+        assert context.old_model is not None
+        prototypes, seen = old_class_prototypes(
+            context.old_model, context.old_features(), context.labels, new_model.num_classes
+        )
+        self.register_buffer("seen_classes", seen)
+        return prototypes
+
     def on_epoch_start(
         self, epoch: int, new_model: EmbeddingModel, context: TrainingContext
     ) -> None:
@@ -124,6 +144,18 @@ class CompatibilityStrategy(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.registry_name, "options": self.options.model_dump(mode="json")}
+
+
+class OldClassifierStrategy(CompatibilityStrategy):
+    """A strategy that scores new embeddings with the old classifier, frozen, over every class of
+    the new training set: its own rows where it has them, else the synthesised ones
+    (``keep_old_prototypes``). ``setup`` builds it as ``old_classifier``."""
+
+    def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
+        super().setup(new_model, context)
+        prototypes = self.keep_old_prototypes(new_model, context)
+        assert context.old_model is not None
+        self.old_classifier = frozen_classifier_like(context.old_model.classifier, prototypes)
 
 
 def build_strategy(kind: str, options: Mapping[str, Any] | None = None) -> CompatibilityStrategy:

@@ -12,37 +12,22 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
-from modelupgrade.models import EmbeddingModel
 from modelupgrade.strategies.base import (
     STRATEGIES,
-    CompatibilityStrategy,
+    OldClassifierStrategy,
     StepInputs,
-    StrategyOptions,
-    TrainingContext,
-    frozen_classifier_like,
-    old_class_prototypes,
+    WeightedOptions,
 )
 
 
-class BCTOptions(StrategyOptions):
-    weight: float = Field(default=1.0, ge=0)
+class BCTOptions(WeightedOptions):
     unseen_classes: Literal["synthesise", "mask"] = "synthesise"
 
 
 @STRATEGIES.register("bct")
-class BCT(CompatibilityStrategy):
+class BCT(OldClassifierStrategy):
     Options = BCTOptions
-
-    def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
-        super().setup(new_model, context)
-        assert context.old_model is not None
-        prototypes, seen = old_class_prototypes(
-            context.old_model, context.old_features(), context.labels, new_model.num_classes
-        )
-        self.old_classifier = frozen_classifier_like(context.old_model.classifier, prototypes)
-        self.register_buffer("seen_classes", seen)
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         per_sample = self.old_classifier.loss(step.new_features, step.labels, reduction="none")

@@ -16,12 +16,11 @@ from modelupgrade.strategies.base import (
     STRATEGIES,
     CompatibilityStrategy,
     StepInputs,
-    StrategyOptions,
+    WeightedOptions,
 )
 
 
-class ContrastiveOptions(StrategyOptions):
-    weight: float = Field(default=1.0, ge=0)
+class ContrastiveOptions(WeightedOptions):
     temperature: float = Field(default=0.05, gt=0)
     new_negatives: bool = False
 

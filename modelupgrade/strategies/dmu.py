@@ -29,12 +29,10 @@ from modelupgrade.layers import MLP
 from modelupgrade.models import EmbeddingModel
 from modelupgrade.strategies.base import (
     STRATEGIES,
-    CompatibilityStrategy,
+    OldClassifierStrategy,
     StepInputs,
     StrategyOptions,
     TrainingContext,
-    frozen_classifier_like,
-    old_class_prototypes,
 )
 from modelupgrade.strategies.bct import cosine_distance
 
@@ -74,18 +72,13 @@ def selective_weights(
 
 
 @STRATEGIES.register("dmu")
-class DMU(CompatibilityStrategy):
+class DMU(OldClassifierStrategy):
     Options = DMUOptions
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)
         old_model = context.old_model
         assert old_model is not None
-        prototypes, seen = old_class_prototypes(
-            old_model, context.old_features(), context.labels, new_model.num_classes
-        )
-        self.old_classifier = frozen_classifier_like(old_model.classifier, prototypes)
-        self.register_buffer("seen_classes", seen)
         self.posterior_scale = self.options.posterior_scale or float(old_model.classifier.scale)
         self.psi: MLP | None = None
         if self.options.forward_head:

@@ -21,15 +21,13 @@ from modelupgrade.strategies.base import (
     STRATEGIES,
     CompatibilityStrategy,
     StepInputs,
-    StrategyOptions,
     TrainingContext,
-    old_class_prototypes,
+    WeightedOptions,
 )
 from modelupgrade.strategies.bct import cosine_distance
 
 
-class FocalDistillationOptions(StrategyOptions):
-    weight: float = Field(default=1.0, ge=0)
+class FocalDistillationOptions(WeightedOptions):
     alpha: float = Field(default=1.0, ge=0)
     beta: float = Field(default=5.0, ge=0)
     distance: Literal["cosine", "kl"] = "cosine"
@@ -51,12 +49,8 @@ class FocalDistillation(CompatibilityStrategy):
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)
+        self.register_buffer("old_prototypes", self.keep_old_prototypes(new_model, context))
         assert context.old_model is not None
-        prototypes, seen = old_class_prototypes(
-            context.old_model, context.old_features(), context.labels, new_model.num_classes
-        )
-        self.register_buffer("old_prototypes", prototypes)
-        self.register_buffer("seen_classes", seen)
         self.old_scale = float(context.old_model.classifier.scale)
 
     def sample_weights(self, old_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -14,12 +14,12 @@ from modelupgrade.strategies.base import (
     STRATEGIES,
     CompatibilityStrategy,
     StepInputs,
-    StrategyOptions,
+    WeightedOptions,
 )
 from modelupgrade.strategies.bct import cosine_distance
 
 
-class RegressionOptions(StrategyOptions):
+class RegressionOptions(WeightedOptions):
     weight: float = Field(default=2.0, ge=0)
 
 

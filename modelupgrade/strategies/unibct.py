@@ -25,8 +25,8 @@ from modelupgrade.strategies.base import (
     STRATEGIES,
     CompatibilityStrategy,
     StepInputs,
-    StrategyOptions,
     TrainingContext,
+    WeightedOptions,
     frozen_classifier_like,
 )
 
@@ -81,8 +81,7 @@ def refined_prototypes(
     return F.normalize(prototypes, dim=1)
 
 
-class UniBCTOptions(StrategyOptions):
-    weight: float = Field(default=1.0, ge=0)  # η after the warm-up
+class UniBCTOptions(WeightedOptions):  # weight: η after the warm-up
     warmup_epochs: int = Field(default=10, ge=0)
     refresh_every: int = Field(default=10, ge=1)
     graph_lambda: float = Field(default=0.9, ge=0, lt=1)
