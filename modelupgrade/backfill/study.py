@@ -56,6 +56,7 @@ from modelupgrade.layout import (
     embedding_file_name,
 )
 from modelupgrade.ordering import ORDERINGS, OrderingInputs, build_ordering
+from modelupgrade.retrieval.protocol import read_evaluation_splits
 from modelupgrade.serving import SERVING_MODES, build_serving_mode
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,6 @@ QUERY_FIELDS = ("reverse_query", "rho_query", "rho_reverse_query")
 CURVES_FILE = f"{BACKFILL_CURVES}.parquet"
 CURVES_CSV_FILE = f"{BACKFILL_CURVES}.csv"
 PLOT_FILE = f"{BACKFILL_CURVES}.png"
-
-
-def load_labels(path: str | Path) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
-    frame = pd.read_parquet(path, columns=["label"])
-    return frame["label"].to_numpy(dtype=np.int64)
 
 
 def parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
@@ -197,13 +190,13 @@ def simulate_backfill(
         )
     arrays = arrays or {}
     layout = layout or StudyLayout()
-    leave_one_out = params.evaluation.protocol == "leave-one-out"
-    gallery_labels = load_labels(gallery_split or layout.split_file(scenario, GALLERY_SPLIT))
-    query_labels = (
-        gallery_labels
-        if leave_one_out
-        else load_labels(query_split or layout.split_file(scenario, QUERY_SPLIT))
+    splits = read_evaluation_splits(
+        params.evaluation.protocol,
+        query_split or layout.split_file(scenario, QUERY_SPLIT),
+        gallery_split or layout.split_file(scenario, GALLERY_SPLIT),
     )
+    leave_one_out, gallery_labels = splits.leave_one_out, splits.gallery_labels
+    query_labels = gallery_labels if leave_one_out else splits.query_labels
     query_file = embedding_file_name(GALLERY_SPLIT if leave_one_out else QUERY_SPLIT)
     gallery_file = embedding_file_name(GALLERY_SPLIT)
     n, nq = len(gallery_labels), len(query_labels)
@@ -249,7 +242,19 @@ def simulate_backfill(
             if k not in ("t", "cutoff", "nfr", "pfr")
         }
 
+    def new_embeddings(variant: str, new_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        query = load_array(new_dir / query_file, f"{variant} query embeddings")
+        gallery = load_array(new_dir / gallery_file, f"{variant} gallery embeddings")
+        return rows(query, nq, "new query"), rows(gallery, n, "new gallery")
+
     old_old = evaluate(old_query, old_gallery)
+    # Seo et al.'s end condition (Eq. 7) compares with the independently trained new model.
+    reference_system = params.evaluation.oracle_strategy
+    reference_new_new = (
+        evaluate(*new_embeddings(reference_system, Path(variants[reference_system])))
+        if reference_system in variants
+        else None
+    )
     records: list[pd.DataFrame] = []
     curves: list[CurveSummary] = []
     skipped: list[dict[str, str]] = []
@@ -262,17 +267,12 @@ def simulate_backfill(
         for field, value in extra.items():
             rows(value, nq if field in QUERY_FIELDS else n, f"{variant} {field}")
         sigma2 = extra.pop("sigma2", None)
+        new_query, new_gallery = new_embeddings(variant, new_dir)
         serving = ServingArrays(
             old_query=old_query,
             old_gallery=old_gallery,
-            new_query=rows(
-                load_array(new_dir / query_file, f"{variant} query embeddings"), nq, "new query"
-            ),
-            new_gallery=rows(
-                load_array(new_dir / gallery_file, f"{variant} gallery embeddings"),
-                n,
-                "new gallery",
-            ),
+            new_query=new_query,
+            new_gallery=new_gallery,
         )
         serving = replace(serving, **extra)
         new_new = evaluate(serving.new_query, serving.new_gallery)
@@ -295,14 +295,19 @@ def simulate_backfill(
             ordering = policy.order_items(inputs, params.seed)
             for mode_name in cfg.serving_modes:
                 mode = build_serving_mode(mode_name)
-                plan = mode.try_plan(forms)
+                refused = (
+                    None
+                    if policy.orders_for(mode_name)
+                    else f"the {policy_name} order is meant for {policy.serving_modes} only"
+                )
+                plan = None if refused else mode.try_plan(forms)
                 if plan is None:
                     skipped.append(
                         {
                             "strategy": variant,
                             "policy": policy_name,
                             "mode": mode_name,
-                            "reason": mode.description,
+                            "reason": refused or mode.description,
                         }
                     )
                     continue
@@ -346,7 +351,11 @@ def simulate_backfill(
                         auc_mean={m: auc_mean(values[m]) for m in start},
                         auc_trapezoid={m: auc_trapezoid(curve.t, values[m]) for m in start},
                         conditions={
-                            m: check_conditions(values[m], old_old[m], new_new[m])
+                            m: check_conditions(
+                                values[m],
+                                old_old[m],
+                                None if reference_new_new is None else reference_new_new[m],
+                            )
                             for m in ("top1", "mAP")
                         },
                         start={m: float(values[m][0]) for m in start},
@@ -382,12 +391,14 @@ def simulate_backfill(
             )
     summary = BackfillSummary(
         scenario=scenario,
-        protocol=params.evaluation.protocol,
+        protocol="leave-one-out" if leave_one_out else "query-gallery",
         distance=cfg.distance,
         grid=GridRecord(kind=cfg.grid, t=grid.t.tolist(), cutoffs=grid.cutoffs.tolist()),
         gallery_size=n,
         queries=nq,
         old_old=old_old,
+        reference_system=reference_system if reference_new_new is not None else None,
+        reference_new_new=reference_new_new,
         primary_auc=cfg.primary_auc,
         curves=curves,
         skipped=skipped,

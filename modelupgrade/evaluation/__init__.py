@@ -15,7 +15,7 @@ from modelupgrade.evaluation.cross_model import (
     strategy_summary,
     write_heatmap,
 )
-from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator, resolve_protocol
+from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
     ComparisonRow,
@@ -24,6 +24,7 @@ from modelupgrade.evaluation.summary import (
     SequentialEvaluation,
     read_evaluation,
 )
+from modelupgrade.retrieval.protocol import resolve_protocol
 
 __all__ = [
     "MATRIX_COLUMNS",

@@ -34,39 +34,6 @@ class PairResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def resolve_protocol(requested: str, query_ids: np.ndarray, gallery_ids: np.ndarray) -> bool:
-    """True for leave-one-out. ``auto`` picks it when both splits list the same items in order."""
-    query_ids = np.asarray(query_ids)
-    gallery_ids = np.asarray(gallery_ids)
-    same = len(query_ids) == len(gallery_ids) and bool(np.array_equal(query_ids, gallery_ids))
-    overlap = np.intersect1d(query_ids, gallery_ids).size
-    if requested == "leave-one-out":
-        if not same:
-            raise UserError(
-                "evaluation.protocol is leave-one-out but the query and gallery splits differ",
-                hint="leave-one-out needs query.parquet and gallery.parquet to list "
-                "the same items in order",
-            )
-        return True
-    if requested == "query-gallery":
-        if overlap:
-            raise UserError(
-                f"{overlap} items are both queries and gallery items; under query-gallery they "
-                "would retrieve themselves",
-                hint="set evaluation.protocol to leave-one-out or auto, or "
-                "make the splits disjoint",
-            )
-        return False
-    if same:
-        return True
-    if overlap:
-        raise UserError(
-            f"the query and gallery splits share {overlap} items but are not the same set",
-            hint="make them disjoint (query-gallery) or identical (leave-one-out)",
-        )
-    return False
-
-
 class RetrievalEvaluator:
     """Scores query/gallery embedding pairs against fixed labels under one protocol."""
 

@@ -36,7 +36,7 @@ import pandas as pd
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import cross_model
-from modelupgrade.evaluation.retrieval import RetrievalEvaluator, resolve_protocol
+from modelupgrade.evaluation.retrieval import RetrievalEvaluator
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
     ScenarioEvaluation,
@@ -56,6 +56,7 @@ from modelupgrade.layout import (
     embedding_file_name,
     model_name,
 )
+from modelupgrade.retrieval.protocol import read_evaluation_splits
 from modelupgrade.runtime import describe_device, select_device
 
 log = logging.getLogger(__name__)
@@ -76,12 +77,6 @@ def load_embeddings(path: Path, what: str) -> np.ndarray:
     if array.ndim != 2:
         raise UserError(f"{path} must hold a 2-D (N, D) array, got shape {array.shape}")
     return np.ascontiguousarray(array, dtype=np.float32)
-
-
-def load_split(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise UserError(f"split file {path} does not exist", hint="run the split stage first")
-    return pd.read_parquet(path, columns=["item_id", "label"])
 
 
 def load_model_sets(directory: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -176,12 +171,12 @@ def _source(path: Path) -> dict[str, str]:
 def _labels_and_protocol(
     params: Params, layout: StudyLayout, scenario: str
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    query = load_split(layout.split_file(scenario, QUERY_SPLIT))
-    gallery = load_split(layout.split_file(scenario, GALLERY_SPLIT))
-    leave_one_out = resolve_protocol(
-        params.evaluation.protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy()
+    splits = read_evaluation_splits(
+        params.evaluation.protocol,
+        layout.split_file(scenario, QUERY_SPLIT),
+        layout.split_file(scenario, GALLERY_SPLIT),
     )
-    return query.label.to_numpy(np.int64), gallery.label.to_numpy(np.int64), leave_one_out
+    return splits.query_labels, splits.gallery_labels, splits.leave_one_out
 
 
 def evaluate_scenario(

@@ -57,7 +57,7 @@ class FastFillAdapter(Head):
         }
 
     def per_sample_loss(self, batch: HeadBatch, transformed: torch.Tensor) -> torch.Tensor:
-        """L_align + L_disc per sample (also the FastFill-Cheating oracle's backfill score)."""
+        """L_align + L_disc per sample: what σ² learns to predict (FastFill-Cheating ranks by it)"""
         total = torch.zeros(len(transformed), device=transformed.device)
         if self.options.use_alignment:
             total = total + squared_error(transformed, batch.new, self.options.alignment_reduction)

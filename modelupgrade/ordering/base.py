@@ -4,7 +4,7 @@ A policy is a score kind (``modelupgrade.ordering.scores``, or none), a directio
 rules: equal scores keep gallery position order, and a seeded policy draws from ``seed`` alone, so
 the simulator and the store that run a policy with the same seed on the same items produce the same
 order. ``order`` returns positions 0..n-1 (gallery rows, or the store's items sorted by slot), first
-backfilled first. ``deployable = False`` marks an upper bound that needs every new vector.
+backfilled first. ``deployable = False`` marks a reference order that needs every new vector.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class OrderingPolicy:
     score: ClassVar[str | None] = None
     # Higher score first.
     descending: ClassVar[bool] = True
+    # The serving modes whose backfill this order is meant for; None: every mode.
+    serving_modes: ClassVar[tuple[str, ...] | None] = None
 
     @property
     def deployable(self) -> bool:
@@ -33,6 +35,10 @@ class OrderingPolicy:
     def available(self, inputs: OrderingInputs) -> bool:
         """Whether ``inputs`` hold what this policy's score is computed from."""
         return self.score is None or score_kind_of(self.score).available(inputs)
+
+    def orders_for(self, mode: str) -> bool:
+        """Whether this policy's order is meaningful for the ``mode`` serving mode."""
+        return self.serving_modes is None or mode in self.serving_modes
 
     def order(self, n: int, scores: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
         """A permutation of positions 0..n-1, first backfilled first."""

@@ -1,6 +1,10 @@
-"""Upper bound: largest error of the served old-state vector, ‖φ_new(g) − ψ(φ_old(g))‖, first.
+"""Reference order: largest error of the mixed index's old-state vector, ‖φ_new(g) − ψ(φ_old(g))‖
+(or ‖φ_new(g) − φ_old(g)‖ without ψ), first.
 
-It reads every new embedding, which exists only once the backfill is done: not deployable.
+It reads every new embedding, which exists only once the backfill is done: not deployable. It is
+not an upper bound on the curve, and not FastFill's "Cheating" order (which ranks by the per-item
+training loss, labels included). Its score is the error of the vector the mixed index serves, so it
+orders only that mode's backfill: the rank-merge modes serve the old part with old queries.
 """
 
 from __future__ import annotations
@@ -14,3 +18,4 @@ class LargestAlignmentErrorFirst(OrderingPolicy):
         "needs the new gallery vectors and the old-state vectors in the same space (oracle)"
     )
     score = "alignment-error"
+    serving_modes = ("mixed",)
