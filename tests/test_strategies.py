@@ -277,3 +277,112 @@ def test_ract_adds_new_to_new_negatives_to_the_contrastive_loss():
         build_strategy("ract").options.new_negatives
         and not build_strategy("contrastive").options.new_negatives
     )
+
+
+def at_angles(angles: list[float], axis: int, dim: int = 2) -> torch.Tensor:
+    """Unit vectors at the given angles (radians) from basis vector ``axis``, rotated towards the
+    next basis vector; given as ± pairs they average exactly onto ``axis``."""
+    a = torch.tensor(angles, dtype=torch.float64)
+    out = torch.zeros(len(angles), dim, dtype=torch.float64)
+    out[:, axis] = torch.cos(a)
+    out[:, (axis + 1) % dim] = torch.sin(a)
+    return out.float()
+
+
+def test_lce_radius_is_the_max_angle_after_the_iqr_outlier_filter():
+    # Class 0: angles 0.1, 0.2, 0.2, 0.3 and one outlier 1.2, each as a ± pair about the x axis,
+    # so the class centre is the x axis and the angles to it are exactly these.
+    # Sorted: .1 .1 .2 .2 .2 .2 .3 .3 1.2 1.2 → Q1 = 0.2, Q3 = 0.3 (linear interpolation, and
+    # AdvBCT's sorted[⌊n/4⌋], sorted[⌊3n/4⌋] alike), fences 0.2 − 0.15 and 0.3 + 0.15: the pair at
+    # 1.2 is dropped, the radius is 0.3. The mean of every angle would be 0.4, the plain max 1.2.
+    class0 = [s * a for a in (0.1, 0.2, 0.2, 0.3, 1.2) for s in (1, -1)]
+    # Class 1: three samples (0, ±0.5 about the y axis); with n ≤ 3 the fences never drop anything.
+    class1 = [0.0, 0.5, -0.5]
+    old_features = torch.cat([at_angles(class0, axis=0), at_angles(class1, axis=1)])
+    labels = torch.tensor([0] * len(class0) + [1] * len(class1))
+    old = make_model(2, dim=2, trained=[0, 1])
+    context = TrainingContext(
+        labels=labels, epochs=1, embed_training_set=lambda m: old_features, old_model=old
+    )
+
+    def radii(options: dict) -> list[float]:
+        lce = build_strategy("lce", options)
+        lce.setup(make_model(2, dim=2), context)
+        assert torch.allclose(lce.centres, torch.eye(2), atol=1e-6)
+        return lce.radii.tolist()
+
+    assert radii({}) == pytest.approx([0.3, 0.5], abs=1e-5)
+    assert radii({"radius_outlier_iqr": None}) == pytest.approx([1.2, 0.5], abs=1e-5)
+    # The mean statistic is taken over the same filtered angles: (2·0.1 + 4·0.2 + 2·0.3) / 8.
+    mean = radii({"radius": "mean"})
+    assert mean[0] == pytest.approx(0.2, abs=1e-5)
+    with pytest.raises(UserError, match="not valid"):
+        build_strategy("lce", {"radius_outlier_iqr": 0})
+
+
+def basis_world(old_classes: int, trained: list[int], labels: list[int], old: list, dim: int = 3):
+    """An old model whose classifier rows are the basis vectors, so that its cosine logits are the
+    (normalised) old features themselves, and a training context over ``labels``."""
+    model = make_model(old_classes, dim=dim, trained=trained)
+    model.classifier.weight.data.copy_(torch.eye(old_classes, dim))
+    old_features = F.normalize(torch.tensor(old, dtype=torch.float32), dim=1)
+    label_tensor = torch.tensor(labels)
+    context = TrainingContext(
+        labels=label_tensor, epochs=1, embed_training_set=lambda m: old_features, old_model=model
+    )
+    return model, old_features, label_tensor, context
+
+
+def test_focal_kl_is_t_squared_times_kl_at_temperature_t():
+    old, old_features, labels, context = basis_world(
+        3, [0, 1, 2], [0, 1, 2], [[0.6, 0.8, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    )
+    new_features = F.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.6, 0.8], [0.8, 0.0, 0.6]]))
+    s = old.classifier.scale
+    # Hand-made logits: the old classifier's rows are the basis, so logits are s · features.
+    old_logits, new_logits = s * old_features, s * new_features
+    # Old-correct: sample 0 (label 0, old argmax 1) is wrong, samples 1 and 2 right (α 1, β 5).
+    weights = torch.tensor([1.0, 6.0, 6.0])
+
+    def by_hand(t: float) -> torch.Tensor:
+        p = torch.exp(old_logits / t) / torch.exp(old_logits / t).sum(1, keepdim=True)
+        q = torch.exp(new_logits / t) / torch.exp(new_logits / t).sum(1, keepdim=True)
+        kl = (p * (p.log() - q.log())).sum(1)
+        return (weights * t**2 * kl).mean()
+
+    def loss(options: dict) -> torch.Tensor:
+        fd = build_strategy("focal_distillation", {"distance": "kl", **options})
+        fd.setup(make_model(3, dim=3), context)
+        return fd.losses(step(labels, new_features, old_features, None))["focal_distillation"]
+
+    assert build_strategy("focal_distillation").options.temperature == 100.0  # PCT's T
+    assert torch.isclose(loss({}), by_hand(100.0), rtol=1e-4)
+    assert torch.isclose(loss({"temperature": 4.0}), by_hand(4.0), rtol=1e-4)
+    assert torch.isclose(loss({"temperature": 1.0}), by_hand(1.0), rtol=1e-4)
+    assert not torch.isclose(by_hand(4.0), by_hand(1.0), rtol=1e-2)
+
+
+def test_focal_old_correct_is_false_for_labels_the_old_classifier_does_not_have():
+    from modelupgrade.strategies.focal import old_model_correct
+
+    # Hand-made cosine logits against a 2-class old classifier (rows = basis): every sample's
+    # old argmax is class 0 or 1, the labels reach 3.
+    features = F.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.2], [0.1, 1.0]]))
+    labels = torch.tensor([0, 1, 2, 3])
+    weight = torch.eye(2)
+    both = torch.tensor([True, True])
+    assert old_model_correct(features, labels, weight, both).tolist() == [True, True, False, False]
+    # An old classifier that has none of these classes (open-class: it was trained elsewhere in
+    # the label space) is right on no sample; nothing is indexed out of range.
+    neither = torch.tensor([False, False])
+    assert old_model_correct(features, labels, weight, neither).tolist() == [False] * 4
+    assert old_model_correct(features[:2], labels[:2], weight, neither).tolist() == [False] * 2
+
+    # Through the strategy: the old model was trained on classes 3..5 only, the new set has 0..2.
+    _, old_features, labels, context = basis_world(
+        6, [3, 4, 5], [0, 0, 1, 2], [[1.0, 0.0, 0.0], [1.0, 0.1, 0.0], [0.0, 1.0, 0.0], [0, 0, 1.0]]
+    )
+    fd = build_strategy("focal_distillation")
+    fd.setup(make_model(3, dim=3), context)
+    assert fd.seen_classes.tolist() == [False, False, False]
+    assert fd.sample_weights(old_features, labels).tolist() == [fd.options.alpha] * 4
