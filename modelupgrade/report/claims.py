@@ -1,15 +1,18 @@
 """Do the papers' claims hold here? Seven claims, each checked wherever the study has the numbers.
 
 A claim holds only where it holds on every scenario that measured it; a study without the numbers
-for a claim leaves it untested. The strategies a claim is about are found by their kind in params
-(``StudyResults.strategy_kinds``), the head systems of the backfill study by the scenario's heads.
+for a claim leaves it untested, and so does a NaN among them (a number not measured, never a loss).
+The strategies a claim is about are found by their kind in params (``StudyResults.strategy_kinds``),
+the head systems of the backfill study by the scenario's heads.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from modelupgrade.evaluation.summary import BACKWARD, FORWARD_HEAD, SELF
 from modelupgrade.report.results import CURVE_METRIC, ScenarioResults, StudyResults
@@ -27,8 +30,21 @@ REVERSE_RANK_MERGE = "rank-merge-rqt"
 # Where the reverse-transform claim compares the rank merges: half the gallery backfilled.
 HALF_WAY = 0.5
 
-# One check of a claim on one scenario: whether it holds there, and the numbers that say so.
-Check = tuple[bool, str]
+
+class Check(NamedTuple):
+    """One check of a claim on one scenario: whether it holds there, the evidence, and the numbers
+    it compared. A NaN among them makes ``holds`` meaningless (every comparison with NaN is False):
+    ``_claim`` leaves such a check out of the verdict."""
+
+    holds: bool
+    evidence: str
+    compared: tuple[float, ...]
+
+    @property
+    def measured(self) -> bool:
+        return not any(math.isnan(number) for number in self.compared)
+
+
 ScenarioChecks = Callable[[StudyResults, ScenarioResults], Iterator[Check]]
 
 
@@ -51,15 +67,20 @@ def check_claims(study: StudyResults) -> list[Claim]:
 def _claim(
     statement: str, missing: str
 ) -> Callable[[ScenarioChecks], Callable[[StudyResults], Claim]]:
-    """A claim from its checks on each scenario: it holds where every check holds; no check,
-    not tested (``missing`` says why)."""
+    """A claim from its checks on each scenario: it holds where every measured check holds; no
+    check, not tested (``missing`` says why), nor where no check was measured (a NaN number)."""
 
     def from_checks(checks_of: ScenarioChecks) -> Callable[[StudyResults], Claim]:
         @functools.wraps(checks_of)
         def claim(study: StudyResults) -> Claim:
             checks = [check for sc in study.scenarios for check in checks_of(study, sc)]
-            holds = all(ok for ok, _ in checks) if checks else None
-            return Claim(statement, holds, "; ".join(text for _, text in checks) or missing)
+            measured = [check.holds for check in checks if check.measured]
+            holds = all(measured) if measured else None
+            evidence = "; ".join(
+                check.evidence if check.measured else f"{check.evidence} (not measured)"
+                for check in checks
+            )
+            return Claim(statement, holds, evidence or missing)
 
         return claim
 
@@ -82,7 +103,7 @@ def bct_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> Iter
             evidence = (
                 f"{sc.name}: M({_label(bct)}, old) = {cross:.4f} vs M(old, old) = {old_self:.4f}"
             )
-            yield cross > old_self, evidence
+            yield Check(cross > old_self, evidence, (cross, old_self))
 
 
 @_claim(
@@ -98,7 +119,7 @@ def bct_loses_new_to_new_accuracy(study: StudyResults, sc: ScenarioResults) -> I
             evidence = (
                 f"{sc.name}: M({label}, {label}) = {bct_self:.4f} vs independent {oracle_self:.4f}"
             )
-            yield bct_self < oracle_self, evidence
+            yield Check(bct_self < oracle_self, evidence, (bct_self, oracle_self))
 
 
 @_claim("DMU narrows BCT's new-to-new loss (smaller Δ↓).", "BCT or DMU was not evaluated")
@@ -112,7 +133,7 @@ def dmu_narrows_bct_loss(study: StudyResults, sc: ScenarioResults) -> Iterator[C
             evidence = (
                 f"{sc.name}: Δ↓ {_label(dmu_name)} {ours:.2f}% vs {_label(bct_name)} {theirs:.2f}%"
             )
-            yield ours < theirs, evidence
+            yield Check(ours < theirs, evidence, (ours, theirs))
 
 
 @_claim(
@@ -138,7 +159,7 @@ def forward_adapters_raise_new_to_old(study: StudyResults, sc: ScenarioResults) 
                 f"{sc.name}: M({row.query_set}, {row.gallery_set}) = "
                 f"{row.value:.4f} vs {label} = {reference:.4f}"
             )
-            yield row.value > reference, evidence
+            yield Check(row.value > reference, evidence, (row.value, reference))
 
 
 @_claim(
@@ -158,7 +179,7 @@ def reverse_transforms_beat_naive_merge(
                 f"{sc.name}: {system} rank merge at t = {HALF_WAY}: {CURVE_METRIC} "
                 f"{with_head:.4f} vs naive two-model merge {naive:.4f}"
             )
-            yield with_head > naive, evidence
+            yield Check(with_head > naive, evidence, (with_head, naive))
 
 
 @_claim(
@@ -171,7 +192,9 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
             continue
         conditions = curve.conditions[CURVE_METRIC]
         shape = "monotone" if conditions.monotone else f"largest drop {conditions.largest_drop:.4f}"
-        yield conditions.monotone, f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
+        evidence = f"{sc.name} {curve.strategy}/{curve.policy}: {shape}"
+        # A NaN point of the curve makes it "not monotone" with a NaN largest drop.
+        yield Check(conditions.monotone, evidence, (conditions.largest_drop,))
 
 
 @_claim(
@@ -191,7 +214,7 @@ def uncertainty_order_beats_random(study: StudyResults, sc: ScenarioResults) -> 
             f"{sc.name} {curve.strategy}: AUC {CURVE_METRIC} σ² order {ours:.4f} "
             f"vs random {theirs:.4f}"
         )
-        yield ours > theirs, evidence
+        yield Check(ours > theirs, evidence, (ours, theirs))
 
 
 def _paired_strategy(sc: ScenarioResults, system: str) -> str:
