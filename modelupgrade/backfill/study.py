@@ -11,8 +11,8 @@ listed as skipped in the summary.
 Writes ``<metrics>/backfill_curves.{parquet,csv}`` (tidy: strategy, policy, mode, deployable, t,
 cutoff, top-k, mAP, [mAP@k], nfr, pfr), ``<metrics>/backfill_summary.json`` (AUCs both ways, Seo et
 al.'s conditions, end-point identities), ``<metrics>/backfill_plots/<curve>.csv`` (for dvc plots)
-and ``<plots>/backfill_curves.png``; ``<metrics>`` and ``<plots>`` default to ``metrics/<sc>`` and
-``plots/<sc>``.
+and ``<plots>/backfill_curves.png`` (``modelupgrade.backfill.plots``: one panel per serving mode);
+``<metrics>`` and ``<plots>`` default to ``metrics/<sc>`` and ``plots/<sc>``.
 
 The ``simulate_backfill`` command (the DVC stage and the ``modelupgrade simulate-backfill``
 subcommand) runs ``simulate_backfill``; the default directories are the study's
@@ -32,6 +32,7 @@ import pandas as pd
 from modelupgrade.arrays import load_array
 from modelupgrade.backfill.engine import backfill_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
+from modelupgrade.backfill.plots import plot_curves
 from modelupgrade.backfill.serving_arrays import ServingArrays
 from modelupgrade.backfill.simulate import evaluate_state
 from modelupgrade.backfill.summary import (
@@ -406,39 +407,11 @@ def simulate_backfill(
         serving_modes_known=SERVING_MODES.names(),
     )
     write_json(metrics_dir / BACKFILL_SUMMARY_FILE, summary.as_dict())
-    plot_curves(tidy, old_old, plots_dir / PLOT_FILE, scenario)
+    plot_curves(tidy, summary, plots_dir / PLOT_FILE)
     log.info(
         "%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped)
     )
     return summary
-
-
-def plot_curves(tidy: pd.DataFrame, old_old: dict[str, float], path: Path, scenario: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharex=True)
-    for ax, metric in zip(axes, ("top1", "mAP"), strict=True):
-        for (strategy, policy, mode), part in tidy.groupby(
-            ["strategy", "policy", "mode"], sort=False
-        ):
-            style = "-" if bool(part["deployable"].iloc[0]) else ":"
-            ax.plot(
-                part["t"], part[metric], style, marker=".", label=f"{strategy} · {policy} · {mode}"
-            )
-        ax.axhline(old_old[metric], color="grey", linewidth=0.8, linestyle="--", label="old/old")
-        ax.set_xlabel("fraction of the gallery backfilled t")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{scenario}: {metric} during backfill")
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.018 * (len(labels) // 2), 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
 
 
 def report_files(metrics_dir: Path, plots_dir: Path) -> list[Path]:
