@@ -258,6 +258,9 @@ def test_gldv2_with_revisited_ground_truth_and_query_crop(tmp_path):
         "roxford5k/gallery/radcliffe_000003",
     ]
     assert queries.iloc[0]["gnd_junk"] == "roxford5k/gallery/oxford_000004"
+    # Each evaluation row names its set (the evaluator ranks a set's queries on its gallery only).
+    sets = manifest.groupby("source_split")["revisited_set"].agg(set).to_dict()
+    assert sets == {"gallery": {"roxford5k"}, "query": {"roxford5k"}, "train": {""}}
     gallery = manifest[manifest["source_split"] == "gallery"].set_index("item_id")["class_name"]
     assert gallery["roxford5k/gallery/all_souls_000002"] == "roxford5k/all_souls"
     assert gallery["roxford5k/gallery/oxford_000004"] == "roxford5k/distractor"

@@ -4,7 +4,8 @@ Columns (the contract every other part relies on): ``item_id`` (unique str), ``l
 contiguous 0..C-1), ``class_name`` (str), ``source_split`` (str), ``path`` (str, relative to the
 dataset root: the image file, or the IDX/pickle file holding the array) and ``index`` (int64, row
 inside that file, -1 when the file holds one image). A loader may add optional columns (GLDv2 adds
-the query crop box and the protocol's ground truth); split files are rows of the manifest.
+the query crop box, the Revisited Oxford/Paris set of each evaluation row and the protocol's ground
+truth); split files are rows of the manifest.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ MANIFEST_COLUMNS: tuple[str, ...] = (
 
 # Crop box of a query image (Revisited Oxford/Paris protocol); NaN when the image is not cropped.
 CROP_COLUMNS: tuple[str, ...] = ("crop_left", "crop_top", "crop_right", "crop_bottom")
+
+# Revisited Oxford/Paris: the set a query or gallery row belongs to ("" for rows of no set), and a
+# query's ground truth as space-separated gallery item ids of its set (easy, hard, junk).
+REVISITED_SET_COLUMN = "revisited_set"
+GROUND_TRUTH_COLUMNS: tuple[str, ...] = ("gnd_easy", "gnd_hard", "gnd_junk")
 
 KNOWN_CLASS_NAMES: dict[str, list[str]] = {
     "fashion-mnist": [

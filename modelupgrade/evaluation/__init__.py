@@ -1,4 +1,5 @@
-"""Cross-model retrieval evaluation: the matrix M(φ_q, φ_g), heatmaps, Δ↑ / Δ↓ / negative flips."""
+"""Cross-model retrieval evaluation: the matrix M(φ_q, φ_g), heatmaps, Δ↑ / Δ↓ / negative flips;
+Revisited Oxford/Paris queries scored per set under Easy/Medium/Hard (``revisited``)."""
 
 from modelupgrade.evaluation.cross_model import (
     MATRIX_COLUMNS,
@@ -16,6 +17,7 @@ from modelupgrade.evaluation.cross_model import (
     write_heatmap,
 )
 from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator
+from modelupgrade.evaluation.revisited import EvaluationGroundTruth, RevisitedSet
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
     ComparisonRow,
@@ -33,8 +35,10 @@ __all__ = [
     "ComparisonRow",
     "Compatibility",
     "CrossModelResult",
+    "EvaluationGroundTruth",
     "PairResult",
     "RetrievalEvaluator",
+    "RevisitedSet",
     "ScenarioEvaluation",
     "SequentialEvaluation",
     "StrategyComparisons",

@@ -1,13 +1,20 @@
 """Evaluate one (query embeddings, gallery embeddings) pair under the configured protocol.
 
-Top-k metrics (CMC, GLDv2-style mAP@k, per-query correctness for negative flips) come from the
-FAISS searcher for cosine similarity, and from the exact blocked ranking otherwise; mAP over the
-whole ranking always comes from the exact blocked ranking (``modelupgrade.metrics.rank_features``).
+What scores each query is decided once, by ``EvaluationGroundTruth``
+(``modelupgrade.evaluation.revisited``): queries of a Revisited Oxford/Paris set are ranked against
+their set's own gallery and scored under Easy/Medium/Hard (``<set>/<protocol>/mAP``, ``mP@k``); the
+other queries (all of them for Fashion-MNIST and every dataset without revisited sets) by label.
+
+Label-based top-k metrics (CMC, GLDv2-style mAP@k, per-query correctness for negative flips) come
+from the FAISS searcher for cosine similarity, and from the exact blocked ranking otherwise; mAP
+over the whole ranking always comes from the exact blocked ranking
+(``modelupgrade.metrics.rank_features``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +22,7 @@ import torch
 
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.errors import UserError
+from modelupgrade.evaluation.revisited import EvaluationGroundTruth, rows_of
 from modelupgrade.metrics import (
     PerQueryRanking,
     cmc_from_ranking,
@@ -24,6 +32,7 @@ from modelupgrade.metrics import (
     truncated_average_precision,
 )
 from modelupgrade.retrieval.index import GallerySearcher, SearchOptions, exclude_self
+from modelupgrade.retrieval.protocol import read_split_frames
 
 
 @dataclass
@@ -35,7 +44,12 @@ class PairResult:
 
 
 class RetrievalEvaluator:
-    """Scores query/gallery embedding pairs against fixed labels under one protocol."""
+    """Scores query/gallery embedding pairs against fixed ground truth under one protocol.
+
+    ``query_labels`` and ``gallery_labels`` cover every row of the splits; ``ground_truth`` says
+    which rows are scored by label (by default all of them) and which by a revisited set's
+    protocol. ``from_split_files`` reads both from the split files.
+    """
 
     def __init__(
         self,
@@ -44,10 +58,21 @@ class RetrievalEvaluator:
         gallery_labels: np.ndarray,
         leave_one_out: bool,
         device: torch.device | str = "cpu",
+        *,
+        ground_truth: EvaluationGroundTruth | None = None,
     ) -> None:
         self.params = params
-        self.query_labels = np.asarray(query_labels, dtype=np.int64)
-        self.gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
+        query_labels = np.asarray(query_labels, dtype=np.int64)
+        gallery_labels = np.asarray(gallery_labels, dtype=np.int64)
+        self.num_queries, self.num_gallery = len(query_labels), len(gallery_labels)
+        self.ground_truth = ground_truth or EvaluationGroundTruth()
+        if leave_one_out and self.ground_truth.revisited:
+            raise UserError("revisited sets are scored with disjoint queries and gallery")
+        # The label-scored part: every row unless some belong to a revisited set.
+        self.label_queries = self.ground_truth.label_queries
+        self.label_gallery = self.ground_truth.label_gallery
+        self.query_labels = query_labels[self.label_queries]
+        self.gallery_labels = gallery_labels[self.label_gallery]
         self.leave_one_out = leave_one_out
         self.device = torch.device(device)
         if leave_one_out and not np.array_equal(self.query_labels, self.gallery_labels):
@@ -61,8 +86,55 @@ class RetrievalEvaluator:
         self.search_options = SearchOptions.from_params(params.search)
         self.max_k = max([*params.topk, params.flip_k, params.map_at_k or 0])
 
+    @classmethod
+    def from_split_files(
+        cls,
+        params: EvaluationParams,
+        query_split: str | Path,
+        gallery_split: str | Path,
+        device: torch.device | str = "cpu",
+    ) -> RetrievalEvaluator:
+        """The evaluator of a scenario's split files: their labels, the protocol they resolve to
+        (``evaluation.protocol``) and the ground truth their rows carry."""
+        query, gallery, leave_one_out = read_split_frames(
+            params.protocol, query_split, gallery_split
+        )
+        return cls(
+            params,
+            query.label.to_numpy(np.int64),
+            gallery.label.to_numpy(np.int64),
+            leave_one_out,
+            device,
+            ground_truth=EvaluationGroundTruth.from_splits(query, gallery, leave_one_out),
+        )
+
+    @property
+    def scores_labels(self) -> bool:
+        """Whether some queries are scored by label (all of them without revisited sets)."""
+        return rows_of(self.label_queries, self.num_queries) > 0
+
+    def metric_names(self) -> list[str]:
+        """The metrics ``evaluate`` returns (besides the per-query correctness)."""
+        p = self.params
+        label = [
+            *(f"top{k}" for k in p.topk),
+            *(["mAP"] if p.full_map else []),
+            *([f"mAP@{p.map_at_k}"] if p.map_at_k else []),
+        ]
+        return [*(label if self.scores_labels else []), *self.ground_truth.metric_names()]
+
+    def require_metric(self, metric: str, setting: str) -> None:
+        """Refuse a ``setting`` (e.g. evaluation.headline_metric) naming a metric not computed."""
+        names = self.metric_names()
+        if metric not in names:
+            raise UserError(
+                f"{setting} is {metric!r}, which this evaluation does not compute",
+                hint=f"pick one of: {', '.join(names)}",
+            )
+
     def protocol_description(self) -> dict[str, Any]:
         p = self.params
+        revisited = self.ground_truth.describe()
         return {
             "protocol": "leave-one-out" if self.leave_one_out else "query-gallery",
             "similarity": p.similarity,
@@ -74,8 +146,9 @@ class RetrievalEvaluator:
                 else None
             ),
             "mAP@k": f"GLDv2 AP@{p.map_at_k} over all queries" if p.map_at_k else None,
-            "num_queries": len(self.query_labels),
-            "num_gallery": len(self.gallery_labels),
+            "num_queries": self.num_queries,
+            "num_gallery": self.num_gallery,
+            **({"revisited": revisited} if revisited else {}),
         }
 
     def _topk_from_search(
@@ -104,12 +177,37 @@ class RetrievalEvaluator:
 
     def evaluate(self, query: np.ndarray, gallery: np.ndarray) -> PairResult:
         p = self.params
-        if len(query) != len(self.query_labels) or len(gallery) != len(self.gallery_labels):
+        if len(query) != self.num_queries or len(gallery) != self.num_gallery:
             raise UserError(
                 f"{len(query)} query and {len(gallery)} gallery vectors for "
-                f"{len(self.query_labels)} query and {len(self.gallery_labels)} gallery labels",
+                f"{self.num_queries} query and {self.num_gallery} gallery labels",
                 hint="embeddings must be computed on the split files, row for row",
             )
+        metrics: dict[str, float] = {}
+        correct = np.zeros(len(query), dtype=bool)
+        info: dict[str, Any] = {}
+        if self.scores_labels:
+            labelled = self._evaluate_labels(query[self.label_queries], gallery[self.label_gallery])
+            metrics.update(labelled.metrics)
+            correct[self.label_queries] = labelled.correct
+            info.update(labelled.info)
+        for revisited in self.ground_truth.revisited:
+            scores, right = revisited.score(
+                query,
+                gallery,
+                similarity=p.similarity,
+                flip_k=p.flip_k,
+                memory_bytes=p.ranking_memory_mb * 1024 * 1024,
+                device=self.device,
+            )
+            metrics.update(scores)
+            correct[revisited.query_rows] = right
+            info.setdefault("search", {"index": "exact full ranking per revisited set"})
+        return PairResult(metrics, correct, info)
+
+    def _evaluate_labels(self, query: np.ndarray, gallery: np.ndarray) -> PairResult:
+        """The label-scored queries against the label-scored gallery."""
+        p = self.params
         info: dict[str, Any] = {}
         full: PerQueryRanking | None = None
         if p.full_map or p.similarity != "cosine":

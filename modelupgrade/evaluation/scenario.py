@@ -1,10 +1,12 @@
 """Cross-model evaluation of one scenario from the study's files: matrix, heatmap, Δ↑ / Δ↓ / flips.
 
 Two-model scenarios read ``<embeddings>/<sc>/gen0/`` and ``<embeddings>/<sc>/gen1-<strategy>/``
-(``query.npy``, ``gallery.npy``), labels from ``<splits>/<sc>/{query,gallery}.parquet``, and every
-head ``<heads>/<sc>/<head>-<strategy>/`` of the evaluated strategies: a forward head maps the old
-gallery (ψ(old)), a reverse head maps the new queries (ψ_rev(new)); pre-computed outputs under
-``<embeddings>/<sc>/<head>-<strategy>/`` are used when present. Writes
+(``query.npy``, ``gallery.npy``), labels (and, for Revisited Oxford/Paris queries, their set and
+easy/hard/junk ground truth: ``modelupgrade.evaluation.revisited``) from
+``<splits>/<sc>/{query,gallery}.parquet``, and every head ``<heads>/<sc>/<head>-<strategy>/`` of
+the evaluated strategies: a forward head maps the old gallery (ψ(old)), a reverse head maps the new
+queries (ψ_rev(new)); pre-computed outputs under ``<embeddings>/<sc>/<head>-<strategy>/`` are used
+when present. Writes
 ``<metrics>/<sc>/cross_model.{parquet,csv,json}``, ``<metrics>/<sc>/summary.{json,csv}`` and
 ``<plots>/<sc>/cross_model_heatmap.png``.
 
@@ -56,7 +58,6 @@ from modelupgrade.layout import (
     embedding_file_name,
     model_name,
 )
-from modelupgrade.retrieval.protocol import read_evaluation_splits
 from modelupgrade.runtime import describe_device, select_device
 
 log = logging.getLogger(__name__)
@@ -168,15 +169,19 @@ def _source(path: Path) -> dict[str, str]:
     )
 
 
-def _labels_and_protocol(
-    params: Params, layout: StudyLayout, scenario: str
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    splits = read_evaluation_splits(
-        params.evaluation.protocol,
+def scenario_evaluator(
+    params: Params, layout: StudyLayout, scenario: str, device: Any
+) -> RetrievalEvaluator:
+    """The evaluator of a scenario's query and gallery split files (labels, protocol, and the
+    revisited sets' ground truth where the rows carry it); it must compute the headline metric."""
+    evaluator = RetrievalEvaluator.from_split_files(
+        params.evaluation,
         layout.split_file(scenario, QUERY_SPLIT),
         layout.split_file(scenario, GALLERY_SPLIT),
+        device,
     )
-    return splits.query_labels, splits.gallery_labels, splits.leave_one_out
+    evaluator.require_metric(params.evaluation.headline_metric, "evaluation.headline_metric")
+    return evaluator
 
 
 def evaluate_scenario(
@@ -206,8 +211,7 @@ def evaluate_scenario(
     ev = params.evaluation
     strategies = list(strategies if strategies is not None else scenario_params.strategies)
     device = select_device(params.device)
-    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, layout, scenario)
-    evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
+    evaluator = scenario_evaluator(params, layout, scenario, device)
 
     query_sets: dict[str, np.ndarray] = {}
     gallery_sets: dict[str, np.ndarray] = {}
@@ -367,8 +371,7 @@ def evaluate_sequential(
         raise UserError(f"a chain has at least one generation (gen0), not {count}")
     names = [model_name(i) for i in range(count)]
     device = select_device(params.device)
-    query_labels, gallery_labels, leave_one_out = _labels_and_protocol(params, layout, SEQUENTIAL)
-    evaluator = RetrievalEvaluator(ev, query_labels, gallery_labels, leave_one_out, device)
+    evaluator = scenario_evaluator(params, layout, SEQUENTIAL, device)
     oracle = ev.oracle_strategy if ev.oracle_strategy in strategies else None
     oracle_scores: dict[str, float] = {}
     headline: dict[str, Any] = {}

@@ -73,13 +73,22 @@ def _read_split(path: Path) -> pd.DataFrame:
     return frame
 
 
+def read_split_frames(
+    protocol: str, query_split: str | Path, gallery_split: str | Path
+) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
+    """Both split files as read (every column) and ``protocol`` (``evaluation.protocol``) resolved
+    on their ids: (query rows, gallery rows, leave-one-out)."""
+    query = _read_split(Path(query_split))
+    gallery = _read_split(Path(gallery_split))
+    leave_one_out = resolve_protocol(protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy())
+    return query, gallery, leave_one_out
+
+
 def read_evaluation_splits(
     protocol: str, query_split: str | Path, gallery_split: str | Path
 ) -> EvaluationSplits:
     """Read both split files and resolve ``protocol`` (``evaluation.protocol``) on their ids."""
-    query = _read_split(Path(query_split))
-    gallery = _read_split(Path(gallery_split))
-    leave_one_out = resolve_protocol(protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy())
+    query, gallery, leave_one_out = read_split_frames(protocol, query_split, gallery_split)
     return EvaluationSplits(
         query.label.to_numpy(np.int64), gallery.label.to_numpy(np.int64), leave_one_out
     )

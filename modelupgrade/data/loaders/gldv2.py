@@ -7,10 +7,13 @@ Layout under ``dataset.root``:
 
 Training rows have source_split ``train``. Each revisited set contributes its queries (source_split
 ``query``, with the protocol's bounding box in the crop columns, applied when the image is loaded)
-and its database images (``gallery``). Query rows carry the protocol's ground truth as
-space-separated gallery item ids in ``gnd_easy``, ``gnd_hard`` and ``gnd_junk``, so that the
-evaluator can score the Medium/Hard protocols exactly; labels of evaluation rows name the query's
-landmark (gallery images positive for no query fall in "<set>/distractor").
+and its database images (``gallery``); both name their set in ``revisited_set`` (empty for training
+rows). Query rows carry the protocol's ground truth as space-separated gallery item ids of their
+set in ``gnd_easy``, ``gnd_hard`` and ``gnd_junk``: the evaluator ranks each set's queries against
+that set's gallery only and scores them under the Easy/Medium/Hard protocols
+(``modelupgrade.evaluation.revisited``). Labels of evaluation rows name the query's landmark
+(gallery images positive for no query fall in "<set>/distractor"); the evaluator does not score
+revisited queries by them.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, read_image_files
-from modelupgrade.data.manifest import CROP_COLUMNS, contiguous_labels, make_manifest
+from modelupgrade.data.manifest import (
+    CROP_COLUMNS,
+    GROUND_TRUTH_COLUMNS,
+    REVISITED_SET_COLUMN,
+    contiguous_labels,
+    make_manifest,
+)
 from modelupgrade.errors import UserError
 
 if TYPE_CHECKING:
     import torch
-
-GROUND_TRUTH_COLUMNS = ("gnd_easy", "gnd_hard", "gnd_junk")
 
 
 def gldv2_image_path(images_dir: str, image_id: str) -> str:
@@ -111,6 +118,7 @@ class Gldv2Loader(DatasetLoader):
                     "class_key": landmark,
                     "source_split": "query",
                     "path": f"{name}/jpg/{query}.jpg",
+                    REVISITED_SET_COLUMN: name,
                     **dict(zip(CROP_COLUMNS, bbox, strict=True)),
                     **{
                         column: " ".join(gallery_ids[i] for i in truth.get(kind, []))
@@ -126,6 +134,7 @@ class Gldv2Loader(DatasetLoader):
                 "class_key": gallery_class,
                 "source_split": "gallery",
                 "path": [f"{name}/jpg/{im}.jpg" for im in gnd["imlist"]],
+                REVISITED_SET_COLUMN: name,
             }
         )
         return pd.concat([pd.DataFrame(rows), gallery], ignore_index=True)
@@ -136,7 +145,7 @@ class Gldv2Loader(DatasetLoader):
         table = pd.concat(parts, ignore_index=True)
         for column in CROP_COLUMNS:
             table[column] = table[column].astype(np.float64) if column in table else np.nan
-        for column in GROUND_TRUTH_COLUMNS:
+        for column in (REVISITED_SET_COLUMN, *GROUND_TRUTH_COLUMNS):
             table[column] = table[column].fillna("").astype(object) if column in table else ""
         labels, key_names = contiguous_labels(table["class_key"])
         return make_manifest(
@@ -146,7 +155,10 @@ class Gldv2Loader(DatasetLoader):
             source_split=table["source_split"].to_numpy(dtype=object),
             path=table["path"].to_numpy(dtype=object),
             index=-1,
-            extra={c: table[c].to_numpy() for c in (*CROP_COLUMNS, *GROUND_TRUTH_COLUMNS)},
+            extra={
+                c: table[c].to_numpy()
+                for c in (*CROP_COLUMNS, REVISITED_SET_COLUMN, *GROUND_TRUTH_COLUMNS)
+            },
         )
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
