@@ -41,6 +41,7 @@ def test_markdown_renders_every_block_kind() -> None:
         document.Image("plots/x.png", "a plot"),
         document.CodeBlock("root\n└── v1"),
         document.BulletList(["one: `1`", "two"]),
+        document.Details("More", ["first", "second"]),
     ]
     assert document.render_markdown("Title", blocks) == (
         "# Title\n\n"
@@ -50,7 +51,8 @@ def test_markdown_renders_every_block_kind() -> None:
         "| a | 0.1235 | yes | – |\n| b | 2 | no | – |\n\n"
         "![a plot](plots/x.png)\n\n"
         "```text\nroot\n└── v1\n```\n\n"
-        "- one: `1`\n- two\n"
+        "- one: `1`\n- two\n\n"
+        "**More**\n\n- first\n- second\n"
     )
 
 
@@ -72,6 +74,7 @@ def test_html_escapes_text_and_shows_the_same_values() -> None:
         document.CodeBlock("<tree>"),
         document.BulletList(["<i>"]),
         document.Image('p".png', "cap <1>"),
+        document.Details("a > b", ["<x>"]),
     ]
     page = document.render_html("T & U", blocks)
     assert "<title>T &amp; U</title>" in page and "<h1>T &amp; U</h1>" in page
@@ -79,6 +82,7 @@ def test_html_escapes_text_and_shows_the_same_values() -> None:
     assert "<td>–</td></tr><tr><td>0.5000</td></tr><tr><td>&lt;b&gt;</td>" in page
     assert "<pre><code>&lt;tree&gt;</code></pre>" in page and "<ul><li>&lt;i&gt;</li></ul>" in page
     assert '<img src="p&quot;.png" alt="cap &lt;1&gt;">' in page
+    assert "<details><summary>a &gt; b</summary><ul><li>&lt;x&gt;</li></ul></details>" in page
 
 
 # -- a synthetic study -----------------------------------------------------------------------------
@@ -89,12 +93,13 @@ def study_params(bct_name: str = "bct", bct_kind: str = "bct") -> Params:
         {
             "scenarios": {
                 "sc": {
-                    "kind": "extended-data",
+                    "kind": "extended-class",
                     "strategies": ["independent", bct_name, "dmu"],
                     "heads": {
                         "fct": "independent",
                         "rqt": "independent",
                         "fastfill": "independent",
+                        "rm_full": "independent",
                     },
                 },
                 "other": {"kind": "open-data", "strategies": ["independent", bct_name]},
@@ -109,6 +114,7 @@ def study_params(bct_name: str = "bct", bct_kind: str = "bct") -> Params:
                 "fct": {"kind": "fct"},
                 "rqt": {"kind": "rqt"},
                 "fastfill": {"kind": "fastfill"},
+                "rm_full": {"kind": "rm_full"},
             },
             "sequential": {"strategies": [bct_name]},
         }
@@ -165,15 +171,16 @@ def curve(
         "policy": policy,
         "mode": mode,
         "deployable": deployable,
-        "auc_trapezoid": {"mAP": auc},
-        "auc_mean": {"mAP": auc + 0.01},
+        "auc_trapezoid": {"mAP": auc, "top1": auc + 0.1},
+        "auc_mean": {"mAP": auc + 0.01, "top1": auc + 0.11},
         "conditions": {
-            "mAP": {
+            metric: {
                 "starts_at_or_above_old": True,
                 "ends_at_or_above_new": True,
                 "monotone": monotone,
                 "largest_drop": 0.0 if monotone else 0.0321,
             }
+            for metric in ("mAP", "top1")
         },
         **{
             part: {"mAP": auc}
@@ -213,8 +220,8 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
     (sc / "summary.json").write_text(json.dumps(evaluation))
     curves = [
         curve(bct_name, "random", "mixed", 0.50),
-        curve("independent", "random", "rank-merge", 0.48),
-        curve("rqt-independent", "random", "rank-merge-rqt", 0.58),
+        curve("independent", "old-confidence", "rank-merge", 0.48),
+        curve("rm_full-independent", "old-confidence", "rank-merge-full", 0.58),
         curve("fastfill-independent", "random", "mixed", 0.52),
         curve("fastfill-independent", "fastfill-uncertainty", "mixed", 0.60),
         curve("independent", "oracle", "rank-merge", 0.62, monotone=False, deployable=False),
@@ -234,16 +241,6 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
         "serving_modes_known": ["mixed"],
     }
     (sc / "backfill_summary.json").write_text(json.dumps(backfill))
-    pd.DataFrame(
-        [
-            {"strategy": s, "policy": "random", "mode": m, "t": t, "mAP": v}
-            for s, m, values in (
-                ("independent", "rank-merge", (0.40, 0.45, 0.70)),
-                ("rqt-independent", "rank-merge-rqt", (0.40, 0.55, 0.70)),
-            )
-            for t, v in zip((0.0, 0.5, 1.0), values, strict=True)
-        ]
-    ).to_parquet(sc / "backfill_curves.parquet")
     other = root / "metrics" / "other"
     other.mkdir(parents=True)
     (other / "summary.json").write_text(
@@ -315,23 +312,32 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
         "sc: M(BCT, BCT) = 0.6600 vs independent 0.7000; "
         "other: M(BCT, BCT) = 0.5500 vs independent 0.6000"
     )
-    assert evidence[2] == "sc: Δ↓ DMU 1.43% vs BCT 5.71%"
+    assert evidence[2] == "sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%; sc: Δ↓ DMU 1.43% vs BCT 5.71%"
     assert evidence[3] == (
         "sc: M(gen1-independent, fct-independent(gen0)) = 0.4500 vs M(old, old) = 0.4000; "
         "sc: M(gen1-dmu, dmu(gen0)) = 0.5500 vs M(dmu, old) = 0.5000"
     )
-    assert (
-        evidence[4]
-        == "sc: rqt-independent rank merge at t = 0.5: mAP 0.5500 vs naive two-model merge 0.4500"
+    assert evidence[4] == (
+        "sc rm_full-independent: AUC mAP 0.5800 vs naive rank merge 0.4800; "
+        "sc rm_full-independent: AUC top1 0.6800 vs naive rank merge 0.5800"
     )
-    assert evidence[5] == "sc independent/random: monotone"  # the oracle order is not deployable
-    assert evidence[6] == "sc fastfill-independent: AUC mAP σ² order 0.6000 vs random 0.5200"
+    # The oracle order is not deployable; the study's 20 queries make one query's worth 0.05.
+    assert evidence[5] == (
+        "sc independent/old-confidence mAP: largest dip 0.0000 (tolerance 0.0500); "
+        "sc independent/old-confidence top1: largest dip 0.0000 (tolerance 0.0500)"
+    )
+    # FastFill's M̃ is the mean of the curve's points (auc_mean), not the trapezoid.
+    assert evidence[6] == (
+        "sc fastfill-independent: mean mAP σ² order 0.6100 vs random 0.5300; "
+        "sc fastfill-independent: mean top1 σ² order 0.7100 vs random 0.6300"
+    )
+    assert [c.seeds for c in claims] == [1] * 7
 
 
-def test_a_claim_the_numbers_contradict_does_not_hold(tmp_path: Path) -> None:
+def test_a_claim_the_numbers_contradict_fails(tmp_path: Path) -> None:
     write_study(tmp_path, bct_backward=0.39)
     compatible = claims_of(tmp_path, study_params())[0]
-    assert compatible.holds is False and compatible.verdict == "does not hold"
+    assert compatible.holds is False and compatible.verdict == "fails"
     assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in compatible.evidence
 
 
@@ -339,7 +345,7 @@ def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Pa
     write_study(tmp_path, bct_name="compat")
     claims = claims_of(tmp_path, study_params("compat"))
     assert claims[0].holds and claims[0].evidence.startswith("sc: M(COMPAT, old) = 0.4500")
-    assert claims[2].evidence == "sc: Δ↓ DMU 1.43% vs COMPAT 5.71%"
+    assert claims[2].evidence.endswith("sc: Δ↓ DMU 1.43% vs COMPAT 5.71%")
 
     write_study(tmp_path / "again")
     # No strategy of kind bct: the BCT claims have nothing to check.
@@ -377,11 +383,48 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     ]
     assert "![sc: backfill curves](plots/sc_backfill_curves.png)" in markdown
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
-    assert len(claims) == 7 and all(c["holds"] is True for c in claims)
+    assert len(claims) == 7 and all(c["verdict"] == "holds" for c in claims)
+    keys = [
+        "statement",
+        "source",
+        "scope",
+        "paper",
+        "ours",
+        "seeds",
+        "verdict",
+        "holds",
+        "evidence",
+    ]
+    assert all(list(c) == keys for c in claims)
+    dmu = claims[2]
+    assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 1)
+    assert dmu["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]
+    assert dmu["ours"] == "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71%"
     assert (
-        "<td>DMU narrows BCT&#x27;s new-to-new loss (smaller Δ↓).</td>"
-        in (tmp_path / "out" / "report.html").read_text()
+        dmu["evidence"]
+        == "sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%; sc: Δ↓ DMU 1.43% vs BCT 5.71%"
     )
+    assert claims[5]["paper"] is None
+    # The claims table: claim | source | paper | ours | verdict, each cell a few lines at most.
+    table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[2].splitlines()
+    assert table[0] == "| claim | source | paper | ours | verdict |"
+    cells = [cell for line in table[2:] for cell in line.strip("|").split(" | ")]
+    assert len(table) == 2 + 7 and max(len(cell) for cell in cells) <= 240
+    dmu_row = table[4]
+    assert dmu_row.startswith("| 3. DMU upgrades better than BCT on both sides")
+    assert dmu_row.endswith(
+        "| GLDv2, DMU vs BCT: Δ↑ 19.18 vs 11.57%, Δ↓ 2.27 vs 4.03% (30%→100% data); "
+        "Δ↑ 14.63 vs 9.56%, Δ↓ −0.42 vs 0.80% (30%→70% data) | "
+        "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71% | holds |"
+    )
+    assert "| 6. " in table[7] and "| – |" in table[7]  # Seo et al. give figures only
+    # The evidence in full below the table, one list per claim.
+    assert "**3. DMU upgrades better than BCT on both sides" in markdown
+    assert "- Source: DMU (Table 1)." in markdown
+    assert "- sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<td>DMU (Table 1)</td>" in page
+    assert "<details><summary>3. DMU upgrades better than BCT on both sides" in page
 
 
 # -- the flows' reports ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from modelupgrade.report.claims import Claim, check_claims
 from modelupgrade.report.document import (
     MISSING,
     Block,
+    Details,
     Heading,
     Image,
     Paragraph,
@@ -173,17 +174,38 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
 
 
 def claim_blocks(claims: Sequence[Claim]) -> list[Block]:
-    return [
+    counts = sorted({c.seeds for c in claims})
+    seeds, plural = "/".join(map(str, counts)), "" if counts == [1] else "s"
+    rows = [
+        [f"{i}. {c.statement}", c.source, c.paper, c.ours, c.verdict]
+        for i, c in enumerate(claims, 1)
+    ]
+    blocks: list[Block] = [
         Heading("Do the papers' claims hold here?", 2),
         Paragraph(
-            "Each claim is checked on every scenario where this study has the numbers; it holds "
-            "only where it holds on all of them. A small CPU study can contradict a paper: the "
-            "verdicts say what this run measured, nothing more."
+            "Each claim is stated as narrowly as its paper states it, and checked only on the "
+            "scenarios of its scope (the details below name them, with the metric and the "
+            "protocol); it holds only where it holds on all of them, and a NaN number leaves a "
+            "check not measured. The paper column gives the paper's own numbers (– where it "
+            "shows figures only; the papers' models and data are far larger than this study's), "
+            f"ours the numbers compared here, from {seeds} training seed{plural}. "
+            "A small CPU study can contradict a paper: the verdicts say what this run measured, "
+            "nothing more."
         ),
-        Table(
-            ["claim", "verdict", "evidence"], [[c.statement, c.verdict, c.evidence] for c in claims]
-        ),
+        Table(["claim", "source", "paper", "ours", "verdict"], rows),
     ]
+    for i, c in enumerate(claims, 1):
+        scope = c.scope
+        items = [
+            f"Source: {c.source}.",
+            f"Scope: {', '.join(scope.scenarios)}; {scope.metric}; {scope.protocol}.",
+            f"Not checked elsewhere: {scope.elsewhere}.",
+            f"Paper: {c.paper or 'no number (figures only)'}.",
+            *(c.checked or [c.unchecked]),
+            *(f"Outside the scope, not counted: {line}" for line in c.outside),
+        ]
+        blocks.append(Details(f"{i}. {c.statement} Verdict: {c.verdict}.", items))
+    return blocks
 
 
 def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -> list[Block]:
@@ -252,9 +274,7 @@ def write_report(
         blocks += scenario_blocks(sc, images)
     blocks += sequential_blocks(study, images)
     blocks += metadata_blocks(metadata, stage_seconds)
-    verdicts = [
-        {"statement": c.statement, "holds": c.holds, "evidence": c.evidence} for c in claims
-    ]
+    verdicts = [c.as_dict() for c in claims]
     with atomic_path(out_dir) as tmp:
         (tmp / "plots").mkdir(parents=True)
         for source, name in images.items():

@@ -56,7 +56,16 @@ class BulletList:
     items: Sequence[str]
 
 
-Block = Heading | Paragraph | Table | Image | CodeBlock | BulletList
+@dataclass(frozen=True)
+class Details:
+    """A titled list of particulars below a table: in HTML folded (``<details>``), in markdown
+    the title in bold over the list."""
+
+    summary: str
+    items: Sequence[str]
+
+
+Block = Heading | Paragraph | Table | Image | CodeBlock | BulletList | Details
 
 
 def format_cell(value: Any) -> str:
@@ -98,6 +107,8 @@ def render_markdown(title: str, blocks: Iterable[Block]) -> str:
                 lines += [f"```{language}", text, "```"]
             case BulletList(items):
                 lines += [f"- {item}" for item in items]
+            case Details(summary, items):
+                lines += [f"**{summary}**", ""] + [f"- {item}" for item in items]
         lines.append("")
     return "\n".join(lines)
 
@@ -106,7 +117,8 @@ _STYLE = (
     "<style>body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;"
     "text-align:right}th{background:#eee}td:first-child,th:first-child{text-align:left}"
-    "img{max-width:100%}figcaption{color:#555}</style></head><body>"
+    "img{max-width:100%}figcaption{color:#555}summary{cursor:pointer;margin:.4em 0}"
+    "</style></head><body>"
 )
 
 
@@ -141,5 +153,10 @@ def render_html(title: str, blocks: Iterable[Block]) -> str:
                 parts.append(f"<pre><code>{esc(text)}</code></pre>")
             case BulletList(items):
                 parts.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>")
+            case Details(summary, items):
+                listed = "".join(f"<li>{esc(item)}</li>" for item in items)
+                parts.append(
+                    f"<details><summary>{esc(summary)}</summary><ul>{listed}</ul></details>"
+                )
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,15 +1,14 @@
 """What the study measured, read back from the files of the evaluate and simulate_backfill stages.
 
-``metrics/<scenario>/summary.json``, ``backfill_summary.json`` and ``backfill_curves.parquet``,
-``metrics/sequential/<strategy>/summary.json`` and the plots beside them; the names of the study's
-strategies and heads come from params. The report computes nothing new from them.
+``metrics/<scenario>/summary.json`` and ``backfill_summary.json``,
+``metrics/sequential/<strategy>/summary.json`` and the plots beside them; the names and kinds of the
+study's scenarios, strategies and heads come from params. The report computes nothing new from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.backfill.summary import BackfillSummary, CurveSummary
 from modelupgrade.config import Params
@@ -30,11 +29,11 @@ CURVE_METRIC = "mAP"
 @dataclass
 class ScenarioResults:
     name: str
+    kind: str  # the scenario's kind in params (extended-data, open-class, …)
     evaluation: ScenarioEvaluation
     backfill: BackfillSummary | None
     heatmap: Path | None
     curves_plot: Path | None
-    curves: Any = None  # the tidy backfill_curves table (pandas), when simulated
     # A head's system in the backfill curves (``layout.head_name``) → the strategy it pairs with.
     head_systems: dict[str, str] = field(default_factory=dict)
 
@@ -63,19 +62,6 @@ class ScenarioResults:
     def primary_auc(self) -> str:
         return "auc_trapezoid" if self.backfill is None else self.backfill.primary_auc
 
-    def curve_value(
-        self, strategy: str, policy: str, mode: str, t: float, metric: str = CURVE_METRIC
-    ) -> float | None:
-        """A backfill curve's ``metric`` at backfilled fraction ``t``, None if not simulated."""
-        if self.curves is None:
-            return None
-        curves = self.curves
-        rows = curves[
-            (curves.strategy == strategy) & (curves.policy == policy) & (curves["mode"] == mode)
-        ]
-        rows = rows[(rows.t - t).abs() < 1e-9]
-        return float(rows[metric].iloc[0]) if len(rows) else None
-
 
 @dataclass
 class StudyResults:
@@ -83,6 +69,9 @@ class StudyResults:
     sequential: dict[str, ChainEvaluation] = field(default_factory=dict)
     sequential_plots: dict[str, Path] = field(default_factory=dict)
     strategy_kinds: dict[str, str] = field(default_factory=dict)  # strategy name → its kind
+    # How many training seeds each number rests on: the study trains every model once, with
+    # params.seed (generation g with seed + g); no stage repeats a training over seeds yet.
+    seeds: int = 1
 
     def strategies_of_kind(self, kind: str) -> list[str]:
         return [name for name, of_kind in self.strategy_kinds.items() if of_kind == kind]
@@ -90,23 +79,20 @@ class StudyResults:
 
 def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
     """Every scenario's and chain's results found in ``layout``'s metrics and plots."""
-    import pandas as pd
-
     scenarios = []
     for name, scenario in params.scenarios.items():
         metrics, plots = layout.metrics(name), layout.plots(name)
         backfill = metrics / BACKFILL_SUMMARY_FILE
         heatmap = layout.heatmap(name)
         curves_plot = plots / f"{BACKFILL_CURVES}.png"
-        curves = metrics / f"{BACKFILL_CURVES}.parquet"
         scenarios.append(
             ScenarioResults(
                 name=name,
+                kind=scenario.kind,
                 evaluation=ScenarioEvaluation.read(metrics / f"{SUMMARY}.json"),
                 backfill=BackfillSummary.read(backfill) if backfill.is_file() else None,
                 heatmap=heatmap if heatmap.is_file() else None,
                 curves_plot=curves_plot if curves_plot.is_file() else None,
-                curves=pd.read_parquet(curves) if curves.is_file() else None,
                 head_systems={head_name(h, s): s for h, s in scenario.heads.items()},
             )
         )
