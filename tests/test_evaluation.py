@@ -149,6 +149,30 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
         (oracle_self - rows["self"]["value"]) / oracle_self * 100
     )
     assert 0.0 <= backward["negative_flip_rate"] <= 1.0
+    # Backward is the new model's queries against the old model's gallery, not the other way
+    # round: computed here directly from the files (cosine, full-ranking mAP).
+    from modelupgrade.backfill import evaluate_state
+
+    def vectors(model: str, split: str) -> np.ndarray:
+        return np.load(tmp_path / f"embeddings/sc/{model}/{split}.npy")
+
+    def labels(split: str) -> np.ndarray:
+        return pd.read_parquet(tmp_path / f"data/splits/sc/{split}.parquet").label.to_numpy()
+
+    def direct_map(query_model: str, gallery_model: str) -> float:
+        state = evaluate_state(
+            vectors(query_model, "query"),
+            vectors(gallery_model, "gallery"),
+            labels("gallery"),
+            False,
+            "cosine",
+            query_labels=labels("query"),
+        )
+        return float(state.mAP[0])
+
+    assert backward["value"] == pytest.approx(direct_map("gen1-bct", "gen0"), abs=1e-6)
+    assert backward["value"] != pytest.approx(direct_map("gen0", "gen1-bct"), abs=1e-3)
+    assert old_self == pytest.approx(direct_map("gen0", "gen0"), abs=1e-6)
     # The oracle is summarised only because a head pairs with it; its own Δ↓ is zero.
     oracle_rows = {row["comparison"]: row for row in summary["strategies"]["independent"]}
     assert oracle_rows["forward-head"]["gallery_set"] == "fct-independent(gen0)"
