@@ -187,6 +187,21 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     # Naive rank merge starts at old/old.
     merge = next(c for c in summary.curves if c.mode == "rank-merge")
     assert merge.start["mAP"] == pytest.approx(summary.old_old["mAP"], abs=1e-9)
+    # The curve's end points against the evaluator's own search (FAISS and the full-ranking mAP),
+    # not against the curve engine: t = 0 is old/old, t = 1 the new model on its new gallery.
+    from modelupgrade.evaluation import RetrievalEvaluator
+
+    evaluator = RetrievalEvaluator(params.evaluation, q_labels, g_labels, leave_one_out=False)
+
+    def evaluated(model: str) -> dict[str, float]:
+        folder = tmp_path / "embeddings/sc" / model
+        query, gallery = np.load(folder / "query.npy"), np.load(folder / "gallery.npy")
+        return evaluator.evaluate(query, gallery).metrics
+
+    mixed = next(c for c in summary.curves if (c.strategy, c.mode) == ("bct", "mixed"))
+    for metric in ("top1", "mAP"):
+        assert summary.old_old[metric] == pytest.approx(evaluated("gen0")[metric], abs=1e-6)
+        assert mixed.end[metric] == pytest.approx(evaluated("gen1-independent")[metric], abs=1e-6)
 
 
 def test_stage_cli_reports_bad_input(tmp_path, capsys):
