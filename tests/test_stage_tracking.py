@@ -259,3 +259,44 @@ def test_a_live_run_and_a_stage_record_log_the_same_run(store: Tracker, tmp_path
             run.info.run_id, "registry/lineage.json", str(local)
         )
         assert json.loads(Path(lineage).read_text()) == {"lineage": ["v1", "v2"]}, name
+
+
+def test_one_lingering_writer_writes_the_records_of_the_stages_that_follow(
+    store: Tracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipeline's stages end seconds apart: the writer that loaded MLflow for the first record
+    stays and writes the next ones; a writer started meanwhile leaves its record to it."""
+    import threading
+
+    from modelupgrade.registry import spool_writer
+
+    opened: list[Tracker] = []
+
+    class CountingTracker(Tracker):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(spool_writer, "Tracker", CountingTracker)
+    monkeypatch.setattr(spool_writer, "POLL_S", 0.05)
+
+    def spool(name: str) -> Path:
+        record = StageRecord(name, name, "process:1:1")
+        record.end("FINISHED")
+        return spool_record(record, store.config)
+
+    first = spool("first")
+    writer = threading.Thread(target=spool_writer.write_spool, args=(store.config, 1.5))
+    writer.start()
+    deadline = time.monotonic() + 30
+    while first.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # ten polls with nothing to write: a writer without linger would be gone
+    second = spool("second")
+    spool_writer.write_spool(store.config, 0.0)  # another writer: the lingering one is alive
+    assert second.exists()
+    writer.join(timeout=30)
+    assert not writer.is_alive()
+    assert not first.exists() and not second.exists()
+    assert len(opened) == 1  # MLflow opened once for both records
+    assert {"first", "second"} <= set(runs_by_stage(store))
