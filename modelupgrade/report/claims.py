@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from modelupgrade.backfill.summary import CurveSummary
 from modelupgrade.evaluation.summary import BACKWARD, FORWARD_HEAD, SELF, ComparisonRow
 from modelupgrade.report.results import ScenarioResults, StudyResults
 
@@ -400,21 +401,8 @@ def full_method_beats_naive_rank_merge(study: StudyResults, sc: ScenarioResults)
         if (curve.policy, curve.mode) != (OLD_CONFIDENCE_ORDER, FULL_RANK_MERGE):
             continue
         naive = sc.curve(_paired_strategy(sc, curve.strategy), OLD_CONFIDENCE_ORDER, RANK_MERGE)
-        if naive is None:
-            continue
-        for metric in CURVE_METRICS:
-            if metric not in curve.auc_trapezoid or metric not in naive.auc_trapezoid:
-                continue
-            ours, theirs = curve.auc_trapezoid[metric], naive.auc_trapezoid[metric]
-            yield Check(
-                holds=ours > theirs,
-                ours=f"{sc.name}: {metric} {ours:.4f} vs {theirs:.4f}",
-                evidence=(
-                    f"{sc.name} {curve.strategy}: AUC {metric} {ours:.4f} vs naive rank merge "
-                    f"{theirs:.4f}"
-                ),
-                compared=(ours, theirs),
-            )
+        if naive is not None:
+            yield from _larger_auc(sc, curve, naive, "auc_trapezoid", "AUC", "naive rank merge")
 
 
 @_claim(
@@ -491,20 +479,9 @@ def uncertainty_order_beats_random(study: StudyResults, sc: ScenarioResults) -> 
         if (curve.policy, curve.mode) != (UNCERTAINTY_ORDER, MIXED):
             continue
         random_order = sc.curve(curve.strategy, RANDOM_ORDER, MIXED)
-        if random_order is None:
-            continue
-        for metric in CURVE_METRICS:
-            if metric not in curve.auc_mean or metric not in random_order.auc_mean:
-                continue
-            ours, theirs = curve.auc_mean[metric], random_order.auc_mean[metric]
-            yield Check(
-                holds=ours > theirs,
-                ours=f"{sc.name}: {metric} {ours:.4f} vs {theirs:.4f}",
-                evidence=(
-                    f"{sc.name} {curve.strategy}: mean {metric} σ² order {ours:.4f} "
-                    f"vs random {theirs:.4f}"
-                ),
-                compared=(ours, theirs),
+        if random_order is not None:
+            yield from _larger_auc(
+                sc, curve, random_order, "auc_mean", "mean", "random", ours_name="σ² order "
             )
 
 
@@ -522,3 +499,29 @@ CLAIMS: tuple[Callable[[StudyResults], Claim], ...] = (
     rank_merge_is_monotone,
     uncertainty_order_beats_random,
 )
+
+
+def _larger_auc(
+    sc: ScenarioResults,
+    curve: CurveSummary,
+    other: CurveSummary,
+    kind: str,
+    measure: str,
+    other_name: str,
+    ours_name: str = "",
+) -> Iterator[Check]:
+    """One check per curve metric: ``curve``'s AUC of ``kind`` above ``other``'s."""
+    ours_aucs, their_aucs = curve.auc(kind), other.auc(kind)
+    for metric in CURVE_METRICS:
+        if metric not in ours_aucs or metric not in their_aucs:
+            continue
+        ours, theirs = ours_aucs[metric], their_aucs[metric]
+        yield Check(
+            holds=ours > theirs,
+            ours=f"{sc.name}: {metric} {ours:.4f} vs {theirs:.4f}",
+            evidence=(
+                f"{sc.name} {curve.strategy}: {measure} {metric} {ours_name}{ours:.4f} "
+                f"vs {other_name} {theirs:.4f}"
+            ),
+            compared=(ours, theirs),
+        )
