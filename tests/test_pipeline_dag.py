@@ -78,6 +78,8 @@ def tiny_params(dataset_root: Path) -> dict:
         "fastfill": "independent",
         "rqt": "independent",
     }
+    # dvc.yaml has one heads group per scenario that trains heads in params.yaml.
+    params["scenarios"]["extended-class"]["heads"] = {"fastfill": "independent"}
     params["strategies"]["dmu"]["options"] = {"head_hidden_dim": 16}
     for head in params["heads"].values():
         head.update(hidden_dim=16, epochs=1)
