@@ -199,7 +199,7 @@ def backfill(
         cpus_per_worker: with --executor ray: CPUs of each actor
     """
     from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.job import BackfillJob, ReEmbedImages, TableVectors, TransformStored
+    from modelupgrade.store.job import ReEmbedImages, TableVectors, TransformStored
     from modelupgrade.store.models import head_transform_fn, model_embed_fn, space_for_model
     from modelupgrade.store.spaces import SpaceSpec
 
@@ -283,16 +283,33 @@ def backfill(
                 gpus_per_worker,
                 cpus_per_worker,
             )
-        job = BackfillJob(
-            gallery,
-            spec,
-            source,
-            build_ordering(policy or params.store.policy),
-            chunk_size or params.store.chunk_size,
-            seed=params.seed if seed is None else seed,
-            progress=progress,
-        )
-        return job.run()
+        return _backfill_job(
+            gallery, spec, source, params, policy, chunk_size, seed, progress
+        ).run()
+
+
+def _backfill_job(
+    gallery: GalleryStore,
+    spec: Any,
+    vectors: Any,
+    params: Params,
+    policy: str | None,
+    chunk_size: int | None,
+    seed: int | None,
+    progress: bool,
+) -> Any:
+    """The backfill job of either executor, with the command line's settings over params.yaml's."""
+    from modelupgrade.store.job import BackfillJob
+
+    return BackfillJob(
+        gallery,
+        spec,
+        vectors,
+        build_ordering(policy or params.store.policy),
+        chunk_size or params.store.chunk_size,
+        seed=params.seed if seed is None else seed,
+        progress=progress,
+    )
 
 
 def _backfill_on_ray(
@@ -325,7 +342,6 @@ def _backfill_on_ray(
         WorkerPool,
     )
     from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.job import BackfillJob
 
     if rho_head is not None or (model is None and transform_head is None):
         raise UserError(
@@ -341,16 +357,9 @@ def _backfill_on_ray(
     ray.init(**({"address": address} if address else {"include_dashboard": False}))
     try:
         executor.pool = WorkerPool.for_cluster(workers, gpus_per_worker, cpus_per_worker)
-        job = BackfillJob(
-            gallery,
-            spec,
-            executor,
-            build_ordering(policy or params.store.policy),
-            chunk_size or params.store.chunk_size,
-            seed=params.seed if seed is None else seed,
-            progress=progress,
-        )
-        return job.run()
+        return _backfill_job(
+            gallery, spec, executor, params, policy, chunk_size, seed, progress
+        ).run()
     finally:
         ray.shutdown()
 
