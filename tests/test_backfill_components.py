@@ -159,12 +159,13 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
         params,
         "sc",
         old=Path(old),
-        variant=[f"bct={new}", f"fastfill={new}"],
+        variant=[f"bct={new}", f"fastfill={new}", f"independent={new}"],
         array=[
             f"fastfill:forward_gallery={tmp_path / 'forward.npy'}",
             f"fastfill:sigma2={tmp_path / 'sigma2.npy'}",
         ],
         old_logits=tmp_path / "logits.npy",
+        compatible=["bct"],
     ).summary
     tidy = pd.read_parquet(tmp_path / "metrics/sc/backfill_curves.parquet")
     assert {"strategy", "policy", "mode", "t", "top1", "top5", "mAP", "nfr"} <= set(tidy.columns)
@@ -177,6 +178,13 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     assert oracle and not any(c.deployable for c in oracle)
     # Its score is the mixed index's served error: it orders no rank-merge backfill.
     assert {c.mode for c in oracle} == {"mixed"}
+    # It needs old-state vectors in the new space: BCT's own (trained compatible) or ψ(old); an
+    # independent model's raw old vectors live in an unrelated space.
+    assert {c.strategy for c in oracle} == {"bct", "fastfill"}
+    assert any(
+        (s["strategy"], s["policy"]) == ("independent", "oracle") and "new space" in s["reason"]
+        for s in summary.skipped
+    )
     written = json.loads((tmp_path / "metrics/sc/backfill_summary.json").read_text())
     assert written["curves"][0]["auc_trapezoid"]["mAP"] == pytest.approx(
         summary.curves[0].auc_trapezoid["mAP"]
@@ -307,3 +315,32 @@ def test_seo_end_condition_compares_with_the_independently_trained_new_model(tmp
     for curve in summary.curves:
         ends = curve.conditions["mAP"].ends_at_or_above_new
         assert ends is (curve.strategy == "independent"), (curve.strategy, curve.mode)
+
+
+def test_study_layout_marks_compatible_systems_for_the_oracle(tmp_path):
+    """BCT-family strategies (and the heads on them) serve old vectors that are meant to be
+    compared with the new ones; an independent model's are not, heads on it included."""
+    from modelupgrade.backfill.study import backfill_inputs
+    from modelupgrade.backfill.variants import scenario_variants
+    from modelupgrade.layout import StudyLayout
+
+    params = parse_params(
+        {
+            "scenarios": {
+                "sc": {
+                    "kind": "extended-data",
+                    "strategies": ["independent", "bct"],
+                    "heads": {"fct": "independent", "fct_bct": "bct"},
+                }
+            },
+            "architectures": {"default": {}},
+            "strategies": {"independent": {"kind": "independent"}, "bct": {"kind": "bct"}},
+            "heads": {"fct": {"kind": "fct"}, "fct_bct": {"kind": "fct"}},
+            "sequential": {"strategies": []},
+        }
+    )
+    found = scenario_variants(params, "sc", StudyLayout(embeddings_root=tmp_path))
+    assert set(found.variants) == {"independent", "bct", "fct-independent", "fct_bct-bct"}
+    assert found.compatible == {"bct", "fct_bct-bct"}
+    with pytest.raises(UserError, match="no --variant defines"):
+        backfill_inputs(params, "sc", old=tmp_path, variant_items=["a=x"], compatible=["b"])

@@ -20,6 +20,7 @@ def inputs(n=40, seed=0):
         sigma2=rng.random(n),
         old_state_vectors=rng.normal(size=(n, 4)),
         new_vectors=rng.normal(size=(n, 4)),
+        old_state_in_new_space=True,
     )
 
 
@@ -85,9 +86,19 @@ def test_oracle_order_is_descending_alignment_error_and_not_deployable():
     assert policy.deployable is False and SCORE_KINDS["alignment-error"].deployable is False
     assert all(build_ordering(name).deployable for name in ORDERINGS.names() if name != "oracle")
     narrower = OrderingInputs(
-        n=40, new_vectors=given.new_vectors, old_state_vectors=given.new_vectors[:, :2]
+        n=40,
+        new_vectors=given.new_vectors,
+        old_state_vectors=given.new_vectors[:, :2],
+        old_state_in_new_space=True,
     )
     assert not policy.available(narrower)
+    # Same width, but spaces never aligned (an independent model without ψ): no order.
+    unrelated = OrderingInputs(
+        n=40, new_vectors=given.new_vectors, old_state_vectors=given.old_state_vectors
+    )
+    assert not policy.available(unrelated)
+    with pytest.raises(UserError, match="new space"):
+        policy.order_items(unrelated)
 
 
 def test_policies_without_their_inputs_are_unavailable_and_refuse():

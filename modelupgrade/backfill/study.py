@@ -22,7 +22,7 @@ subcommand) runs ``simulate_backfill``; the default directories are the study's
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -125,14 +125,17 @@ def backfill_inputs(
     variant_items: Sequence[str] = (),
     array_items: Sequence[str] = (),
     old_logits: str | Path | None = None,
+    compatible: Sequence[str] = (),
 ) -> ScenarioVariants:
     """The systems to compare: every strategy and head of the scenario found under
     ``<embeddings_root>/<sc>/`` (the study's layout), or the explicit ``old`` directory with
-    ``NAME=DIR`` variants, ``NAME:FIELD=PATH`` arrays and the old model's logits."""
+    ``NAME=DIR`` variants, ``NAME:FIELD=PATH`` arrays, the old model's logits and the names of
+    the variants trained to be compatible with the old model."""
     if embeddings_root:
-        if old or variant_items or array_items or old_logits:
+        if old or variant_items or array_items or old_logits or compatible:
             raise UserError(
-                "--embeddings-root replaces --old, --variant, --array and --old-logits",
+                "--embeddings-root replaces --old, --variant, --array, --old-logits and "
+                "--compatible",
                 hint="give either the layout root or the explicit inputs",
             )
         return scenario_variants(params, scenario, StudyLayout(embeddings_root=embeddings_root))
@@ -142,11 +145,18 @@ def backfill_inputs(
             hint="pass --old DIR or --embeddings-root",
         )
     variants = parse_pairs(variant_items, "variant")
+    unknown = sorted(set(compatible) - set(variants))
+    if unknown:
+        raise UserError(
+            f"--compatible names {', '.join(unknown)}, which no --variant defines",
+            hint=f"variants: {', '.join(variants) or 'none'}",
+        )
     return ScenarioVariants(
         Path(old),
         variants,
         parse_arrays(array_items, variants),
         Path(old_logits) if old_logits else None,
+        frozenset(compatible),
     )
 
 
@@ -177,11 +187,14 @@ def simulate_backfill(
     metrics_dir: str | Path | None = None,
     plots_dir: str | Path | None = None,
     layout: StudyLayout | None = None,
+    compatible: Collection[str] = (),
 ) -> BackfillSummary:
     """Simulate every available combination; returns the summary written to backfill_summary.json.
 
     Split files and output directories not given are the scenario's in ``layout`` (the project's
-    by default)."""
+    by default). ``compatible`` names the variants whose new model was trained to be compared
+    with the old vectors: with ψ, they are the systems whose old-state vectors live in the new
+    space, which the oracle order needs."""
     params.scenario(scenario)
     cfg = params.backfill
     if not variants:
@@ -285,6 +298,7 @@ def simulate_backfill(
             sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
             old_state_vectors=serving.systems(mixed).gallery_old_side,
             new_vectors=serving.new_gallery,
+            old_state_in_new_space=mixed.old_part.gallery == "forward" or variant in compatible,
         )
         for policy_name in cfg.policies:
             policy = build_ordering(policy_name)

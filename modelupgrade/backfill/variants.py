@@ -36,6 +36,8 @@ class ScenarioVariants:
     variants: dict[str, str]
     arrays: dict[str, dict[str, str]] = field(default_factory=dict)
     old_logits: Path | None = None
+    # Variants whose new model was trained to be compared with the old vectors (BCT family).
+    compatible: frozenset[str] = frozenset()
 
 
 def _head_arrays(directory: Path) -> dict[str, str]:
@@ -61,15 +63,21 @@ def scenario_variants(params: Params, scenario: str, layout: StudyLayout) -> Sce
     variants = {
         s: str(layout.embeddings(scenario, model_name(1, s))) for s in scenario_params.strategies
     }
+    compatible = {
+        s for s in scenario_params.strategies if params.strategies[s].kind != "independent"
+    }
     arrays: dict[str, dict[str, str]] = {}
     for head, strategy in scenario_params.heads.items():
         name = head_name(head, strategy)
         variants[name] = variants[strategy]
         arrays[name] = _head_arrays(layout.head_outputs(scenario, name))
+        if strategy in compatible:
+            compatible.add(name)
     logits = layout.logits_file(scenario, OLD_MODEL, GALLERY_SPLIT)
     return ScenarioVariants(
         layout.embeddings(scenario, OLD_MODEL),
         variants,
         arrays,
         logits if logits.is_file() else None,
+        frozenset(compatible),
     )

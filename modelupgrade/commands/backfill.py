@@ -30,6 +30,7 @@ def simulate_backfill(
     variant: Sequence[str] = (),
     array: Sequence[str] = (),
     old_logits: Path | None = None,
+    compatible: Sequence[str] = (),
     query_split: Path | None = None,
     gallery_split: Path | None = None,
     metrics_dir: Path | None = None,
@@ -53,6 +54,8 @@ def simulate_backfill(
             sigma2, reverse_query, rho_query, rho_gallery or rho_reverse_query
         old_logits: with --old: the old classifier's logits on the gallery split (.npy), for the
             confidence and entropy orders
+        compatible: with --old: NAME of a variant whose new model was trained to be compatible
+            with the old one (BCT family); the oracle order needs that or the variant's ψ
         query_split: query split parquet (default: data/splits/<sc>/query.parquet)
         gallery_split: gallery split parquet (default: data/splits/<sc>/gallery.parquet)
         metrics_dir: where backfill_curves.{parquet,csv}, backfill_summary.json and
@@ -70,13 +73,16 @@ def simulate_backfill(
     layout = StudyLayout()
     if embeddings_root is None and old is None:
         embeddings_root = layout.embeddings_root
-    found = backfill_inputs(params, scenario, embeddings_root, old, variant, array, old_logits)
+    found = backfill_inputs(
+        params, scenario, embeddings_root, old, variant, array, old_logits, compatible
+    )
     asked = {
         "scenario": scenario,
         "old": found.old,
         "variants": found.variants,
         "arrays": found.arrays,
         "old_logits": found.old_logits,
+        "compatible": sorted(found.compatible),
         "query_split": query_split,
         "gallery_split": gallery_split,
     }
@@ -102,6 +108,7 @@ def simulate_backfill(
             metrics_dir,
             plots_dir,
             layout,
+            found.compatible,
         )
         stage.log_metrics(summary.headline_metrics())
         metrics, plots = output_dirs(scenario, metrics_dir, plots_dir, layout)

@@ -4,7 +4,9 @@
 It reads every new embedding, which exists only once the backfill is done: not deployable. It is
 not an upper bound on the curve, and not FastFill's "Cheating" order (which ranks by the per-item
 training loss, labels included). Its score is the error of the vector the mixed index serves, so it
-orders only that mode's backfill: the rank-merge modes serve the old part with old queries.
+orders only that mode's backfill: the rank-merge modes serve the old part with old queries. Across
+spaces that were never aligned (an independently trained new model without ψ) the distance means
+nothing, so the order is not offered there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from modelupgrade.ordering.base import ORDERINGS, OrderingPolicy
 @ORDERINGS.register("oracle")
 class LargestAlignmentErrorFirst(OrderingPolicy):
     description = (
-        "needs the new gallery vectors and the old-state vectors in the same space (oracle)"
+        "needs the new gallery vectors and old-state vectors in the new space: ψ(old), or the old "
+        "vectors of a model trained to be compatible (oracle)"
     )
     score = "alignment-error"
     serving_modes = ("mixed",)

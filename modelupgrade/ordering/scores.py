@@ -27,9 +27,16 @@ class OrderingInputs:
     sigma2: np.ndarray | None = None  # (n,) FastFill σ² of each stored old vector
     old_state_vectors: np.ndarray | None = None  # (n, d) what an un-backfilled item serves
     new_vectors: np.ndarray | None = None  # (n, d) φ_new(g): known only after backfilling
+    # Whether ``old_state_vectors`` live in the new space: ψ(φ_old(g)), or φ_old(g) of a model
+    # trained to be compatible. Across unrelated spaces ‖φ_new − φ_old‖ measures nothing.
+    old_state_in_new_space: bool = False
 
     def present(self) -> set[str]:
-        return {f.name for f in fields(self) if f.name != "n" and getattr(self, f.name) is not None}
+        return {
+            f.name
+            for f in fields(self)
+            if f.name not in ("n", "old_state_in_new_space") and getattr(self, f.name) is not None
+        }
 
     def rows(self, name: str) -> np.ndarray:
         array = np.asarray(getattr(self, name))
@@ -125,13 +132,14 @@ SCORE_KINDS: dict[str, ScoreKind] = {
         ),
         ScoreKind(
             "alignment-error",
-            "the distance between an item's new vector and the vector it "
-            "serves before the backfill",
+            "the distance between an item's new vector and the vector it serves before the "
+            "backfill, both in the new space (ψ(old), or the old vector of a compatible model)",
             (("new_vectors", "old_state_vectors"),),
             _alignment_error,
             deployable=False,
             applies=lambda inputs: (
-                np.shape(inputs.new_vectors)[1:] == np.shape(inputs.old_state_vectors)[1:]
+                inputs.old_state_in_new_space
+                and np.shape(inputs.new_vectors)[1:] == np.shape(inputs.old_state_vectors)[1:]
             ),
         ),
     )
