@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -200,6 +202,21 @@ def test_hard_mining_keeps_the_farthest_half_of_positives_and_nearest_half_of_ne
     assert kept_pos.tolist() == [[False, False, True, True, False, False, False]]
     # three negatives -> ceil(1.5) = 2 nearest: 0.2 and 0.3
     assert kept_neg.tolist() == [[False, False, False, False, True, False, True]]
+
+
+@pytest.mark.parametrize("farthest", [True, False])
+def test_hard_mining_keeps_exactly_the_ranked_fraction_of_each_row(farthest):
+    """Against the definition by ranks, on a batch the size MCL trains with (no ties)."""
+    generator = torch.Generator().manual_seed(3)
+    distances = torch.rand(64, 512, generator=generator)
+    candidates = torch.rand(64, 512, generator=generator) < 0.3
+    candidates[0] = False  # a row without candidates keeps none
+    kept = hardest_fraction(distances, candidates, 0.4, farthest=farthest)
+    for row in range(64):
+        members = torch.nonzero(candidates[row]).flatten()
+        ranked = members[distances[row, members].argsort(descending=farthest)]
+        expected = set(ranked[: math.ceil(0.4 * len(members))].tolist())
+        assert set(torch.nonzero(kept[row]).flatten().tolist()) == expected
 
 
 def test_mcl_loss_puts_both_systems_negatives_in_each_denominator():
