@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SEQUENTIAL = "sequential"
+# A chain's refreshed gallery beside its model: embeddings/sequential/<strategy>/gen<i>-psi.
+REFRESH_SUFFIX = "-psi"
 OLD_MODEL = "gen0"
 QUERY_SPLIT = "query"
 GALLERY_SPLIT = "gallery"
@@ -82,6 +84,12 @@ def snapshot_split(generation: int) -> str:
 def chain_model_name(strategy: str, generation: int) -> str:
     """A sequential chain's own model of a generation: ``bct/gen2`` (``bct/gen0`` unshared)."""
     return f"{strategy}/{snapshot_split(generation)}"
+
+
+def chain_refresh_name(strategy: str, generation: int) -> str:
+    """A sequential chain's gallery as its forward head refreshed it at a generation, F_i =
+    ψ_i(… ψ_1(φ_0(g))): ``bict_sequential/gen2-psi`` (its head: the same name without -psi)."""
+    return f"{chain_model_name(strategy, generation)}{REFRESH_SUFFIX}"
 
 
 def chain_generation(name: str, strategy: str) -> int | None:

@@ -59,6 +59,14 @@ def plugin_problems(params: Params) -> list[str]:
         )
     for name, head in params.heads.items():
         problems += _kind_problems(f"heads.{name}", HEADS, head.kind, head.options)
+    for strategy, head in params.sequential.heads.items():
+        kind = params.heads[head].kind
+        if kind in HEADS and HEADS.get(kind).direction != "forward":
+            problems.append(
+                f"sequential.heads.{strategy}: head {head!r} is a {kind} head, which does not "
+                "refresh the gallery (choose a forward head: it maps each generation's gallery "
+                "into the next one's space)"
+            )
     problems += _unknown_names("backfill.policies", ORDERINGS, params.backfill.policies)
     problems += _unknown_names(
         "backfill.serving_modes", SERVING_MODES, params.backfill.serving_modes

@@ -302,3 +302,73 @@ def test_a_two_model_scenario_has_no_generations_to_count() -> None:
     )
     with pytest.raises(UserError, match="two-model scenario"):
         evaluate_scenario(params, "sc", generations=2)
+
+
+def test_a_chain_with_a_forward_head_is_evaluated_on_the_gallery_each_generation_refreshed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BiCT's sequential reading (Table 6): generation i's queries on the gallery the chain held
+    when it went live (F_{i−1}, M_BCT), then on the gallery its ψ_i refreshed (F_i, M_FCT); a
+    chain without heads keeps gen0's gallery."""
+    from modelupgrade.commands.evaluation import evaluate
+    from modelupgrade.layout import StudyLayout
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(4)
+    classes, dim = 5, 12
+    centres = rng.standard_normal((classes, dim))
+    # The refreshed galleries are the cleanest: searching them must score highest.
+    spaces = {"gen0": 1.6, "bict/gen1": 1.0, "bict/gen2": 0.9, "bct/gen1": 1.0, "bct/gen2": 0.9}
+    refreshed = {"bict/gen1-psi": 0.3, "bict/gen2-psi": 0.2}
+    for split, n in (("query", 40), ("gallery", 150)):
+        labels = np.arange(n) % classes
+        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
+        (tmp_path / "data/splits/sequential").mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(tmp_path / f"data/splits/sequential/{split}.parquet")
+        for model, noise in {**spaces, **(refreshed if split == "gallery" else {})}.items():
+            out = tmp_path / "embeddings/sequential" / model
+            out.mkdir(parents=True, exist_ok=True)
+            vectors = centres[labels] + noise * rng.standard_normal((n, dim))
+            np.save(out / f"{split}.npy", vectors.astype(np.float32))
+    params = parse_params(
+        {
+            "scenarios": {},
+            "architectures": {"default": {}},
+            "strategies": {"bct": {"kind": "bct"}, "bict": {"kind": "regression"}},
+            "heads": {"bict_momentum": {"kind": "bict", "input_momentum": 0.5}},
+            "sequential": {"strategies": ["bct", "bict"], "heads": {"bict": "bict_momentum"}},
+        }
+    )
+    layout = StudyLayout(tmp_path)
+    evaluate(
+        params,
+        "sequential",
+        embeddings_root=layout.embeddings_root,
+        splits_root=layout.splits_root,
+        metrics_root=layout.metrics_root,
+        plots_root=layout.plots_root,
+    )
+    import json
+
+    def value(strategy: str, query: str, gallery: str) -> float:
+        table = pd.read_parquet(tmp_path / f"metrics/sequential/{strategy}/cross_model.parquet")
+        row = table[
+            (table.query_set == query) & (table.gallery_set == gallery) & (table.metric == "mAP")
+        ]
+        return float(row.value.iloc[0])
+
+    bict = json.loads((tmp_path / "metrics/sequential/bict/summary.json").read_text())
+    steps = bict["refreshes"]["mAP"]
+    assert [(s["current_gallery"], s["refreshed_gallery"]) for s in steps] == [
+        ("gen0", "gen1-psi"),
+        ("gen1-psi", "gen2-psi"),
+    ]
+    assert steps[1]["on_current"] == value("bict", "gen2", "gen1-psi")
+    assert steps[1]["on_refreshed"] == value("bict", "gen2", "gen2-psi")
+    assert steps[1]["on_refreshed"] > steps[1]["on_current"] > value("bict", "gen2", "gen0")
+    bct = json.loads((tmp_path / "metrics/sequential/bct/summary.json").read_text())
+    assert [(s["current_gallery"], s["refreshed_gallery"]) for s in bct["refreshes"]["mAP"]] == [
+        ("gen0", None),
+        ("gen0", None),
+    ]
+    assert bct["refreshes"]["mAP"][1]["on_current"] == value("bct", "gen2", "gen0")

@@ -40,10 +40,20 @@ def test_dvc_yaml_has_a_group_for_every_scenario_head_set_and_generation():
             "scenario": [scenario],
             "strategy": f"${{scenarios.{scenario}.strategies}}",
         }
-    head_groups = {name.removeprefix("heads_") for name in stages if name.startswith("heads_")}
+    chain_heads = {name for name in stages if name.startswith("heads_sequential_gen")}
+    head_groups = {
+        name.removeprefix("heads_")
+        for name in stages
+        if name.startswith("heads_") and name not in chain_heads
+    }
     assert head_groups == {s for s, v in params["scenarios"].items() if v.get("heads")}
     for scenario in head_groups:
         assert stages[f"heads_{scenario}"]["foreach"] == f"${{scenarios.{scenario}.heads}}"
+    # A chain's head at every generation after gen0 (BiCT's recurrent ψ).
+    assert chain_heads == {
+        f"heads_sequential_gen{i}" for i in range(1, len(params["sequential"]["fractions"]))
+    }
+    assert all(stages[name]["foreach"] == "${sequential.heads}" for name in chain_heads)
     generations = {
         int(m.group(1))
         for name in stages
@@ -84,6 +94,8 @@ def tiny_params(dataset_root: Path) -> dict:
     for head in params["heads"].values():
         head.update(hidden_dim=16, epochs=1)
     params["sequential"]["strategies"] = ["dmu"]
+    # The recurrent forward head along the one chain: its stages run at no extra model training.
+    params["sequential"]["heads"] = {"dmu": "bict_momentum"}
     return params
 
 
@@ -180,6 +192,14 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     assert len(claims) == 7 and all(c["holds"] in (True, False, None) for c in claims)
     assert "up to date" in dvc(project, "status").stdout
     assert_backfill_end_points_equal_cross_model_entries(project / "metrics" / "extended-data")
+    chain = json.loads((project / "metrics/sequential/dmu/summary.json").read_text())
+    refreshes = chain["refreshes"]["mAP"]
+    assert [(r["current_gallery"], r["refreshed_gallery"]) for r in refreshes] == [
+        ("gen0", "gen1-psi"),
+        ("gen1-psi", "gen2-psi"),
+    ]
+    assert all(0 <= r["on_current"] <= 1 and 0 <= r["on_refreshed"] <= 1 for r in refreshes)
+    assert "The gallery along each chain" in report
 
     # One strategy's λ changes: only that strategy's model and what reads it run again.
     params = load_yaml(project / "params.yaml")

@@ -111,6 +111,18 @@ class Params(Section):
         for strategy in self.sequential.strategies:
             if strategy not in self.strategies:
                 raise ValueError(f"sequential.strategies lists undefined strategy {strategy!r}")
+        for strategy, head in self.sequential.heads.items():
+            if strategy not in self.sequential.strategies:
+                raise ValueError(
+                    f"sequential.heads gives a head to chain {strategy!r}, which "
+                    f"sequential.strategies does not train (its chains: "
+                    f"{self.sequential.strategies})"
+                )
+            if head not in self.heads:
+                raise ValueError(
+                    f"sequential.heads names head {head!r}, which is not defined under 'heads' "
+                    f"(defined: {sorted(self.heads)})"
+                )
         return self
 
     def scenario(self, name: str) -> ScenarioParams:

@@ -83,6 +83,10 @@ class SequentialParams(Section):
     kind: Literal["data", "class"] = "data"
     fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 1.0])
     strategies: list[str] = Field(default_factory=lambda: ["bct", "bict", "dmu"])
+    # Chain strategy → head entry: a forward head ψ_i trained at every generation i ≥ 1 of that
+    # chain on the chain's refreshed gallery F_{i−1} (BiCT's recurrent stage 2; momentum from the
+    # head entry's input_momentum), written to embeddings/sequential/<strategy>/gen<i>-psi.
+    heads: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("fractions")
     @classmethod

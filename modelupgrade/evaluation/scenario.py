@@ -41,6 +41,7 @@ from modelupgrade.evaluation import cross_model
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
+    GalleryRefresh,
     ScenarioEvaluation,
     SequentialEvaluation,
 )
@@ -51,10 +52,12 @@ from modelupgrade.layout import (
     GALLERY_SPLIT,
     OLD_MODEL,
     QUERY_SPLIT,
+    REFRESH_SUFFIX,
     SEQUENTIAL,
     SUMMARY,
     StudyLayout,
     chain_model_name,
+    chain_refresh_name,
     embedding_file_name,
     model_name,
 )
@@ -350,6 +353,27 @@ def evaluate_scenario(
     return summary
 
 
+def gallery_refreshes(
+    result: Any, names: Sequence[str], states: Sequence[str], metric: str
+) -> list[GalleryRefresh]:
+    """Each generation i ≥ 1 on the gallery the chain held when it went live, and on the one its
+    head refreshed (``states``: F_0 … F_n, or gen0 alone for a chain without heads)."""
+    refreshes = []
+    for i, query in enumerate(names[1:], start=1):
+        current = states[min(i - 1, len(states) - 1)]
+        refreshed = states[i] if i < len(states) else None
+        refreshes.append(
+            GalleryRefresh(
+                generation=i,
+                current_gallery=current,
+                on_current=result.value(query, current, metric),
+                refreshed_gallery=refreshed,
+                on_refreshed=None if refreshed is None else result.value(query, refreshed, metric),
+            )
+        )
+    return refreshes
+
+
 def evaluate_sequential(
     params: Params,
     layout: StudyLayout,
@@ -386,10 +410,23 @@ def evaluate_sequential(
             query_sets[generation], gallery_sets[generation] = load_model_sets(
                 directory, f"{strategy} {generation}"
             )
+        # The chain's gallery after each generation's refresh by its head: F_0 = gen0's vectors.
+        states = [names[0]]
+        if strategy in params.sequential.heads:
+            for i, generation in enumerate(names[1:], start=1):
+                refreshed = f"{generation}{REFRESH_SUFFIX}"
+                gallery_sets[refreshed] = load_embeddings(
+                    layout.embedding_file(
+                        SEQUENTIAL, chain_refresh_name(strategy, i), GALLERY_SPLIT
+                    ),
+                    f"{strategy} gallery refreshed at {generation}",
+                )
+                states.append(refreshed)
+        galleries = [*names, *states[1:]]
         pairs = [
             (q, g)
             for i, q in enumerate(names)
-            for g in names[: i + 1]
+            for g in [*names[: i + 1], *states[1 : i + 1]]
             if query_sets[q].shape[1] == gallery_sets[g].shape[1]
         ]
         result = cross_model.cross_model_matrix(
@@ -412,6 +449,9 @@ def evaluate_sequential(
             # Δ↓ per generation: the registry's gates read it here
             # (``modelupgrade.registry.sources``).
             delta_down_pct=cross_model.delta_down(scores, oracle_scores),
+            refreshes={
+                metric: gallery_refreshes(result, names, states, metric) for metric in compat
+            },
         )
         rows = pd.DataFrame(
             [
@@ -427,7 +467,7 @@ def evaluate_sequential(
             layout.heatmap(SEQUENTIAL, strategy),
             ev.heatmap_metrics,
             names,
-            names,
+            galleries,
             f"sequential / {strategy}: M(gen i, gen j)",
         )
         headline[strategy] = compat.get(ev.headline_metric)

@@ -137,6 +137,21 @@ class Compatibility(_Record):
         }
 
 
+class GalleryRefresh(BaseModel):
+    """Generation ``generation`` of a chain goes live: its queries first search the gallery as the
+    chain left it (``current``: gen0's vectors for a chain without heads, else F_{i−1}, BiCT's
+    M_BCT), then, for a chain with a forward head, the gallery ψ_i refreshed (``refreshed``: F_i,
+    BiCT's M_FCT)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generation: int
+    current_gallery: str
+    on_current: float
+    refreshed_gallery: str | None = None
+    on_refreshed: float | None = None
+
+
 class ChainEvaluation(_Summary):
     """The evaluation of one sequential chain (``metrics/sequential/<strategy>/summary.json``)."""
 
@@ -148,6 +163,8 @@ class ChainEvaluation(_Summary):
     oracle: str | None
     # Δ↓ per generation against the oracle chain's same generation: what the gates read.
     delta_down_pct: dict[str, float] = {}
+    # Per metric, each upgrade along the chain as BiCT's Table 6 reads it (``GalleryRefresh``).
+    refreshes: dict[str, list[GalleryRefresh]] = {}
 
     @property
     def headline(self) -> Compatibility | None:

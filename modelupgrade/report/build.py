@@ -170,6 +170,32 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
         if strategy in study.sequential_plots:
             plot = images[study.sequential_plots[strategy]]
             blocks.append(Image(plot, f"sequential {strategy}: compatibility matrix"))
+    refresh_rows = [
+        [
+            strategy,
+            step.generation,
+            step.current_gallery,
+            step.on_current,
+            step.refreshed_gallery,
+            step.on_refreshed,
+        ]
+        for strategy, summary in study.sequential.items()
+        for step in summary.refreshes.get(summary.headline_metric, [])
+    ]
+    if refresh_rows:
+        blocks += [
+            Heading("The gallery along each chain", 3),
+            Paragraph(
+                "As BiCT (Table 6) reads a sequential upgrade: generation i goes live and its "
+                "queries search the gallery the chain holds (gen0's vectors, or F_{i−1} where a "
+                "forward head refreshed it: M_BCT); a chain with a head then refreshes the gallery "
+                "to F_i = ψ_i(…) without images and searches that (M_FCT)."
+            ),
+            Table(
+                ["chain", "generation", "gallery held", "M on it", "refreshed to", "M on it"],
+                refresh_rows,
+            ),
+        ]
     return blocks
 
 
