@@ -286,6 +286,20 @@ def test_stage_trains_saves_and_chains_with_momentum(tmp_path):
     chain = load_chain(tmp_path / "gen3")
     assert len(chain) == 3 and chain.momenta == [0.0, 0.0, 0.5]
     assert chain.apply(data.old).shape == data.new.shape
+    # One momentum entry serves a whole chain: its first head takes F_0 as it is (BiCT Eq. 9).
+    train_heads.main([*args, "--head", "bict_mom", "--out", str(tmp_path / "mom1")])
+    train_heads.main(
+        [
+            *args,
+            "--head",
+            "bict_mom",
+            "--previous-heads",
+            str(tmp_path / "mom1"),
+            "--out",
+            str(tmp_path / "mom2"),
+        ]
+    )
+    assert load_chain(tmp_path / "mom2").momenta == [0.0, 0.5]
 
 
 def test_stage_reports_bad_arguments_cleanly(tmp_path, capsys):

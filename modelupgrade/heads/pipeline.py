@@ -118,6 +118,16 @@ def train_and_save_head(
 
     previous_dirs = [str(p) for p in previous_heads]
     inputs = None
+    # BiCT Eq. 9: ψ_1 takes F_0 itself; the momentum mix of F_{i−1} and F_{i−2} starts at ψ_2, so
+    # one head entry serves every generation of a chain.
+    momentum = training.input_momentum if previous_dirs else 0.0
+    if training.input_momentum and not previous_dirs:
+        log.info(
+            "heads.%s: the first head of a chain takes the old vectors as they are; its "
+            "input_momentum %s applies from the second generation on",
+            name,
+            training.input_momentum,
+        )
     if previous_dirs:
         if head_class.direction != "forward":
             raise UserError(
@@ -125,14 +135,7 @@ def train_and_save_head(
             )
         previous = [load_head(d)[0] for d in previous_dirs]
         momenta = [read_head_card(d).input_momentum for d in previous_dirs]
-        inputs = HeadChain(previous, momenta).next_input(old, training.input_momentum)
-    elif training.input_momentum:
-        raise UserError(
-            f"heads.{name}.input_momentum is {training.input_momentum} but no --previous-heads "
-            "were given",
-            hint="momentum mixes two earlier gallery generations; it applies from the second "
-            "upgrade on",
-        )
+        inputs = HeadChain(previous, momenta).next_input(old, momentum)
 
     in_dim, out_dim = head_dims(head_params.kind, old.shape[1], new.shape[1])
     if inputs is not None:
@@ -201,7 +204,7 @@ def train_and_save_head(
         head,
         out,
         name=name,
-        input_momentum=training.input_momentum,
+        input_momentum=momentum,
         previous_heads=previous_dirs,
         training=training_record,
         sources=sources,
