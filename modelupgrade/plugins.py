@@ -6,6 +6,7 @@ there. This module sits above the config and every plugin family and checks each
 
 - ``strategies.<name>.kind`` is in ``STRATEGIES`` and its ``options`` fit that kind's ``Options``;
 - ``heads.<name>.kind`` is in ``HEADS`` and its ``options`` fit that kind's ``Options``;
+- ``adopted.<name>.kind`` is in ``MODEL_SOURCES`` and its ``options`` fit that kind's ``Options``;
 - ``backfill.policies`` are in ``ORDERINGS`` and ``backfill.serving_modes`` in ``SERVING_MODES``;
 - ``store.policy`` is a deployable ordering policy and ``store.serving_mode`` a serving mode.
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from modelupgrade.config import DEFAULT_PARAMS_PATH, Params, read_params
 from modelupgrade.config.errors import invalid_params, validation_problems
 from modelupgrade.heads import HEADS
+from modelupgrade.models.adopted import MODEL_SOURCES
 from modelupgrade.ordering import ORDERINGS, build_ordering
 from modelupgrade.registry_util import Registry
 from modelupgrade.serving import SERVING_MODES
@@ -59,6 +61,8 @@ def plugin_problems(params: Params) -> list[str]:
         )
     for name, head in params.heads.items():
         problems += _kind_problems(f"heads.{name}", HEADS, head.kind, head.options)
+    for name, adopted in params.adopted.items():
+        problems += _kind_problems(f"adopted.{name}", MODEL_SOURCES, adopted.kind, adopted.options)
     for strategy, head in params.sequential.heads.items():
         kind = params.heads[head].kind
         if kind in HEADS and HEADS.get(kind).direction != "forward":

@@ -26,6 +26,7 @@ DESCRIPTION = (
 COMMANDS: dict[str, str] = {
     "train": "modelupgrade.commands.training:train",
     "embed": "modelupgrade.commands.training:embed",
+    "adopt": "modelupgrade.commands.adopt:adopt",
     "evaluate": "modelupgrade.commands.evaluation:evaluate",
     "simulate-backfill": "modelupgrade.commands.backfill:simulate_backfill",
     "store-ingest": "modelupgrade.commands.store:store_ingest",

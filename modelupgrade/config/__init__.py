@@ -18,6 +18,7 @@ from typing import Any, NewType
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from modelupgrade.config.adoption import AdoptionParams
 from modelupgrade.config.backfill import BackfillParams
 from modelupgrade.config.base import Section
 from modelupgrade.config.data import (
@@ -32,7 +33,12 @@ from modelupgrade.config.flows import FlowParams
 from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.config.registry import GateParams, RegistryParams
 from modelupgrade.config.store import StoreParams
-from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
+from modelupgrade.config.training import (
+    ArchitectureParams,
+    PretrainedWeights,
+    StrategyParams,
+    TrainingParams,
+)
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
 # The path of a params file, as text: what a Prefect flow takes (a deployment stores its parameters
@@ -41,6 +47,7 @@ ParamsFile = NewType("ParamsFile", str)
 DEFAULT_PARAMS_FILE = ParamsFile(str(DEFAULT_PARAMS_PATH))
 
 __all__ = [
+    "AdoptionParams",
     "ArchitectureParams",
     "BackfillParams",
     "DatasetParams",
@@ -53,6 +60,7 @@ __all__ = [
     "Params",
     "ParamsError",
     "ParamsFile",
+    "PretrainedWeights",
     "RegistryParams",
     "ScenarioParams",
     "SequentialParams",
@@ -73,6 +81,8 @@ class Params(Section):
     scenarios: dict[str, ScenarioParams]
     sequential: SequentialParams = Field(default_factory=SequentialParams)
     architectures: dict[str, ArchitectureParams]
+    # Models made elsewhere, by name: what `modelupgrade adopt --model NAME` brings in.
+    adopted: dict[str, AdoptionParams] = Field(default_factory=dict)
     training: TrainingParams = Field(default_factory=TrainingParams)
     strategies: dict[str, StrategyParams]
     heads: dict[str, HeadParams] = Field(default_factory=dict)

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from modelupgrade.config.base import Section
 
 
+class PretrainedWeights(Section):
+    """A local file of backbone weights (a timm state dict) a model starts from; nothing is
+    downloaded. Keys the backbone lacks (a classifier head) are ignored and listed in the card;
+    keys the backbone needs and the file lacks, or of another shape, are an error."""
+
+    path: str
+    # Checked before the file is read when given; the card records it either way.
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
 class ArchitectureParams(Section):
-    """An embedding model: a timm backbone (pretrained=False), GeM pooling, linear embedding."""
+    """An embedding model: a timm backbone, GeM pooling, linear embedding. The backbone starts
+    from random weights (timm's pretrained=False), or from ``pretrained``, a local file."""
 
     backbone: str = "resnet18"
     # 3×3 stride-1 stem without max-pool (ResNet family) for 28×28 / 32×32 inputs.
@@ -25,6 +36,16 @@ class ArchitectureParams(Section):
     scale: float = Field(default=30.0, gt=0)
     margin: float = Field(default=0.3, ge=0)
     backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
+    pretrained: PretrainedWeights | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_pretrained(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when unset, so that the cards, hashes and resume fingerprints of architectures
+        # without one are what they were before the option existed.
+        data = handler(self)
+        if data.get("pretrained") is None:
+            data.pop("pretrained", None)
+        return data
 
 
 class TrainingParams(Section):

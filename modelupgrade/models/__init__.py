@@ -1,5 +1,6 @@
-"""Embedding models: build, save, load and embed."""
+"""Embedding models: build, save, load and embed; adopt models made elsewhere."""
 
+from modelupgrade.models.adopted import MODEL_SOURCES, adopt_model, runs_on_images
 from modelupgrade.models.backbone import apply_cifar_stem, create_backbone
 from modelupgrade.models.embedding import EmbeddingModel
 from modelupgrade.models.inference import autocast_for, classifier_logits, embed, embed_tensor
@@ -18,8 +19,10 @@ from modelupgrade.models.persistence import (
 __all__ = [
     "CARD_FILE",
     "CARD_FORMAT",
+    "MODEL_SOURCES",
     "WEIGHTS_FILE",
     "EmbeddingModel",
+    "adopt_model",
     "apply_cifar_stem",
     "autocast_for",
     "build_from_card",
@@ -31,5 +34,6 @@ __all__ = [
     "load_model",
     "model_description",
     "read_model_card",
+    "runs_on_images",
     "save_model",
 ]

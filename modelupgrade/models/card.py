@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from modelupgrade.cards import Card
 from modelupgrade.config.training import ArchitectureParams
@@ -55,18 +62,46 @@ class JointHeadCard(_Part):
     trained_with: str
 
 
+class PreprocessingCard(_Part):
+    """What an adopted network expects: images are brought to ``channels`` and resized
+    (bilinear) to ``input_size``, scaled to [0, 1], then normalised with ``mean`` and ``std``."""
+
+    input_size: int
+    channels: int
+    mean: list[float]
+    std: list[float]
+
+
+class AdoptedCard(_Part):
+    """Where a model made elsewhere came from (``modelupgrade adopt``) and what is not known."""
+
+    kind: str
+    source: str
+    source_sha256: str
+    options: dict[str, Any]
+    preprocessing: PreprocessingCard | None = None
+    # Keys of the source file the network does not use (a classifier head), ignored.
+    ignored_keys: list[str] = Field(default_factory=list)
+    # Role → file in the model directory beside checkpoint.pt (hashed in weights_sha256).
+    files: dict[str, str] = Field(default_factory=dict)
+    # Whether the model can embed images (an embeddings-only model holds vectors of known items).
+    runs_on_images: bool = True
+    unknown: list[str] = Field(default_factory=list)
+
+
 class ModelCard(Card):
     FORMAT: ClassVar[str] = "modelupgrade-model/1"
     WEIGHTS_FILE: ClassVar[str] = MODEL_WEIGHTS_FILE
     WHAT: ClassVar[str] = "model"
 
     # What the network is.
-    architecture: ArchitectureParams
-    in_chans: int
-    input_size: int
+    # None for an adopted model, whose network ``adopted`` describes instead.
+    architecture: ArchitectureParams | None
+    in_chans: int | None
+    input_size: int | None
     embedding_dim: int
     num_classes: int
-    classifier: ClassifierCard
+    classifier: ClassifierCard | None
     trained_classes: list[int] | None = None
     parameters: int
     # How it was trained, and from what.
@@ -85,6 +120,27 @@ class ModelCard(Card):
     training_processes: int | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     forward_head: JointHeadCard | None = None
+    # The local weights file the backbone started from (``architectures.<name>.pretrained``).
+    initialised_from: dict[str, Any] | None = None
+    adopted: AdoptedCard | None = None
+
+    @model_validator(mode="after")
+    def _one_description_of_the_network(self) -> ModelCard:
+        if (self.architecture is None) == (self.adopted is None):
+            raise ValueError("a model card has either an architecture or an adopted entry")
+        if self.adopted is None and (self.classifier is None or self.in_chans is None):
+            raise ValueError("a trained model's card names its classifier and input channels")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_origins(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when unset, so that the cards of models trained from scratch are byte for byte
+        # what they were before these fields existed.
+        data = handler(self)
+        for name in ("initialised_from", "adopted"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     def headline_metrics(self) -> dict[str, float]:
         """Final losses, epochs, seconds, throughput, parameters, data size: what a run logs."""

@@ -50,6 +50,8 @@ class EmbeddingModel(nn.Module):
         )
         # Labels seen in training (the classifier rows that mean something); None = all rows.
         self.trained_classes: list[int] | None = None
+        # The pretrained weights file the backbone started from, as the card records it.
+        self.initialised_from: dict[str, object] | None = None
 
     @property
     def embedding_dim(self) -> int:
@@ -61,26 +63,7 @@ class EmbeddingModel(nn.Module):
 
     def prepare_inputs(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 or [0, 1] float images → normalised float at this model's channels and size."""
-        x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-        if x.shape[1] != self.in_chans:
-            # Grey → colour repeats the channel; colour → grey uses the ITU-R 601 luma weights.
-            if x.shape[1] == 1:
-                x = x.expand(-1, self.in_chans, -1, -1)
-            elif x.shape[1] == 3 and self.in_chans == 1:
-                luma = torch.tensor([0.299, 0.587, 0.114], device=x.device).view(1, 3, 1, 1)
-                x = (x * luma).sum(dim=1, keepdim=True)
-            else:
-                raise UserError(
-                    f"cannot feed {x.shape[1]}-channel images to a {self.in_chans}-channel model"
-                )
-        if x.shape[-2:] != (self.input_size, self.input_size):
-            x = F.interpolate(
-                x,
-                size=(self.input_size, self.input_size),
-                mode="bilinear",
-                align_corners=False,
-                antialias=False,
-            )
+        x = resized_unit_images(images, self.in_chans, self.input_size)
         x = (x - PIXEL_MEAN) / PIXEL_STD
         return x.contiguous(memory_format=torch.channels_last) if images.is_cuda else x
 
@@ -89,3 +72,25 @@ class EmbeddingModel(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.unnormalised(images).float(), dim=-1)
+
+
+def resized_unit_images(images: torch.Tensor, in_chans: int, input_size: int) -> torch.Tensor:
+    """uint8 or [0, 1] float images (N, C, H, W) as [0, 1] float with ``in_chans`` channels,
+    resized bilinearly to ``input_size`` × ``input_size``."""
+    x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+    if x.shape[1] != in_chans:
+        # Grey → colour repeats the channel; colour → grey uses the ITU-R 601 luma weights.
+        if x.shape[1] == 1:
+            x = x.expand(-1, in_chans, -1, -1)
+        elif x.shape[1] == 3 and in_chans == 1:
+            luma = torch.tensor([0.299, 0.587, 0.114], device=x.device).view(1, 3, 1, 1)
+            x = (x * luma).sum(dim=1, keepdim=True)
+        else:
+            raise UserError(
+                f"cannot feed {x.shape[1]}-channel images to a {in_chans}-channel model"
+            )
+    if x.shape[-2:] != (input_size, input_size):
+        x = F.interpolate(
+            x, size=(input_size, input_size), mode="bilinear", align_corners=False, antialias=False
+        )
+    return x

@@ -7,6 +7,7 @@ import contextlib
 import numpy as np
 import torch
 
+from modelupgrade.errors import UserError
 from modelupgrade.models.embedding import EmbeddingModel
 
 
@@ -63,6 +64,12 @@ def classifier_logits(
 ) -> np.ndarray:
     """The model's scaled cosine logits (no margin) on its own embeddings, float32 (N, classes)."""
     classifier = model.classifier
+    if classifier is None:
+        raise UserError(
+            "the model has no classifier (an adopted model), so it gives no logits",
+            hint="order the backfill by a policy that needs no old classifier (random, "
+            "fastfill-uncertainty), or store no old-confidence/old-entropy scores",
+        )
     device = classifier.weight.device
     chunks = [
         classifier.logits(

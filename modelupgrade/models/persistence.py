@@ -83,6 +83,11 @@ def read_model_card(model_dir: str | Path) -> ModelCard:
 
 
 def build_from_card(card: ModelCard) -> EmbeddingModel:
+    if card.architecture is None or card.in_chans is None or card.input_size is None:
+        raise UserError(
+            "an adopted model is rebuilt by its source, not from an architecture",
+            hint="load it with load_model",
+        )
     return EmbeddingModel(
         card.architecture,
         in_chans=card.in_chans,
@@ -93,8 +98,15 @@ def build_from_card(card: ModelCard) -> EmbeddingModel:
 
 def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> EmbeddingModel:
     """Rebuild the model saved in ``model_dir`` from its card, load its
-    checked weights, eval mode."""
+    checked weights, eval mode. An adopted model (``modelupgrade adopt``) comes back as the
+    module its source builds, with the same interface."""
     card = read_model_card(model_dir)
+    if card.adopted is not None:
+        from modelupgrade.models.adopted import load_adopted
+
+        adopted = load_adopted(model_dir, card)
+        adopted.card = card  # type: ignore[assignment]
+        return adopted.to(device).eval()  # type: ignore[return-value]
     model = build_from_card(card)
     try:
         model.load_state_dict(load_weights(model_dir, card))

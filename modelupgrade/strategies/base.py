@@ -9,6 +9,7 @@ resumable checkpoint, and any trainable parameter it owns (ψ) is optimised with
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -20,8 +21,10 @@ from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
-from modelupgrade.models import EmbeddingModel
+from modelupgrade.models import EmbeddingModel, runs_on_images
 from modelupgrade.registry_util import Registry
+
+log = logging.getLogger(__name__)
 
 
 class StrategyOptions(Section):
@@ -60,7 +63,10 @@ class TrainingContext:
     _old_features: torch.Tensor | None = field(default=None, repr=False)
 
     def old_features(self) -> torch.Tensor:
-        """Old-model embeddings of the whole training set, computed once."""
+        """Old-model embeddings of the whole training set, computed once (or given: an
+        embeddings-only old model's vectors of the training images)."""
+        if self._old_features is not None:
+            return self._old_features
         if self.old_model is None:
             raise UserError(
                 "this strategy needs the old model, but none was given",
@@ -80,6 +86,10 @@ class CompatibilityStrategy(nn.Module):
     needs_old_model: ClassVar[bool] = True
     # Whether new and old embeddings are compared directly (same space ⇒ same dimension).
     needs_equal_dims: ClassVar[bool] = True
+    # Whether every training step runs the old model on its batch (``StepInputs.old_features``).
+    # False: the old embeddings of the training images (``TrainingContext.old_features``) and the
+    # old classifier suffice, so an embeddings-only old model can serve.
+    runs_old_model: ClassVar[bool] = True
     registry_name: ClassVar[str]
 
     def __init__(self, options: StrategyOptions | Mapping[str, Any] | None = None) -> None:
@@ -93,6 +103,14 @@ class CompatibilityStrategy(nn.Module):
         if self.needs_old_model and old_model is None:
             raise UserError(
                 f"strategy {name!r} needs the old model", hint="pass --old models/<scenario>/gen0"
+            )
+        if self.runs_old_model and old_model is not None and not runs_on_images(old_model):
+            able = [k for k in STRATEGIES.names() if not STRATEGIES.get(k).runs_old_model]
+            raise UserError(
+                f"strategy {name!r} runs the old model on every training batch, but the old model "
+                "is embeddings-only (adopted vectors): it cannot embed images",
+                hint=f"use a strategy that needs only the old embeddings of the training images "
+                f"({', '.join(able)}), or adopt the old model's network instead of its vectors",
             )
         if (
             self.needs_equal_dims
@@ -155,7 +173,9 @@ class OldClassifierStrategy(CompatibilityStrategy):
         super().setup(new_model, context)
         prototypes = self.keep_old_prototypes(new_model, context)
         assert context.old_model is not None
-        self.old_classifier = frozen_classifier_like(context.old_model.classifier, prototypes)
+        self.old_classifier = frozen_classifier_like(
+            old_classifier_template(context.old_model, new_model), prototypes
+        )
 
 
 def build_strategy(kind: str, options: Mapping[str, Any] | None = None) -> CompatibilityStrategy:
@@ -192,9 +212,16 @@ def old_class_prototypes(
     the old model's embeddings of that class's new training images. Returns L2-normalised
     prototypes (C, D) and a bool mask (C,) that is True where the row is the old classifier's own.
     """
-    old_weight = F.normalize(old_model.classifier.weight.detach().float(), dim=1).to(
-        old_features.device
-    )
+    if old_model.classifier is None:
+        log.info(
+            "the old model has no classifier (adopted): its classifier is synthesised as BCT "
+            "does for new classes, from the mean old embedding of each class's training images"
+        )
+        old_weight = torch.zeros(0, old_features.shape[1], device=old_features.device)
+    else:
+        old_weight = F.normalize(old_model.classifier.weight.detach().float(), dim=1).to(
+            old_features.device
+        )
     trained = old_model.trained_classes
     seen = torch.zeros(num_classes, dtype=torch.bool, device=old_features.device)
     if trained is None:
@@ -214,6 +241,13 @@ def old_class_prototypes(
         # Such classes have no sample in the batch stream either; their row is never a target.
         prototypes[missing] = 0.0
     return prototypes, seen
+
+
+def old_classifier_template(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
+    """The classifier whose kind, scale and margin the old model's frozen classifier takes: its
+    own, or the new model's when it has none (an adopted model)."""
+    classifier = old_model.classifier
+    return new_model.classifier if classifier is None else classifier  # type: ignore[return-value]
 
 
 def frozen_classifier_like(template: nn.Module, prototypes: torch.Tensor) -> nn.Module:

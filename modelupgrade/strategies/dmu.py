@@ -79,7 +79,7 @@ class DMU(OldClassifierStrategy):
         super().setup(new_model, context)
         old_model = context.old_model
         assert old_model is not None
-        self.posterior_scale = self.options.posterior_scale or float(old_model.classifier.scale)
+        self.posterior_scale = self.options.posterior_scale or float(self.old_classifier.scale)
         self.psi: MLP | None = None
         if self.options.forward_head:
             self.psi = MLP(

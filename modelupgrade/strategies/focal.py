@@ -24,6 +24,7 @@ from modelupgrade.strategies.base import (
     StepInputs,
     TrainingContext,
     WeightedOptions,
+    old_classifier_template,
 )
 from modelupgrade.strategies.bct import cosine_distance
 
@@ -69,7 +70,7 @@ class FocalDistillation(CompatibilityStrategy):
         super().setup(new_model, context)
         self.register_buffer("old_prototypes", self.keep_old_prototypes(new_model, context))
         assert context.old_model is not None
-        self.old_scale = float(context.old_model.classifier.scale)
+        self.old_scale = float(old_classifier_template(context.old_model, new_model).scale)
 
     def sample_weights(self, old_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         correct = old_model_correct(old_features, labels, self.old_prototypes, self.seen_classes)

@@ -113,6 +113,7 @@ class LCEOptions(StrategyOptions):
 @STRATEGIES.register("lce")
 class LCE(CompatibilityStrategy):
     Options = LCEOptions
+    runs_old_model = False
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)

@@ -31,7 +31,13 @@ from tqdm.auto import tqdm
 
 from modelupgrade.config.training import TrainingParams
 from modelupgrade.errors import UserError
-from modelupgrade.models import EmbeddingModel, autocast_for, cpu_state, embed_tensor
+from modelupgrade.models import (
+    EmbeddingModel,
+    autocast_for,
+    cpu_state,
+    embed_tensor,
+    runs_on_images,
+)
 from modelupgrade.runtime import enable_determinism, seed_everything
 from modelupgrade.schedule import learning_rate
 from modelupgrade.strategies import CompatibilityStrategy, StepInputs, TrainingContext
@@ -109,10 +115,13 @@ class Trainer:
         labels: torch.Tensor,
         strategy: CompatibilityStrategy,
         old_model: EmbeddingModel | None = None,
+        old_training_features: torch.Tensor | None = None,
     ) -> TrainingResult:
         """Train ``model`` in place on uint8 ``images`` (N, C, H, W) and int64 ``labels`` (N,).
 
         ``params.batch_size`` is the global batch: under torchrun each process trains on its share.
+        ``old_training_features`` (N, D_old), when given, are the old embeddings of ``images``
+        (an embeddings-only old model's vectors), used instead of running the old model on them.
         """
         # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
         from modelupgrade.scale.distributed import join_process_group
@@ -147,7 +156,7 @@ class Trainer:
         model.to(device)
         if channels_last:
             model.to(memory_format=torch.channels_last)
-        if old_model is not None:
+        if old_model is not None and runs_on_images(old_model):
             old_model.to(device).eval().requires_grad_(False)
             if channels_last:
                 old_model.to(memory_format=torch.channels_last)
@@ -157,7 +166,12 @@ class Trainer:
             epochs=p.epochs,
             embed_training_set=lambda m: embed_tensor(m, images, p.eval_batch_size, device),
             old_model=old_model if strategy.needs_old_model else None,
+            _old_features=None
+            if old_training_features is None
+            else old_training_features.to(device).float(),
         )
+        # Only a strategy that compares each batch with the old model runs it on every step.
+        step_old_model = context.old_model if strategy.runs_old_model else None
         strategy.setup(model, context)
         strategy.to(device)
         trainable = [q for q in model.parameters() if q.requires_grad]
@@ -222,9 +236,9 @@ class Trainer:
                     with autocast_for(device):
                         new_features = forward_model(new_view)
                         old_features = None
-                        if context.old_model is not None:
+                        if step_old_model is not None:
                             with torch.no_grad():
-                                old_features = context.old_model(old_view).detach()
+                                old_features = step_old_model(old_view).detach()
                         terms = {
                             "classification": model.classifier.loss(new_features, batch_labels)
                         }

@@ -151,7 +151,18 @@ def training_arguments(
         },
         "resume_dir": resume_dir,
         "progress": progress,
+        "item_ids": frame["item_id"].astype(str).tolist() if "item_id" in frame.columns else None,
     }
+
+
+def split_item_ids(frame: pd.DataFrame, split: str | Path) -> list[str]:
+    """The item ids of a split file's rows (what an embeddings-only model looks vectors up by)."""
+    if "item_id" not in frame.columns:
+        raise UserError(
+            f"{split} has no item_id column, so its vectors cannot be looked up",
+            hint="pass a split file (rows of the manifest)",
+        )
+    return frame["item_id"].astype(str).tolist()
 
 
 def embedding_targets(
@@ -189,7 +200,7 @@ def embed_splits(
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.
     """
-    from modelupgrade.models import classifier_logits, embed, load_model
+    from modelupgrade.models import classifier_logits, embed, load_model, runs_on_images
 
     if not splits:
         raise UserError("no split given", hint="pass --split <parquet> [...]")
@@ -198,8 +209,17 @@ def embed_splits(
     apply_cpu_threads(params)
     model = load_model(model_dir, device)
     frames = [read_split(s) for s in splits]
-    images = load_split_images(pd.concat(frames, ignore_index=True), params)
-    embeddings = embed(model, images, params.training.eval_batch_size, device)
+    if runs_on_images(model):
+        images = load_split_images(pd.concat(frames, ignore_index=True), params)
+        embeddings = embed(model, images, params.training.eval_batch_size, device)
+    else:
+        # An embeddings-only model gives the vectors it holds for the splits' items.
+        embeddings = np.concatenate(
+            [
+                model.lookup(split_item_ids(frame, split), Path(split).stem).cpu().numpy()  # type: ignore[operator]
+                for frame, split in zip(frames, splits, strict=True)
+            ]
+        )
     written = list(targets)
     start = 0
     for frame, target, split in zip(frames, targets, splits, strict=True):

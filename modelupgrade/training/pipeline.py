@@ -6,7 +6,7 @@ import importlib.metadata
 import logging
 import platform
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,15 @@ import torch
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256
-from modelupgrade.models import CARD_FILE, EmbeddingModel, load_model, read_model_card, save_model
+from modelupgrade.models import (
+    CARD_FILE,
+    EmbeddingModel,
+    load_model,
+    read_model_card,
+    runs_on_images,
+    save_model,
+)
+from modelupgrade.models.weights_file import load_pretrained_backbone
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
 from modelupgrade.training.engine import Trainer
@@ -33,12 +41,20 @@ def default_resume_dir(out_dir: str | Path) -> Path:
 def build_model(
     architecture: ArchitectureParams, images: torch.Tensor, labels: torch.Tensor
 ) -> EmbeddingModel:
-    """A fresh model sized for this training set (channels, image size, classes 0..max label)."""
+    """A fresh model sized for this training set (channels, image size, classes 0..max label),
+    its backbone loaded from the architecture's ``pretrained`` file when it names one."""
     num_classes = int(labels.max()) + 1
     model = EmbeddingModel(
         architecture, in_chans=images.shape[1], num_classes=num_classes, input_size=images.shape[-1]
     )
     model.trained_classes = sorted(int(c) for c in torch.unique(labels).tolist())
+    if architecture.pretrained is not None:
+        model.initialised_from = load_pretrained_backbone(
+            model.backbone,
+            architecture.pretrained.path,
+            architecture.pretrained.sha256,
+            architecture.backbone,
+        )
     return model
 
 
@@ -59,8 +75,12 @@ def train_model(
     data: Mapping[str, Any] | None = None,
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
+    item_ids: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Train and save one model; returns its card. Generation 0 trains without a strategy.
+
+    ``item_ids`` name the training images: an embeddings-only old model (adopted vectors) gives
+    their old embeddings by id.
 
     Under torchrun every process trains; rank 0 alone saves, and the others
     return the card it wrote.
@@ -102,8 +122,18 @@ def train_model(
 
     seed_everything(seed)  # the initial weights depend on the seed only
     model = build_model(architecture, images, labels)
+    old_training_features = None
     if old_model is not None:
         strategy.check_models(model, old_model)
+        if not runs_on_images(old_model):
+            if item_ids is None:
+                raise UserError(
+                    f"{old_model_dir} is embeddings-only: its vectors are looked up by item id, "
+                    "and these training images come without ids",
+                    hint="train from a split file (--scenario or --split), whose rows name items",
+                )
+            split = str((data or {}).get("split") or "the training split")
+            old_training_features = old_model.lookup(list(item_ids), split)  # type: ignore[operator]
     resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
     name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
     trainer = Trainer(
@@ -114,7 +144,7 @@ def train_model(
         progress=progress,
         description=name,
     )
-    result = trainer.fit(model, images, labels, strategy, old_model)
+    result = trainer.fit(model, images, labels, strategy, old_model, old_training_features)
 
     card_fields = {
         "generation": generation,
@@ -141,6 +171,8 @@ def train_model(
         },
         **strategy.card_entries(),
     }
+    if model.initialised_from is not None:
+        card_fields["initialised_from"] = model.initialised_from
     data_parallel = current_process_group()
     if data_parallel.is_primary:
         card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())
