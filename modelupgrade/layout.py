@@ -11,6 +11,9 @@ so each can pick up what another left. The flows use it under their work directo
     embeddings/<scenario>/<model>/          <split>.npy of the same models, <split>_logits.npy
     heads/<scenario>/<head>-<strategy>/     a head between gen0 and gen1-<strategy>
     embeddings/<scenario>/<head>-<strategy>/ that head's outputs on the evaluation splits
+    heads/<scenario>/adapters-<strategy>/<adapter>.<size>-<strategy>/
+                                            a training-free adapter fitted on <size> pairs
+    embeddings/<scenario>/adapters-<strategy>/<adapter>.<size>-<strategy>/  its outputs
     metrics/<scenario>/[<strategy>/]        evaluation and backfill tables
     plots/<scenario>/[<strategy>/]          their figures
     registry/<scenario>.json                what the register stage did
@@ -74,6 +77,18 @@ def model_name(generation: int, strategy: str | None = None) -> str:
 def head_name(head: str, strategy: str) -> str:
     """The directory name of a head paired with a strategy's new model: ``fct-independent``."""
     return f"{head}-{strategy}"
+
+
+def adapter_group_name(strategy: str) -> str:
+    """The directory that holds every training-free adapter fitted between gen0 and a strategy's
+    new model (``adapters-independent``), under the heads and the embeddings of a scenario."""
+    return head_name("adapters", strategy)
+
+
+def adapter_name(adapter: str, sample_size: int | str) -> str:
+    """A fitted adapter's head name: the entry of ``adapters.heads`` and its sample size,
+    ``procrustes_query.n1000`` or ``procrustes_query.all``."""
+    return f"{adapter}.{sample_size if sample_size == 'all' else f'n{sample_size}'}"
 
 
 def snapshot_split(generation: int) -> str:

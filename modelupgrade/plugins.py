@@ -7,6 +7,8 @@ there. This module sits above the config and every plugin family and checks each
 - ``strategies.<name>.kind`` is in ``STRATEGIES`` and its ``options`` fit that kind's ``Options``;
 - ``heads.<name>.kind`` is in ``HEADS`` and its ``options`` fit that kind's ``Options``;
 - ``adopted.<name>.kind`` is in ``MODEL_SOURCES`` and its ``options`` fit that kind's ``Options``;
+- ``adapters.heads.<name>`` likewise, its kind a training-free adapter, and no training override
+  for a kind fitted in closed form (it runs no epochs);
 - ``backfill.policies`` are in ``ORDERINGS`` and ``backfill.serving_modes`` in ``SERVING_MODES``;
 - ``store.policy`` is a deployable ordering policy and ``store.serving_mode`` a serving mode.
 
@@ -22,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from modelupgrade.config import DEFAULT_PARAMS_PATH, Params, read_params
+from modelupgrade.config import DEFAULT_PARAMS_PATH, HeadParams, Params, read_params
 from modelupgrade.config.errors import invalid_params, validation_problems
 from modelupgrade.heads import HEADS
 from modelupgrade.models.adopted import MODEL_SOURCES
@@ -63,6 +65,8 @@ def plugin_problems(params: Params) -> list[str]:
         problems += _kind_problems(f"heads.{name}", HEADS, head.kind, head.options)
     for name, adopted in params.adopted.items():
         problems += _kind_problems(f"adopted.{name}", MODEL_SOURCES, adopted.kind, adopted.options)
+    for name, head in params.adapters.heads.items():
+        problems += _adapter_problems(f"adapters.heads.{name}", head)
     for strategy, head in params.sequential.heads.items():
         kind = params.heads[head].kind
         if kind in HEADS and HEADS.get(kind).direction != "forward":
@@ -102,6 +106,29 @@ def _kind_problems(
     except ValidationError as err:
         where = f"options of {registry.family} kind {kind!r}"
         return [f"{problem} [{where}]" for problem in validation_problems(err, f"{key}.options")]
+    return []
+
+
+def _adapter_problems(key: str, head: HeadParams) -> list[str]:
+    """An adapter of the adapter study is a training-free head kind, configured validly; a kind
+    fitted in closed form takes no training overrides (they would be ignored)."""
+    problems = _kind_problems(key, HEADS, head.kind, head.options)
+    if problems:
+        return problems
+    head_class = HEADS.get(head.kind)
+    if not head_class.training_free:
+        training_free = [name for name in HEADS.names() if HEADS.get(name).training_free]
+        problem = (
+            f"{key}.kind: head kind {head.kind!r} is trained, not a training-free adapter "
+            f"(choose one of: {', '.join(training_free)}; trained heads go under 'heads')"
+        )
+        return [problem]
+    if not head_class.iterative:
+        return [
+            f"{key}.{field}: head kind {head.kind!r} is fitted in closed form and runs no "
+            "training; remove it"
+            for field in head.training_overrides()
+        ]
     return []
 
 

@@ -54,6 +54,8 @@ def test_dvc_yaml_has_a_group_for_every_scenario_head_set_and_generation():
         f"heads_sequential_gen{i}" for i in range(1, len(params["sequential"]["fractions"]))
     }
     assert all(stages[name]["foreach"] == "${sequential.heads}" for name in chain_heads)
+    # One adapter-study stage per scenario of adapters.scenarios, every adapter × size inside it.
+    assert stages["adapters"]["foreach"] == "${adapters.scenarios}"
     generations = {
         int(m.group(1))
         for name in stages
@@ -96,6 +98,10 @@ def tiny_params(dataset_root: Path) -> dict:
     params["sequential"]["strategies"] = ["dmu"]
     # The recurrent forward head along the one chain: its stages run at no extra model training.
     params["sequential"]["heads"] = {"dmu": "bict_momentum"}
+    # The adapter study on extended-data: two sample sizes (of ~240 pairs), every adapter kind.
+    params["adapters"]["sample_sizes"] = [16, "all"]
+    for name in ("residual_mlp", "residual_mlp_query"):
+        params["adapters"]["heads"][name].update(hidden_dim=16, epochs=1)
     return params
 
 
@@ -189,7 +195,8 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         assert f"Scenario {scenario}" in report
     assert (project / "reports" / "study" / "report.html").is_file()
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
-    assert len(claims) == 7 and all(c["holds"] in (True, False, None) for c in claims)
+    assert len(claims) == 9 and all(c["holds"] in (True, False, None) for c in claims)
+    assert "Training-free adapters (extended-data)" in report
     assert "up to date" in dvc(project, "status").stdout
     assert_backfill_end_points_equal_cross_model_entries(project / "metrics" / "extended-data")
     chain = json.loads((project / "metrics/sequential/dmu/summary.json").read_text())

@@ -1,14 +1,18 @@
-"""Train a transformation head on cached embeddings: the train_heads stages, the flows' task.
+"""Train a transformation head on cached embeddings: the train_heads stages, the flows' task; and
+fit the training-free adapters of the adapter study: the fit_adapters stages.
 
 The head's training is the library's (``modelupgrade.heads.pipeline``); this command records it as
 a stage run and, with ``--outputs-dir``, writes the head's outputs on the evaluation embeddings in
-the same process.
+the same process. The adapter study (``modelupgrade.heads.adapter_study``) fits every adapter at
+every sample size in one process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from modelupgrade.commands.results import SavedWithCard
 from modelupgrade.config import Params
@@ -115,3 +119,98 @@ def train_heads(
         )
     heading = f"head {card.name} ({card.kind}) saved to {Path(out)}:"
     return TrainedHead(Path(out), card, written, ("head", "outputs"), heading)
+
+
+@dataclass
+class FittedAdapters:
+    """The adapters one adapter-study stage fitted: each head's directory and card."""
+
+    scenario: str
+    adapters: list[tuple[Path, HeadCard]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "adapters": [
+                {"head": str(path), "card": card.as_dict()} for path, card in self.adapters
+            ],
+        }
+
+    def describe(self) -> str:
+        lines = [f"{self.scenario}: {len(self.adapters)} training-free adapters fitted"]
+        for path, card in self.adapters:
+            training = card.training
+            lines.append(
+                f"  {card.name:<28} {card.direction:<7} {training['sample_size']:>6} pairs  "
+                f"fit cosine {training['fit_cosine']:.4f}  {training['seconds']:.3f} s  "
+                f"{card.macs_per_embedding} MACs  → {path}"
+            )
+        return "\n".join(lines)
+
+
+def fit_adapters(
+    params: Params,
+    scenario: str,
+    embeddings_root: Path | None = None,
+    splits_root: Path | None = None,
+    models_root: Path | None = None,
+    heads_root: Path | None = None,
+) -> FittedAdapters:
+    """Fit the training-free adapters (Procrustes, low-rank affine, residual MLP, SLERP) at every
+    sample size, and write their outputs on the evaluation embeddings.
+
+    Every entry of adapters.heads is fitted on nested samples of adapters.sample_sizes pairs of
+    the scenario's new_train embeddings under gen0 and gen1-<strategy> (the strategy that
+    adapters.scenarios pairs the scenario with), in this one process. Each fit is saved to
+    <heads>/<sc>/adapters-<strategy>/<adapter>.<size>-<strategy>/ with its card, its outputs to
+    <embeddings>/<sc>/adapters-<strategy>/<adapter>.<size>-<strategy>/: ψ(old gallery) for a
+    gallery-side adapter, the mapped new queries for a query-side one (SLERP also reads the old
+    model's query embeddings).
+
+    Args:
+        params: the params file: seed, device and the adapters section
+        scenario: a scenario listed under adapters.scenarios
+        embeddings_root: root of <sc>/<model>/{new_train,query,gallery}.npy (default: embeddings)
+        splits_root: root of <sc>/new_train.parquet, the labels (default: data/splits)
+        models_root: root of <sc>/<model>/, recorded in the cards (default: models)
+        heads_root: the adapters go to <root>/<sc>/adapters-<strategy>/ (default: heads)
+    """
+    import torch
+
+    from modelupgrade.heads.adapter_study import adapter_strategy, fit_adapter_study
+    from modelupgrade.layout import StudyLayout
+    from modelupgrade.registry import track_stage
+    from modelupgrade.runtime import select_device
+
+    if params.training.cpu_threads is not None:
+        # As the training stages: the adapters' small matrices spin-wait on shared cores with
+        # more threads (the residual MLP's epochs took 10× longer with two on two busy cores).
+        torch.set_num_threads(params.training.cpu_threads)
+    layout = StudyLayout(
+        embeddings_root=embeddings_root,
+        splits_root=splits_root,
+        models_root=models_root,
+        heads_root=heads_root,
+    )
+    asked = {
+        "scenario": scenario,
+        "embeddings_root": layout.embeddings_root,
+        "splits_root": layout.splits_root,
+        "models_root": layout.models_root,
+        "heads_root": layout.heads_root,
+    }
+    with track_stage(
+        "fit_adapters", params, run_name=f"fit_adapters@{scenario}", arguments=asked
+    ) as stage:
+        strategy = adapter_strategy(params, scenario)
+        stage.set_tags({"scenario": scenario, "strategy": strategy})
+        stage.log_params({"seed": params.seed, "adapters": params.adapters})
+        fitted = fit_adapter_study(params, scenario, layout, select_device(params.device))
+        stage.log_metrics(
+            {
+                f"{a.card.name}.{key}": float(a.card.training[key])
+                for a in fitted
+                for key in ("fit_cosine", "seconds")
+            }
+        )
+    return FittedAdapters(scenario, [(a.head_dir, a.card) for a in fitted])

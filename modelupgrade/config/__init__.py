@@ -30,7 +30,7 @@ from modelupgrade.config.data import (
 from modelupgrade.config.errors import ParamsError, invalid_params, validation_problems
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.config.flows import FlowParams
-from modelupgrade.config.heads import HeadParams, HeadTraining
+from modelupgrade.config.heads import AdapterStudyParams, HeadParams, HeadTraining
 from modelupgrade.config.registry import GateParams, RegistryParams
 from modelupgrade.config.store import StoreParams
 from modelupgrade.config.training import (
@@ -47,6 +47,7 @@ ParamsFile = NewType("ParamsFile", str)
 DEFAULT_PARAMS_FILE = ParamsFile(str(DEFAULT_PARAMS_PATH))
 
 __all__ = [
+    "AdapterStudyParams",
     "AdoptionParams",
     "ArchitectureParams",
     "BackfillParams",
@@ -86,6 +87,7 @@ class Params(Section):
     training: TrainingParams = Field(default_factory=TrainingParams)
     strategies: dict[str, StrategyParams]
     heads: dict[str, HeadParams] = Field(default_factory=dict)
+    adapters: AdapterStudyParams = Field(default_factory=AdapterStudyParams)
     evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
     backfill: BackfillParams = Field(default_factory=BackfillParams)
     registry: RegistryParams = Field(default_factory=RegistryParams)
@@ -118,6 +120,17 @@ class Params(Section):
                         f"scenarios.{name}.heads pairs head {head!r} with strategy {strategy!r}, "
                         f"which the scenario does not train (its strategies: {scenario.strategies})"
                     )
+        for name, strategy in self.adapters.scenarios.items():
+            if name not in self.scenarios:
+                raise ValueError(
+                    f"adapters.scenarios names scenario {name!r}, which is not defined under "
+                    f"'scenarios' (defined: {sorted(self.scenarios)})"
+                )
+            if strategy not in self.scenarios[name].strategies:
+                raise ValueError(
+                    f"adapters.scenarios pairs {name!r} with strategy {strategy!r}, which the "
+                    f"scenario does not train (its strategies: {self.scenarios[name].strategies})"
+                )
         for strategy in self.sequential.strategies:
             if strategy not in self.strategies:
                 raise ValueError(f"sequential.strategies lists undefined strategy {strategy!r}")

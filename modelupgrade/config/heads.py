@@ -7,13 +7,16 @@ class in ``modelupgrade.heads`` holds its paper's settings as a ``HeadTraining``
 (``TRAINING_DEFAULTS``). ``HeadTraining`` is the one definition of these fields: the overrides of a
 params entry are derived from it. The kind and its options are checked against the head registry
 by ``modelupgrade.plugins``, not here (the config imports none of the library).
+
+``adapters`` lists the training-free adapters the study fits at several sample sizes in one stage
+per scenario (``AdapterStudyParams``).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import Field, create_model, model_validator
 
 from modelupgrade.config.base import Section
 
@@ -82,3 +85,41 @@ class HeadParams(HeadTrainingOverrides):  # type: ignore[misc,valid-type]
             for name in HeadTraining.model_fields
             if getattr(self, name) is not None
         }
+
+
+# A sample size of the adapter study: a number of pairs, or every pair of the training split.
+SampleSize = Annotated[int, Field(ge=2)] | Literal["all"]
+
+
+class AdapterStudyParams(Section):
+    """``adapters``: the training-free adapters the study fits (Drift-Adapter's Procrustes,
+    low-rank affine and residual MLP in both directions, SLERP on the query side), every entry at
+    every sample size, all in one stage per scenario (``adapters@<scenario>`` in dvc.yaml).
+
+    Each fit is saved as a head ``heads/<sc>/adapters-<strategy>/<entry>.<size>-<strategy>`` (size
+    ``n1000`` or ``all``), with its outputs on the evaluation embeddings beside the other heads'.
+    """
+
+    # Scenario → the strategy whose new model the adapters map to and from (its new_train
+    # embeddings pair with gen0's, row by row).
+    scenarios: dict[str, str] = Field(default_factory=dict)
+    # How many paired training embeddings each adapter is fitted on, a nested random sample (each
+    # smaller sample is part of the larger ones); "all" = the whole training split. A number at or
+    # above the split's size is skipped (the fit on "all" covers it).
+    sample_sizes: list[SampleSize] = Field(default_factory=lambda: ["all"], min_length=1)
+    # The adapters, as ``heads`` entries: a training-free head kind, its options, and for the
+    # iterative ones (residual MLP) overrides of its training.
+    heads: dict[str, HeadParams] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sizes_distinct(self) -> AdapterStudyParams:
+        if len(set(self.sample_sizes)) != len(self.sample_sizes):
+            raise ValueError(f"sample_sizes lists a size twice: {self.sample_sizes}")
+        if self.scenarios and not self.heads:
+            raise ValueError("scenarios are listed but no adapter is defined under 'heads'")
+        return self
+
+    def ordered_sizes(self) -> list[int | Literal["all"]]:
+        """The sample sizes, smallest first, ``all`` last."""
+        numbers = sorted(size for size in self.sample_sizes if size != "all")
+        return [*numbers, *(["all"] if "all" in self.sample_sizes else [])]

@@ -41,6 +41,9 @@ class StrategyComparisons:
     new: str
     forward_galleries: tuple[str, ...] = ()  # ψ(old) gallery sets queried by ``new``
     reverse_queries: tuple[str, ...] = ()  # ψ_rev(new) query sets against the old gallery
+    # The same made by training-free adapters (gallery side, query side).
+    forward_adapters: tuple[str, ...] = ()
+    reverse_adapters: tuple[str, ...] = ()
 
 
 @dataclass
@@ -82,8 +85,8 @@ def essential_pairs(
     pairs = [(old, old)]
     for c in comparisons:
         pairs += [(c.new, c.new), (c.new, old)]
-        pairs += [(c.new, g) for g in c.forward_galleries]
-        pairs += [(q, old) for q in c.reverse_queries]
+        pairs += [(c.new, g) for g in (*c.forward_galleries, *c.forward_adapters)]
+        pairs += [(q, old) for q in (*c.reverse_queries, *c.reverse_adapters)]
     if oracle is not None:
         pairs.append((oracle, oracle))
     return list(dict.fromkeys(pairs))
@@ -155,7 +158,8 @@ def strategy_summary(
     """Δ↑ (DMU Eq. 6), Δ↓ (DMU Eq. 7) and the negative-flip rate per strategy and comparison.
 
     Δ↑ compares each way of searching the old gallery with the upgraded model (new/old,
-    new/ψ(old), ψ_rev(new)/old) against old/old; Δ↓ is the new model's, from ``delta_down``.
+    new/ψ(old), ψ_rev(new)/old, the same through training-free adapters) against old/old; Δ↓ is
+    the new model's, from ``delta_down``.
     """
     old_self = result.value(old, old, metric)
     rows = []
@@ -164,6 +168,8 @@ def strategy_summary(
         candidates = [("self", c.new, c.new), ("backward", c.new, old)]
         candidates += [("forward-head", c.new, g) for g in c.forward_galleries]
         candidates += [("reverse-head", q, old) for q in c.reverse_queries]
+        candidates += [("forward-adapter", c.new, g) for g in c.forward_adapters]
+        candidates += [("reverse-adapter", q, old) for q in c.reverse_adapters]
         for comparison, q, g in candidates:
             value = result.value(q, g, metric)
             rows.append(

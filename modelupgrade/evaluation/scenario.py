@@ -6,7 +6,10 @@ easy/hard/junk ground truth: ``modelupgrade.evaluation.revisited``) from
 ``<splits>/<sc>/{query,gallery}.parquet``, and every head ``<heads>/<sc>/<head>-<strategy>/`` of
 the evaluated strategies: a forward head maps the old gallery (ψ(old)), a reverse head maps the new
 queries (ψ_rev(new)); pre-computed outputs under ``<embeddings>/<sc>/<head>-<strategy>/`` are used
-when present. Writes
+when present. Training-free adapters lie one level deeper, in a group directory without a card
+(``<heads>/<sc>/adapters-<strategy>/<adapter>.<size>-<strategy>/``, outputs likewise under the
+embeddings); their rows are ``forward-adapter`` / ``reverse-adapter``, apart from the trained
+heads'. Writes
 ``<metrics>/<sc>/cross_model.{parquet,csv,json}``, ``<metrics>/<sc>/summary.{json,csv}`` and
 ``<plots>/<sc>/cross_model_heatmap.png``.
 
@@ -104,7 +107,8 @@ def head_strategy(head_dir: Path, card: HeadCard) -> str:
 
 def discover_heads(base: Path, requested: Sequence[str] | None) -> list[Path]:
     """The head directories under a scenario's ``base`` (``heads/<sc>``): those ``requested`` by
-    name, or every one with a card."""
+    name (a grouped adapter as ``<group>/<name>``), or every one with a card, directly under
+    ``base`` or inside a group directory that has none (the adapter study's)."""
     if requested is not None:
         dirs = [base / name for name in requested]
         for d in dirs:
@@ -113,7 +117,15 @@ def discover_heads(base: Path, requested: Sequence[str] | None) -> list[Path]:
                     f"head {d} has no card.json", hint="train it first (stage train_heads)"
                 )
         return dirs
-    return sorted(p for p in base.glob("*") if (p / "card.json").is_file()) if base.is_dir() else []
+    if not base.is_dir():
+        return []
+    found = []
+    for path in sorted(p for p in base.glob("*") if p.is_dir() and not p.name.startswith(".")):
+        if (path / "card.json").is_file():
+            found.append(path)
+        else:
+            found += sorted(p for p in path.glob("*") if (p / "card.json").is_file())
+    return found
 
 
 def head_outputs(
@@ -122,10 +134,12 @@ def head_outputs(
     old_gallery: np.ndarray,
     new_query: np.ndarray,
     device: Any,
+    old_query: np.ndarray | None = None,
 ) -> tuple[str, np.ndarray]:
     """(direction, transformed vectors): ψ(old gallery) for forward heads,
-    ψ_rev(new query) for reverse."""
-    from modelupgrade.heads import apply, load_chain, load_head, read_head_card
+    ψ_rev(new query) for reverse (a head that also reads the old query, SLERP, gets
+    ``old_query``)."""
+    from modelupgrade.heads import HEADS, apply, load_chain, load_head, read_head_card
 
     card = read_head_card(head_dir)
     direction = card.direction
@@ -137,7 +151,8 @@ def head_outputs(
     if direction == "forward":
         return direction, load_chain(head_dir).apply(old_gallery, device=device)
     head, _ = load_head(head_dir)
-    return direction, apply(head, new_query, device=device)
+    side = old_query if HEADS.get(card.kind).takes_old_embedding else None
+    return direction, apply(head, new_query, side_info=side, device=device)
 
 
 def write_outputs(
@@ -228,12 +243,17 @@ def evaluate_scenario(
             for split in (QUERY_SPLIT, GALLERY_SPLIT)
         }
 
+    from modelupgrade.heads import HEADS, read_head_card
+
     forward: dict[str, list[str]] = {s: [] for s in strategies}
     reverse: dict[str, list[str]] = {s: [] for s in strategies}
+    forward_adapters: dict[str, list[str]] = {s: [] for s in strategies}
+    reverse_adapters: dict[str, list[str]] = {s: [] for s in strategies}
     for head_dir in discover_heads(layout.heads(scenario), heads):
-        from modelupgrade.heads import read_head_card
-
         card = read_head_card(head_dir)
+        head_class = HEADS.get(card.kind)
+        # A grouped adapter's outputs lie in the same group under the embeddings.
+        relative = str(head_dir.relative_to(layout.heads(scenario)))
         strategy = head_strategy(head_dir, card)
         if strategy not in strategies:
             if heads is not None:
@@ -243,8 +263,8 @@ def evaluate_scenario(
                     hint=f"evaluated strategies: {', '.join(strategies)}",
                 )
             continue
-        if card.side_info_dim:
-            stored = layout.embedding_file(scenario, head_dir.name, GALLERY_SPLIT)
+        if card.side_info_dim and not head_class.takes_old_embedding:
+            stored = layout.embedding_file(scenario, relative, GALLERY_SPLIT)
             if not stored.is_file():
                 raise UserError(
                     f"head {head_dir.name} needs side information to transform the gallery",
@@ -254,36 +274,61 @@ def evaluate_scenario(
         new = new_model_name(strategy)
         direction, vectors = head_outputs(
             head_dir,
-            layout.head_outputs(scenario, head_dir.name),
+            layout.head_outputs(scenario, relative),
             gallery_sets[OLD_MODEL],
             query_sets[new],
             device,
+            old_query=query_sets[OLD_MODEL],
         )
         sources[head_dir.name] = {"card": _source(head_dir / "card.json"), "direction": direction}
+        if head_class.training_free:
+            # The report's adapter table names the kind and the number of pairs of each fit.
+            sources[head_dir.name].update(
+                kind=card.kind, sample_size=card.training.get("sample_size")
+            )
         if direction == "forward":
             name = f"{head_dir.name}({OLD_MODEL})"
             gallery_sets[name] = vectors
-            forward[strategy].append(name)
+            (forward_adapters if head_class.training_free else forward)[strategy].append(name)
         else:
             name = f"{head_dir.name}({new})"
             query_sets[name] = vectors
-            reverse[strategy].append(name)
+            (reverse_adapters if head_class.training_free else reverse)[strategy].append(name)
 
     # The oracle is the reference, not a candidate; it is compared only through its heads (FCT,
     # FastFill, RQT and MCL pair with the independent model), so their rows reach the summary.
     comparisons = [
-        cross_model.StrategyComparisons(s, new_model_name(s), tuple(forward[s]), tuple(reverse[s]))
+        cross_model.StrategyComparisons(
+            s,
+            new_model_name(s),
+            tuple(forward[s]),
+            tuple(reverse[s]),
+            tuple(forward_adapters[s]),
+            tuple(reverse_adapters[s]),
+        )
         for s in strategies
-        if s != ev.oracle_strategy or forward[s] or reverse[s]
+        if s != ev.oracle_strategy
+        or forward[s]
+        or reverse[s]
+        or forward_adapters[s]
+        or reverse_adapters[s]
     ]
     oracle = new_model_name(ev.oracle_strategy) if ev.oracle_strategy in strategies else None
     if oracle is None:
         log.warning("oracle strategy %r is not evaluated: Δ↓ is left empty", ev.oracle_strategy)
-    pairs = (
-        cross_model.all_compatible_pairs(query_sets, gallery_sets)
-        if ev.all_pairs
-        else cross_model.essential_pairs(OLD_MODEL, comparisons, oracle)
-    )
+    # Training-free adapters (the adapter study fits many: kinds × directions × sample sizes) are
+    # evaluated only where they serve, their queries against the old gallery and new queries
+    # against their gallery, never in the all-pairs cross product, whose size they would square.
+    adapter_sets = {a for s in strategies for a in (*forward_adapters[s], *reverse_adapters[s])}
+    pairs = cross_model.essential_pairs(OLD_MODEL, comparisons, oracle)
+    if ev.all_pairs:
+        pairs = [
+            *cross_model.all_compatible_pairs(
+                {k: v for k, v in query_sets.items() if k not in adapter_sets},
+                {k: v for k, v in gallery_sets.items() if k not in adapter_sets},
+            ),
+            *pairs,
+        ]
     result = cross_model.cross_model_matrix(
         evaluator, query_sets, gallery_sets, pairs, reference=(OLD_MODEL, OLD_MODEL)
     )
@@ -333,8 +378,10 @@ def evaluate_scenario(
         layout.metrics(scenario),
         layout.heatmap(scenario),
         ev.heatmap_metrics,
-        list(query_sets),
-        list(gallery_sets),
+        # The adapters' pairs are in the matrix files and the report's adapter table; in the
+        # heatmap their rows and columns would be one cell each.
+        [q for q in query_sets if q not in adapter_sets],
+        [g for g in gallery_sets if g not in adapter_sets],
         f"{scenario}: M(query, gallery)",
     )
     for _, row in rows.iterrows():

@@ -22,9 +22,12 @@ from modelupgrade.errors import UserError
 R = TypeVar("R", bound="_Summary")
 
 # The comparisons of a strategy's rows: the new model against itself, its queries against the old
-# gallery, through a forward head (ψ(old) gallery) or a reverse head (transformed queries).
+# gallery, through a forward head (ψ(old) gallery) or a reverse head (transformed queries), and the
+# same through a training-free adapter (Drift-Adapter, SLERP), kept apart from the trained heads.
 SELF, BACKWARD, FORWARD_HEAD, REVERSE_HEAD = "self", "backward", "forward-head", "reverse-head"
+FORWARD_ADAPTER, REVERSE_ADAPTER = "forward-adapter", "reverse-adapter"
 HEAD_COMPARISONS = (FORWARD_HEAD, REVERSE_HEAD)
+ADAPTER_COMPARISONS = (FORWARD_ADAPTER, REVERSE_ADAPTER)
 
 
 class _Record(BaseModel):
@@ -52,7 +55,9 @@ class _Summary(_Record):
 
 
 class ComparisonRow(_Record):
-    comparison: Literal["self", "backward", "forward-head", "reverse-head"]
+    comparison: Literal[
+        "self", "backward", "forward-head", "reverse-head", "forward-adapter", "reverse-adapter"
+    ]
     query_set: str
     gallery_set: str
     metric: str
@@ -64,7 +69,12 @@ class ComparisonRow(_Record):
     @property
     def head_set(self) -> str | None:
         """The evaluation set a head produced: ψ(old) gallery, or ψ_rev(new) queries."""
-        return {FORWARD_HEAD: self.gallery_set, REVERSE_HEAD: self.query_set}.get(self.comparison)
+        return {
+            FORWARD_HEAD: self.gallery_set,
+            REVERSE_HEAD: self.query_set,
+            FORWARD_ADAPTER: self.gallery_set,
+            REVERSE_ADAPTER: self.query_set,
+        }.get(self.comparison)
 
     @property
     def key(self) -> str:

@@ -1,7 +1,9 @@
 """Transformation heads: forward adapters for the stored gallery, reverse transforms for the query.
 
 One base class (``Head``), one file per method, one registry (``HEADS``). Importing this package
-registers every head kind.
+registers every head kind: the trained heads (FCT, FastFill, BiCT, DMU, RQT, MCL, RM full method)
+and the training-free adapters (Procrustes, low-rank affine, residual MLP, each in both directions,
+and SLERP on the query side; ``modelupgrade.heads.alignment``).
 """
 
 from modelupgrade.config.heads import HeadTraining
@@ -26,10 +28,14 @@ from modelupgrade.heads.inference import (
     apply_with_uncertainty,
     inference_copy,
 )
+from modelupgrade.heads.low_rank_affine import LowRankAffineAdapter, LowRankAffineQueryAdapter
 from modelupgrade.heads.mcl import MCLReverseTransform
 from modelupgrade.heads.persistence import head_card, load_head, read_head_card, save_head
+from modelupgrade.heads.procrustes import ProcrustesAdapter, ProcrustesQueryAdapter
+from modelupgrade.heads.residual_mlp import ResidualMLPAdapter, ResidualMLPQueryAdapter
 from modelupgrade.heads.rm_full import RankMergeFullMethod
 from modelupgrade.heads.rqt import ReverseQueryTransform
+from modelupgrade.heads.slerp import SlerpQueryAdapter
 from modelupgrade.heads.training import TrainingResult, fit_head, resolve_training
 
 __all__ = [
@@ -45,9 +51,16 @@ __all__ = [
     "HeadBatch",
     "HeadChain",
     "HeadTraining",
+    "LowRankAffineAdapter",
+    "LowRankAffineQueryAdapter",
     "MCLReverseTransform",
+    "ProcrustesAdapter",
+    "ProcrustesQueryAdapter",
     "RankMergeFullMethod",
+    "ResidualMLPAdapter",
+    "ResidualMLPQueryAdapter",
     "ReverseQueryTransform",
+    "SlerpQueryAdapter",
     "TrainingResult",
     "apply",
     "apply_with_uncertainty",

@@ -7,9 +7,14 @@ the old and the new model. Two directions exist:
 * ``reverse`` (new → old): applied to the *query* so it can search the old, not yet backfilled,
   part of the gallery (RQT, MCL, RM full method).
 
-Every head owns an MLP ``psi`` (its main transform) and may own more modules (FastFill's uncertainty
-layer, the RM full method's ρ). ``outputs`` returns every named output in one pass; ``transform`` is
-always present and is what a deployment applies.
+Every head owns a module ``psi`` (its main transform: an MLP unless the kind builds another in
+``build_transform``) and may own more modules (FastFill's uncertainty layer, the RM full
+method's ρ). ``outputs`` returns every named output in one pass; ``transform`` is always present
+and is what a deployment applies.
+
+Training-free adapters (Drift-Adapter's Procrustes, low-rank affine and residual MLP; SLERP) fit
+through the same interface: ``fit_closed_form`` sets their parameters from the paired training
+vectors, and a kind that is not ``iterative`` runs no gradient steps after it.
 """
 
 from __future__ import annotations
@@ -103,6 +108,15 @@ class Head(nn.Module):
     accepts_side_info: ClassVar[bool] = False
     class_balanced_batches: ClassVar[bool] = False
     output_names: ClassVar[tuple[str, ...]] = ("transform",)
+    # A training-free adapter (Drift-Adapter, SLERP): fitted post hoc on paired embeddings alone
+    # (no labels, no classifier); the evaluation reports it apart from the trained heads.
+    training_free: ClassVar[bool] = False
+    # False: ``fit_closed_form`` is the whole fit (``fit_head`` runs no epochs).
+    iterative: ClassVar[bool] = True
+    # The transform also reads the old model's embedding of the same input (SLERP's old query),
+    # given as its side input: its side_info_dim is the old dimension (``out_dim`` of a reverse
+    # head), and training feeds it the old embeddings of the training images.
+    takes_old_embedding: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -114,7 +128,9 @@ class Head(nn.Module):
         side_info_dim: int = 0,
     ) -> None:
         super().__init__()
-        if side_info_dim and not self.accepts_side_info:
+        if self.takes_old_embedding:
+            side_info_dim = out_dim
+        elif side_info_dim and not self.accepts_side_info:
             raise UserError(
                 f"head kind {self.registry_name!r} takes no side information",
                 hint="drop the side-information input or use the 'fct' head",
@@ -129,7 +145,13 @@ class Head(nn.Module):
         )
         self.hidden_dim = int(hidden_dim or self.TRAINING_DEFAULTS.hidden_dim)
         self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
-        self.psi = MLP(self.in_dim + self.side_info_dim, self.out_dim, self.hidden_dim, self.depth)
+        self.psi = self.build_transform()
+
+    def build_transform(self) -> nn.Module:
+        """The module ``psi``: an MLP of ``hidden_dim`` × ``depth`` over the input (and the side
+        information); a kind with another structure overrides this. It must have
+        ``macs_per_row()``."""
+        return MLP(self.in_dim + self.side_info_dim, self.out_dim, self.hidden_dim, self.depth)
 
     @classmethod
     def trained_with(
@@ -155,6 +177,12 @@ class Head(nn.Module):
     # ----- training ----------------------------------------------------------------------------
     def loss(self, batch: HeadBatch) -> torch.Tensor:
         raise NotImplementedError
+
+    def fit_closed_form(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Set parameters from the paired training vectors (row i of ``source`` and ``target`` is
+        the same image; ``source`` is what the head transforms), before the gradient steps or,
+        for a kind that is not ``iterative``, instead of them. Called under ``torch.no_grad``.
+        Default: nothing (the head trains by gradient steps alone)."""
 
     def source(self, batch: HeadBatch) -> torch.Tensor:
         """The embedding this head transforms (old for forward heads, new for reverse heads)."""

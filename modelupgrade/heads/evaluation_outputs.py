@@ -5,7 +5,8 @@ Forward heads (ψ: old → new) transform the old gallery: ``gallery.npy``, and 
 predicted uncertainty ``gallery_sigma2.npy`` that orders its backfill. Reverse heads (ψ_rev: new →
 old) transform the new queries: ``query.npy``; Seo et al.'s full method also writes its learnt new
 embedding ρ(φ_new) of the queries and of the gallery: ``rho_query.npy`` and ``rho_gallery.npy``
-(its ``query.npy`` is then ψ_rev(ρ(φ_new(q)))).
+(its ``query.npy`` is then ψ_rev(ρ(φ_new(q)))). A reverse head that also reads the old model's
+embedding of the query (SLERP, ``Head.takes_old_embedding``) gets the old query embeddings.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from modelupgrade.errors import UserError
+from modelupgrade.heads.base import HEADS
 from modelupgrade.heads.chain import HeadChain, load_chain
 from modelupgrade.heads.inference import FrozenHead
 from modelupgrade.heads.persistence import load_head, read_head_card
@@ -50,7 +52,7 @@ def write_head_outputs(
     ``<old|new>_embeddings/{query,gallery}.npy`` into ``out_dir``."""
     head_dir, out_dir = Path(head_dir), Path(out_dir)
     card = read_head_card(head_dir)
-    if card.side_info_dim:
+    if card.side_info_dim and not HEADS.get(card.kind).takes_old_embedding:
         raise UserError(
             f"head {head_dir} needs side information, which the evaluation embeddings do not carry",
             hint="train it without --side-info for the pipeline, or write its "
@@ -75,7 +77,10 @@ def write_head_outputs(
         head, _ = load_head(head_dir)
         new = Path(new_embeddings)
         frozen = FrozenHead(head, device)
-        outputs = frozen.outputs(_embeddings(new, QUERY_SPLIT))
+        old_query = (
+            _embeddings(Path(old_embeddings), QUERY_SPLIT) if head.takes_old_embedding else None
+        )
+        outputs = frozen.outputs(_embeddings(new, QUERY_SPLIT), old_query)
         arrays[embedding_file_name(QUERY_SPLIT)] = outputs["transform"]
         if "new_embedding" in outputs:
             arrays[RHO_QUERY_FILE] = outputs["new_embedding"]

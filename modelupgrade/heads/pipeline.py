@@ -20,20 +20,18 @@ import pandas as pd
 
 from modelupgrade.arrays import load_array
 from modelupgrade.config import Params
-from modelupgrade.config.heads import HeadParams
+from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, build_head, head_dims
 from modelupgrade.heads.chain import HeadChain
 from modelupgrade.heads.inference import apply
 from modelupgrade.heads.persistence import load_head, read_head_card, save_head
-from modelupgrade.heads.training import fit_head, resolve_training
+from modelupgrade.heads.training import TrainingResult, fit_head, resolve_training
 from modelupgrade.io import file_sha256
 from modelupgrade.layers import MarginClassifier
 from modelupgrade.runtime import describe_device, seed_everything, select_device
 
 log = logging.getLogger(__name__)
-
-# The numbers of a head's training record that are its headline metrics.
 
 
 def head_entry(params: Params, name: str) -> HeadParams:
@@ -89,6 +87,25 @@ def fit_cosine(
     out = apply(head, inputs, side_info=side_info)
     norms = np.linalg.norm(out, axis=1) * np.linalg.norm(targets, axis=1)
     return float(np.mean(np.sum(out * targets, axis=1) / np.maximum(norms, 1e-12)))
+
+
+def training_record(
+    head: Head, training: HeadTraining, result: TrainingResult, device: Any, seed: int
+) -> dict[str, Any]:
+    """How a head was fitted, as its card records it: closed form (the fit's loss and time), or
+    the resolved training settings and the loss history of its epochs."""
+    if not head.iterative:
+        fitted: dict[str, Any] = {"mode": "closed-form"}
+    else:
+        fitted = {"mode": "standalone", **training.as_dict(), "epoch_losses": result.epoch_losses}
+    return {
+        **fitted,
+        "final_loss": result.final_loss,
+        "steps": result.steps,
+        "seconds": round(result.seconds, 3),
+        "device": describe_device(device),
+        "seed": seed,
+    }
 
 
 def train_and_save_head(
@@ -160,7 +177,7 @@ def train_and_save_head(
                 f"but the embeddings are {in_dim}-d old and {out_dim}-d new",
                 hint="pass the embeddings of the models this head was trained with",
             )
-        training_record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
+        record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
         log.info("head %s: using the head trained jointly with %s", name, new_model)
     else:
         classifier = (
@@ -187,26 +204,19 @@ def train_and_save_head(
             inputs=inputs,
         )
         head = head.cpu()
-        training_record = {
-            "mode": "standalone",
-            **training.as_dict(),
-            "epoch_losses": result.epoch_losses,
-            "final_loss": result.final_loss,
-            "steps": result.steps,
-            "seconds": round(result.seconds, 3),
-            "device": describe_device(device),
-            "seed": params.seed,
-        }
+        record = training_record(head, training, result, device, params.seed)
     source_vectors = inputs if inputs is not None else (old if head.direction == "forward" else new)
     target_vectors = new if head.direction == "forward" else old
-    training_record["fit_cosine"] = fit_cosine(head, source_vectors, target_vectors, side)
+    record["fit_cosine"] = fit_cosine(
+        head, source_vectors, target_vectors, old if head.takes_old_embedding else side
+    )
     card = save_head(
         head,
         out,
         name=name,
         input_momentum=momentum,
         previous_heads=previous_dirs,
-        training=training_record,
+        training=record,
         sources=sources,
     )
     log.info(
@@ -214,7 +224,7 @@ def train_and_save_head(
         name,
         head_params.kind,
         out,
-        training_record["fit_cosine"],
+        record["fit_cosine"],
         card.macs_per_embedding,
     )
     return card

@@ -3,7 +3,9 @@
 No backbone runs here. Each step slices a batch out of the cached old/new embeddings, the head
 computes its own loss (``Head.loss``), and SGD or Adam steps under the per-iteration cosine schedule
 with linear warm-up of ``modelupgrade.schedule`` (the papers' timm ``CosineLRScheduler`` setting).
-Heads whose loss needs several images per class (MCL) get class-balanced batches.
+Heads whose loss needs several images per class (MCL) get class-balanced batches. Training-free
+adapters are fitted in closed form first (``Head.fit_closed_form``); those that are not iterative
+run no epochs.
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ def fit_head(
     """Train ``head`` in place on cached embeddings and return its loss history.
 
     ``inputs`` replaces the head's source embeddings (e.g. the momentum input of a sequential BiCT
-    generation, or the chain's current gallery state) while the targets stay ``data``'s.
+    generation, or the chain's current gallery state) while the targets stay ``data``'s. The head's
+    ``fit_closed_form`` runs first on the whole training set; a head that is not ``iterative``
+    (Procrustes, low-rank affine, SLERP) stops there: no epochs, its fit's loss is the record.
     """
     device = torch.device(device)
     old_dim, new_dim = data.old.shape[1], data.new.shape[1]
@@ -105,8 +109,11 @@ def fit_head(
             hint="check --old-embeddings / --new-embeddings "
             "(a forward head maps old → new, a reverse head new → old)",
         )
-    if (data.side_info is None) != (head.side_info_dim == 0) or (
-        data.side_info is not None and data.side_info.shape[1] != head.side_info_dim
+    # A head that reads the old embedding of its input (SLERP) trains with the old embeddings of
+    # the training images as that side input.
+    side_array = data.old if head.takes_old_embedding else data.side_info
+    if (side_array is None) != (head.side_info_dim == 0) or (
+        side_array is not None and side_array.shape[1] != head.side_info_dim
     ):
         raise UserError(
             f"head {head.registry_name!r} expects side information of width {head.side_info_dim}"
@@ -143,9 +150,23 @@ def fit_head(
         replaced = to_device(inputs)
         old, new = (replaced, new) if head.direction == "forward" else (old, replaced)
     labels = to_device(data.labels, torch.int64)
-    side_info = to_device(data.side_info)
+    side_info = to_device(side_array)
 
     head.to(device).train()
+    started = time.perf_counter()
+    with torch.no_grad():
+        if head.direction == "forward":
+            head.fit_closed_form(old, new)
+        else:
+            head.fit_closed_form(new, old)
+    if not head.iterative:
+        # Fitted in closed form: the training loss of the fit is the whole record.
+        head.eval()
+        with torch.no_grad():
+            loss = head.loss(HeadBatch(old, new, labels, side_info, classifier))
+        seconds = time.perf_counter() - started
+        log.info("head %s fitted in closed form: loss %.5f", head.registry_name, float(loss))
+        return TrainingResult([float(loss)], 0, seconds)
     parameters = [p for p in head.parameters() if p.requires_grad]
     if training.optimizer == "sgd":
         optimizer: torch.optim.Optimizer = torch.optim.SGD(
@@ -180,7 +201,6 @@ def fit_head(
     )
 
     result = TrainingResult()
-    started = time.perf_counter()
     step = 0
     for epoch in range(training.epochs):
         if freeze_epoch is not None and epoch >= freeze_epoch:
