@@ -69,5 +69,5 @@ gpu-study: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 
 benchmarks: install
-	for b in train_throughput eval_throughput adapter_throughput backfill_curve backfill_job; do \
+	for b in train_throughput eval_throughput adapter_throughput adapter_costs backfill_curve backfill_job store_backends; do \
 		$(BIN)/python -m benchmarks.$$b || exit 1; done

@@ -38,7 +38,12 @@ def load_array(path: str | Path, what: str, ndim: int | None = 2, mmap: bool = F
             f"{what} file {path} is an .npz archive, not one array", hint="pass an .npy file"
         )
     if ndim is not None and array.ndim != ndim:
-        raise UserError(f"{what} file {path} must hold a {ndim}-D array, got shape {array.shape}")
+        raise UserError(
+            f"{what} file {path} must hold a {ndim}-D array, got shape {array.shape}",
+            hint="save one row per vector: np.save(path, vectors.reshape(len(vectors), -1))"
+            if ndim == 2
+            else None,
+        )
     return array
 
 

@@ -102,14 +102,9 @@ def read_card(directory: str | Path, card_class: type[C]) -> C:
         ) from None
 
 
-def load_weights(
-    directory: str | Path,
-    card: Card,
-    file_name: str | None = None,
-    map_location: torch.device | str = "cpu",
-) -> dict[str, torch.Tensor]:
-    """The state dict in ``file_name`` (default: the card's main weights), after checking that the
-    file is the one the card hashed."""
+def verified_weights(directory: str | Path, card: Card, file_name: str | None = None) -> Path:
+    """The path of ``file_name`` (default: the card's main weights) in ``directory``, after checking
+    that the file is the one the card hashed."""
     file_name = file_name or card.WEIGHTS_FILE
     path = Path(directory) / file_name
     if not path.is_file():
@@ -127,11 +122,35 @@ def load_weights(
             hint="the weights were replaced or damaged; restore them, or save "
             f"the {card.WHAT} again",
         )
+    return path
+
+
+def load_weights(
+    directory: str | Path,
+    card: Card,
+    file_name: str | None = None,
+    map_location: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
+    """The state dict in ``file_name`` (default: the card's main weights), after checking that the
+    file is the one the card hashed."""
+    path = verified_weights(directory, card, file_name)
+    hint = "only plain tensors are loaded (weights_only); save the weights again"
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        ValueError,
+        OSError,
+    ) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path} cannot be loaded as weights: {first_line}", hint=hint) from None
+    if not isinstance(state, dict) or not all(
+        isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in state.items()
+    ):
         raise UserError(
-            f"{path} cannot be loaded as weights: {first_line}",
-            hint="only plain tensors are loaded (weights_only); save the weights again",
-        ) from None
+            f"{path} holds a {type(state).__name__}, not a state dict of named tensors", hint=hint
+        )
+    return state

@@ -36,6 +36,11 @@ class DataValidationError(UserError):
 # 2, never retried.
 USER_ERRORS: tuple[type[HintedError], ...] = (HintedError,)
 
+# Exit codes of a command that ran but did not do all of its work (its result's ``exit_code``; the
+# CLI prints its ``exit_message`` as the error line). A user error exits with 2.
+EXIT_INCOMPLETE = 1  # some items failed or were skipped; the message counts them and says where
+EXIT_STOPPED = 143  # stopped by SIGTERM (128 + 15, what a shell reports for a SIGTERM-ed process)
+
 
 def exit_on_user_error(func: F) -> F:
     """Decorate a ``main()`` so that a user error prints cleanly and exits non-zero."""

@@ -10,7 +10,8 @@ there. This module sits above the config and every plugin family and checks each
 - ``adapters.heads.<name>`` likewise, its kind a training-free adapter, and no training override
   for a kind fitted in closed form (it runs no epochs);
 - ``backfill.policies`` are in ``ORDERINGS`` and ``backfill.serving_modes`` in ``SERVING_MODES``;
-- ``store.policy`` is a deployable ordering policy and ``store.serving_mode`` a serving mode.
+- ``store.policy`` is a deployable ordering policy, ``store.serving_mode`` a serving mode and
+  ``store.backend`` a vector backend.
 
 Every problem is reported, each naming its params key, in one ``ParamsError``. Front ends (stages,
 the CLI, flows, benchmarks) read params.yaml with ``load_params``.
@@ -31,6 +32,7 @@ from modelupgrade.models.adopted import MODEL_SOURCES
 from modelupgrade.ordering import ORDERINGS, build_ordering
 from modelupgrade.registry_util import Registry
 from modelupgrade.serving import SERVING_MODES
+from modelupgrade.store.backends import VECTOR_BACKENDS
 from modelupgrade.strategies import STRATEGIES
 
 __all__ = ["check_params", "load_params", "plugin_problems"]
@@ -81,6 +83,7 @@ def plugin_problems(params: Params) -> list[str]:
     )
     problems += _store_policy_problems(params.store.policy)
     problems += _unknown_names("store.serving_mode", SERVING_MODES, [params.store.serving_mode])
+    problems += _unknown_names("store.backend", VECTOR_BACKENDS, [params.store.backend])
     return problems
 
 

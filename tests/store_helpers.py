@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from modelupgrade.store import BackfillJob, GalleryStore, ItemSources, SpaceSpec, TransformStored
+from modelupgrade.store import (
+    BackendSettings,
+    BackfillJob,
+    GalleryStore,
+    ItemSources,
+    SpaceSpec,
+    TransformStored,
+)
 
 OLD = SpaceSpec("gen0", 16)
 NEW = SpaceSpec("gen1", 12, upgrades_from=("gen0",), backward_compatible=False)
@@ -35,11 +42,12 @@ def build_gallery(
     space: SpaceSpec = OLD,
     item_id: str = "item-{:05d}",
     sources: ItemSources | None = None,
+    backend: BackendSettings | None = None,
 ) -> GalleryStore:
     """``n`` items (ids ``item_id`` of 0 … n − 1) with random ``space`` vectors and an
-    old-confidence score each."""
+    old-confidence score each, their vectors in ``backend`` (default: embedded)."""
     rng = np.random.default_rng(seed)
-    store = GalleryStore.create(path)
+    store = GalleryStore.create(path, backend)
     store.ingest(
         [item_id.format(i) for i in range(n)],
         rng.normal(size=(n, space.dim)).astype(np.float32),

@@ -234,7 +234,8 @@ def test_a_model_of_the_wrong_dimension_stops_the_job_before_any_commit(tmp_path
         )
         with pytest.raises(UserError, match="5-d vectors, but space 'gen1' holds 12-d"):
             wrong.run()
-        assert store.backfills.chunk_log() == [] and store.status().backfill["pending"] == 20
+        # refused on a sample before the plan: nothing changed
+        assert store.status().backfill is None and "gen1" not in store.spaces()
 
 
 def _image_gallery(tmp_path: Path, n: int, corrupt: set[int]) -> tuple[GalleryStore, Path]:
@@ -261,7 +262,8 @@ def test_a_corrupt_image_is_logged_skipped_listed_and_served_from_the_old_space(
             progress=False,
         )
         report = job.run()
-        assert report.status == "complete"
+        # not complete while an item is not in the target space
+        assert (report.status, report.exit_code) == ("incomplete", 1)
         assert [f["item_id"] for f in report.failed] == ["img17"]
         assert "cannot decode" in report.failed[0]["reason"]
         assert "img17" in caplog.text
@@ -274,7 +276,7 @@ def test_a_corrupt_image_is_logged_skipped_listed_and_served_from_the_old_space(
             store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)
         ).search(np.zeros((1, NEW.dim), np.float32) + 0.1, k=40)
         assert "img17" in set(hits.item_ids[0])  # never silently dropped from the gallery
-        with pytest.raises(UserError, match="retry them first"):
+        with pytest.raises(UserError, match="backfill into space 'gen1' is still running"):
             _job(store, target=SpaceSpec("gen2", 12, upgrades_from=("gen1",))).run()
         Image.fromarray(np.zeros((8, 8), np.uint8)).save(root / "17.png")
         store.backfills.retry_failed()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
+from modelupgrade.config.store import StoreParams
 from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
-from modelupgrade.store import BackfillJob, HeadTransforms, TransformStored
-from modelupgrade.store.service import create_app
-from tests.store_helpers import NEW, build_gallery, psi, reverse
+from modelupgrade.store import BackfillJob, HeadTransforms, SpaceSpec, TransformStored
+from modelupgrade.store.service import create_app, public_text
+from tests.store_helpers import NEW, PROJECT_PARAMS, build_gallery, psi, reverse
 
 
 def _half_backfilled(path: Path) -> None:
@@ -65,3 +68,105 @@ def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path) -> None:
         assert response.json()["detail"]["hint"]
         assert client.post("/search", json={"vectors": [[1.0, 2.0], [1.0]]}).status_code == 400
         assert client.post("/search", json={"vectors": [], "k": 3}).status_code == 422
+
+
+def test_a_token_guards_search_and_status_but_not_health(tmp_path: Path) -> None:
+    _half_backfilled(tmp_path / "store")
+    app = create_app(
+        tmp_path / "store",
+        build_serving_mode("rank-merge-rqt"),
+        heads=HeadTransforms(reverse=reverse),
+        token="s3cret",
+    )
+    query = {"vectors": np.ones((1, NEW.dim)).tolist(), "k": 2}
+    with TestClient(app) as client:
+        assert client.get("/health").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            assert client.post("/search", json=query, headers=headers).status_code == 401
+            assert client.get("/backfill/status", headers=headers).status_code == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert client.post("/search", json=query, headers=good).status_code == 200
+        assert client.get("/backfill/status", headers=good).status_code == 200
+
+
+def test_serve_warns_when_reachable_from_other_machines_without_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import uvicorn
+
+    from modelupgrade.commands.store import serve
+    from modelupgrade.plugins import load_params
+    from modelupgrade.store.service import TOKEN_ENV, exposure_warning
+
+    assert exposure_warning("0.0.0.0", None) and exposure_warning("192.168.1.4", "")
+    assert exposure_warning("127.0.0.1", None) is None and exposure_warning("::1", None) is None
+    assert exposure_warning("localhost", None) is None
+    assert exposure_warning("0.0.0.0", "s3cret") is None
+    build_gallery(tmp_path / "store", 10).close()
+    bound: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port: bound.append(host))
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    params = load_params(PROJECT_PARAMS)
+    with caplog.at_level(logging.WARNING, logger="modelupgrade.commands.store"):
+        serve(params, tmp_path / "store", host="0.0.0.0")
+        monkeypatch.setenv(TOKEN_ENV, "s3cret")
+        serve(params, tmp_path / "store", host="0.0.0.0")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert bound == ["0.0.0.0", "0.0.0.0"]
+    assert len(warnings) == 1 and TOKEN_ENV in warnings[0]
+
+
+def test_requests_beyond_the_limits_get_a_400_naming_them(tmp_path: Path) -> None:
+    _half_backfilled(tmp_path / "store")
+    app = create_app(
+        tmp_path / "store",
+        build_serving_mode("rank-merge-rqt"),
+        heads=HeadTransforms(reverse=reverse),
+        max_query_vectors=3,
+        max_k=20,
+    )
+    with TestClient(app) as client:
+        four = client.post("/search", json={"vectors": np.ones((4, NEW.dim)).tolist()})
+        assert four.status_code == 400
+        assert "store.max_query_vectors" in four.json()["detail"]["hint"]
+        wide = client.post("/search", json={"vectors": np.ones((3, NEW.dim)).tolist(), "k": 21})
+        assert wide.status_code == 400 and "store.max_k" in wide.json()["detail"]["hint"]
+        body = client.post("/search", json={"vectors": np.ones((3, NEW.dim)).tolist(), "k": 20})
+        assert body.status_code == 200 and [len(r) for r in body.json()["results"]] == [20] * 3
+    defaults = StoreParams()
+    assert (defaults.max_query_vectors, defaults.max_k) == (64, 1000)
+
+
+def test_health_is_503_when_search_does_not_work(tmp_path: Path) -> None:
+    _half_backfilled(tmp_path / "store")
+    # gen1 is not backward compatible and no forward head is given: mixed cannot search.
+    app = create_app(tmp_path / "store", build_serving_mode("mixed"))
+    with TestClient(app) as client:
+        health = client.get("/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "unavailable"
+        assert "not backward compatible" in health.json()["error"]
+        query = {"vectors": np.ones((1, NEW.dim)).tolist()}
+        assert client.post("/search", json=query).status_code == 400
+
+
+def test_no_response_names_a_path_of_the_server(tmp_path: Path) -> None:
+    store = tmp_path / "deep" / "store"
+    with build_gallery(store, 40) as gallery:
+        spec = SpaceSpec("gen1", NEW.dim, ("gen0",), model_ref=str(tmp_path / "models" / "gen1"))
+        BackfillJob(
+            gallery, spec, TransformStored(psi), build_ordering("random"), 10, progress=False
+        ).run(max_chunks=1)
+    app = create_app(store, build_serving_mode("mixed"))
+    with TestClient(app) as client:
+        answers = [
+            client.get("/backfill/status"),
+            client.get("/health"),
+            client.post("/search", json={"vectors": np.ones((1, NEW.dim)).tolist()}),
+            client.post("/search", json={"vectors": np.ones((1, NEW.dim + 1)).tolist()}),
+        ]
+        status = answers[0].json()
+    assert status["path"] == "store" and status["spaces"]["gen1"]["model_ref"] == "gen1"
+    for answer in answers:
+        assert str(tmp_path) not in answer.text and "/deep/" not in answer.text, answer.text
+    assert public_text("cannot read /data/x/y.png: truncated") == "cannot read y.png: truncated"

@@ -212,6 +212,9 @@ def run_command(
     show(result, as_json)
     exit_code = getattr(result, "exit_code", 0)
     if exit_code:
+        message = getattr(result, "exit_message", None)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
         raise SystemExit(exit_code)
     return result
 

@@ -96,6 +96,22 @@ def register(
     return Registration(summary, out)
 
 
+def _existing_tracker(params: Params) -> Any:
+    """The tracker of a registry that exists: a local database that is not there is an error, not
+    a new empty database (which opening a tracker would create)."""
+    from modelupgrade.registry import Tracker
+    from modelupgrade.registry.tracking_config import TrackingConfig
+
+    database = TrackingConfig.from_params(params.registry).sqlite_path
+    if database is not None and not database.is_file():
+        raise UserError(
+            f"there is no tracking database at {database}, so no model is registered",
+            hint="run from the project root, or run the register stage first "
+            "(dvc repro, or python -m stages.register)",
+        )
+    return Tracker.from_params(params)
+
+
 def _model_names(tracker: Any, prefix: str) -> list[str]:
     models = tracker.client.search_registered_models()
     return sorted(m.name for m in models if m.name.startswith(prefix + "-"))
@@ -168,10 +184,10 @@ def promote(
         scenario: scenario whose registered model to use
         model: registered model name (default: <registry.model_name>-<scenario>)
     """
-    from modelupgrade.registry import ModelRegistry, Tracker
+    from modelupgrade.registry import ModelRegistry
     from modelupgrade.registry import promote as promote_version
 
-    tracker = Tracker.from_params(params)
+    tracker = _existing_tracker(params)
     registry = ModelRegistry(tracker, _resolve_model(tracker, params, model, scenario))
     return Promotion(registry.name, promote_version(registry, version, reason, force=force))
 
@@ -201,11 +217,19 @@ def lineage(params: Params, scenario: str | None = None, model: str | None = Non
         scenario: scenario whose registered model to show (default: every one of the study)
         model: registered model name (default: <registry.model_name>-<scenario>)
     """
-    from modelupgrade.registry import ModelRegistry, Tracker
+    from modelupgrade.registry import ModelRegistry
 
-    tracker = Tracker.from_params(params)
+    tracker = _existing_tracker(params)
     if model or scenario:
         names = [_resolve_model(tracker, params, model, scenario)]
+        if not ModelRegistry(tracker, names[0]).exists():
+            known = _model_names(tracker, params.registry.model_name)
+            raise UserError(
+                f"no registered model named {names[0]!r} in {tracker.config.tracking_uri}",
+                hint=f"registered: {', '.join(known)}"
+                if known
+                else "run the register stage first (dvc repro, or python -m stages.register)",
+            )
     else:
         names = _model_names(tracker, params.registry.model_name)
         if not names:

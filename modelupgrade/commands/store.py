@@ -11,35 +11,36 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from modelupgrade.arrays import load_array
 from modelupgrade.config import Params
-from modelupgrade.errors import UserError
+from modelupgrade.errors import EXIT_INCOMPLETE, UserError
 from modelupgrade.io import atomic_path, write_json
 from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
+from modelupgrade.store.backends import BackendSettings
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.job import BackfillReport
 from modelupgrade.store.schema import DATABASE_FILE
 from modelupgrade.store.search import QueryVectors, Searcher, SearchHits
 from modelupgrade.store.status import StoreStatus
 
+if TYPE_CHECKING:
+    from modelupgrade.heads.card import HeadCard
+    from modelupgrade.store.spaces import SpaceSpec
+
 log = logging.getLogger(__name__)
 
 
 def _items_table(path: Path) -> Any:
-    import pandas as pd
+    from modelupgrade.store.ingest import read_item_table
 
-    if not path.is_file():
-        raise UserError(
-            f"item table {path} does not exist", hint="pass a manifest or split parquet file"
-        )
-    return pd.read_parquet(path)
+    return read_item_table(path)
 
 
 def _score_files(pairs: Sequence[str]) -> dict[str, np.ndarray]:
@@ -66,7 +67,7 @@ def store_ingest(
     score_file: Sequence[str] = (),
     fastfill_head: Path | None = None,
     device: str = "cpu",
-) -> StoreStatus:
+) -> IngestReport:
     """Create (or extend) a gallery store with items and their vectors in one embedding space.
 
     Args:
@@ -84,18 +85,24 @@ def store_ingest(
         fastfill_head: a FastFill head whose σ² gives the fastfill-sigma2 score
         device: torch device that runs the models and heads: cpu, cuda, cuda:1
     """
+    from modelupgrade.ordering.scores import score_kind_of
     from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.ingest import ingest_embedding_table, ingest_images
+    from modelupgrade.store.ingest import ingest_embedding_table, ingest_images, item_rows
     from modelupgrade.store.models import model_embed_fn, ordering_scores, space_for_model
-    from modelupgrade.store.schema import ItemSources
+    from modelupgrade.store.vectors import check_vectors
 
     store_path = store or Path(params.store.path)
     frame = _items_table(items)
+    item_ids, sources = item_rows(frame, f"item table {items}")
     spec = space_for_model(model, name=space)
     given = _score_files(score_file)
     computed_kinds = [kind for kind in score if kind not in given]
+    for kind in [*computed_kinds, *given]:
+        score_kind_of(kind)
+    skipped: list[dict[str, str]] = []
     if vectors is not None:
-        table = load_array(vectors, "embedding table")
+        # Checked before any score is computed from them: a wrong table is one error line.
+        table = check_vectors(load_array(vectors, "embedding table"), spec, f"vectors in {vectors}")
         scores = (
             {**ordering_scores(model, table, computed_kinds, fastfill_head), **given}
             if computed_kinds
@@ -113,16 +120,11 @@ def store_ingest(
                 hint="pass --vectors, or --score-file KIND=PATH for each score, or "
                 "--score with no value",
             )
-        sources = ItemSources(
-            frame["path"].astype(str).tolist(),
-            frame["index"].astype(int).tolist(),
-            frame["label"].astype(int).tolist() if "label" in frame.columns else None,
-        )
 
         def fill(gallery: GalleryStore) -> None:
-            skipped = ingest_images(
+            skipped[:] = ingest_images(
                 gallery,
-                frame["item_id"].astype(str).tolist(),
+                item_ids,
                 sources,
                 ManifestImageSource(params.dataset),
                 model_embed_fn(model, params.store.embed_batch_size, device),
@@ -132,16 +134,52 @@ def store_ingest(
             for item in skipped:
                 log.warning("skipped %s: %s", item["item_id"], item["reason"])
 
-    return _filled(store_path, fill)
+    return IngestReport.of(_filled(store_path, fill, BackendSettings.of(params.store)), skipped)
 
 
-def _filled(path: Path, fill: Callable[[GalleryStore], None]) -> StoreStatus:
-    """The store at ``path`` after ``fill``; a new store is built aside and appears only whole."""
+@dataclass
+class IngestReport(StoreStatus):
+    """The store after an ingest, and the items the ingest skipped (images it could not read):
+    an ingest that skipped items exits with ``EXIT_INCOMPLETE``."""
+
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, status: StoreStatus, skipped: list[dict[str, str]]) -> IngestReport:
+        return cls(**vars(status), skipped=list(skipped))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_INCOMPLETE if self.skipped else 0
+
+    @property
+    def exit_message(self) -> str | None:
+        if not self.skipped:
+            return None
+        first = self.skipped[0]
+        return (
+            f"{len(self.skipped)} item(s) were skipped and are not in the store, e.g. "
+            f"{first['item_id']} ({first['reason']}); each is logged above and listed under "
+            "'skipped' with --json\n  hint: fix them and ingest those items again"
+        )
+
+
+def _filled(
+    path: Path, fill: Callable[[GalleryStore], None], backend: BackendSettings
+) -> StoreStatus:
+    """The store at ``path`` after ``fill``; a new store (its vectors in ``backend``) is built
+    aside and appears only whole."""
     if (path / DATABASE_FILE).exists():
         with GalleryStore.open(path) as gallery:
             fill(gallery)
             return gallery.status()
-    with atomic_path(path) as tmp, GalleryStore.create(tmp) as gallery:
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        # The new store is renamed over ``path``: never over files that are not a store.
+        raise UserError(
+            f"{path} exists and is not a gallery store",
+            hint="pass --store a new directory, or the directory of an existing store",
+        )
+    with atomic_path(path) as tmp, GalleryStore.create(tmp, backend) as gallery:
         fill(gallery)
     with GalleryStore.open(path) as gallery:
         return gallery.status()
@@ -160,6 +198,9 @@ def backfill(
     policy: str | None = None,
     chunk_size: int | None = None,
     retry_failed: bool = False,
+    abort: bool = False,
+    mode: str | None = None,
+    forward_head: Path | None = None,
     seed: int | None = None,
     device: str = "cpu",
     progress: bool = True,
@@ -168,8 +209,15 @@ def backfill(
     workers: int | None = None,
     gpus_per_worker: float | None = None,
     cpus_per_worker: float = 1.0,
-) -> BackfillReport:
+) -> BackfillReport | dict[str, Any]:
     """Backfill the store into the new model's space, resumably; SIGTERM stops at a chunk boundary.
+
+    Everything that can be checked is checked before the store changes: the model or head against
+    the store's spaces (dimensions, and a sample of items computed), and whether the serving mode
+    can answer queries while the backfill runs. One writer at a time: a store that another process
+    writes is refused, naming it. Exit codes: 0 when every item is in the new space, 1 when items
+    failed (store-status lists them; --retry-failed or --abort), 143 when stopped by SIGTERM, 2 for
+    bad input.
 
     Args:
         params: the params file: store and dataset sections, the seed
@@ -185,6 +233,12 @@ def backfill(
         policy: ordering policy (default: store.policy)
         chunk_size: items per atomic commit (default: store.chunk_size)
         retry_failed: re-queue the items that failed in the last backfill
+        abort: abandon the running backfill instead: every item back in the space it had and the
+            serving space the store had before the backfill began; the store is free for another
+        mode: serving mode the store is searched in while the backfill runs (default:
+            store.serving_mode); a new space it cannot serve is refused before anything changes
+        forward_head: with --mode mixed: the forward head ψ the service serves the items not yet
+            backfilled with (serve --forward-head); it must map the store's vectors to the new space
         seed: seed of a random policy (default: the params seed)
         device: torch device that runs the models and heads: cpu, cuda, cuda:1
         progress: show a progress bar
@@ -199,10 +253,42 @@ def backfill(
         cpus_per_worker: with --executor ray: CPUs of each actor
     """
     from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.job import ReEmbedImages, TableVectors, TransformStored
-    from modelupgrade.store.models import head_transform_fn, model_embed_fn, space_for_model
+    from modelupgrade.store.job import (
+        ReEmbedImages,
+        ServingCheck,
+        TableVectors,
+        TransformStored,
+        abort_backfill,
+    )
+    from modelupgrade.store.models import (
+        head_transform_fn,
+        model_embed_fn,
+        space_for_model,
+        store_head_fn,
+    )
     from modelupgrade.store.spaces import SpaceSpec
 
+    store_path = store or Path(params.store.path)
+    if abort:
+        extra = [
+            name
+            for name, value in (
+                ("--model", model),
+                ("--transform-head", transform_head),
+                ("--vectors", vectors),
+                ("--items", items),
+                ("--rho-head", rho_head),
+                ("--retry-failed", retry_failed or None),
+            )
+            if value is not None
+        ]
+        if extra:
+            raise UserError(
+                f"--abort undoes the running backfill; it takes no {', '.join(extra)}",
+                hint=f"run `modelupgrade backfill --store {store_path} --abort` alone",
+            )
+        with GalleryStore.open(store_path) as gallery:
+            return abort_backfill(gallery)
     given = [
         name
         for name, value in (
@@ -222,12 +308,18 @@ def backfill(
         raise UserError(
             "--vectors and --items go together", hint="the items table names the item of each row"
         )
+    serving_check = ServingCheck(
+        build_serving_mode(mode or params.store.serving_mode), forward_head is not None
+    )
     rho = head_transform_fn(rho_head, device, "new_embedding")[0] if rho_head else None
     form = "rho" if rho is not None else "new"
-    with GalleryStore.open(store or Path(params.store.path)) as gallery:
+    with GalleryStore.open(store_path) as gallery, gallery.writing("backfill"):
         if retry_failed:
             gallery.backfills.retry_failed()
         serving = gallery.serving_space()
+        active = gallery.backfills.active()
+        # The space of the items a backfill moves: a running one's source, else the serving space.
+        moving = gallery.space(active.source_space if active else str(serving))
         if model is not None:
             spec = space_for_model(model, name=space, upgrades_from=list(upgrades_from) or None)
             if not spec.upgrades_from and serving:
@@ -245,7 +337,8 @@ def backfill(
                 )
             parents = tuple(upgrades_from) or ((serving,) if serving else ())
             if transform_head is not None:
-                transform, card = head_transform_fn(transform_head, device)
+                transform, card = store_head_fn(gallery, transform_head, space, device)
+                _check_head(transform_head, "--transform-head", card, moving)
                 dim, source, ref = card.out_dim, TransformStored(transform), str(transform_head)
             else:
                 frame = _items_table(items)  # type: ignore[arg-type]
@@ -266,6 +359,10 @@ def backfill(
                 spec.model_ref,
                 form,
             )
+        if forward_head is not None:
+            from modelupgrade.heads import read_head_card
+
+            _check_head(forward_head, "--forward-head", read_head_card(forward_head), moving, spec)
         if executor == "ray":
             return _backfill_on_ray(
                 gallery,
@@ -282,10 +379,36 @@ def backfill(
                 workers,
                 gpus_per_worker,
                 cpus_per_worker,
+                serving_check,
             )
         return _backfill_job(
-            gallery, spec, source, params, policy, chunk_size, seed, progress
+            gallery, spec, source, params, policy, chunk_size, seed, progress, serving_check
         ).run()
+
+
+def _check_head(
+    path: Path, option: str, card: HeadCard, takes: SpaceSpec, gives: SpaceSpec | None = None
+) -> None:
+    """Refuse a forward head (``card``) that does not take the vectors of space ``takes`` or,
+    with ``gives``, does not give that space's: before the backfill changes anything."""
+    problems = []
+    if card.direction != "forward":
+        problems.append(f"it is a {card.direction} head ({card.kind}), not a forward one")
+    if card.in_dim != takes.dim:
+        problems.append(
+            f"it takes {card.in_dim}-d vectors, but the store's vectors to backfill (space "
+            f"{takes.name!r}) are {takes.dim}-d"
+        )
+    if gives is not None and card.out_dim != gives.dim:
+        problems.append(
+            f"it gives {card.out_dim}-d vectors, space {gives.name!r} holds {gives.dim}-d"
+        )
+    if problems:
+        raise UserError(
+            f"{option} {path}: {'; '.join(problems)}; nothing was changed",
+            hint=f"pass the head trained from the model of space {takes.name!r}"
+            + (f" to that of {gives.name!r}" if gives is not None else ""),
+        )
 
 
 def _backfill_job(
@@ -297,6 +420,7 @@ def _backfill_job(
     chunk_size: int | None,
     seed: int | None,
     progress: bool,
+    serving: Any,
 ) -> Any:
     """The backfill job of either executor, with the command line's settings over params.yaml's."""
     from modelupgrade.store.job import BackfillJob
@@ -309,6 +433,7 @@ def _backfill_job(
         chunk_size or params.store.chunk_size,
         seed=params.seed if seed is None else seed,
         progress=progress,
+        serving=serving,
     )
 
 
@@ -327,6 +452,7 @@ def _backfill_on_ray(
     workers: int | None,
     gpus_per_worker: float | None,
     cpus_per_worker: float,
+    serving: Any,
 ) -> BackfillReport:
     try:
         import ray
@@ -358,7 +484,7 @@ def _backfill_on_ray(
     try:
         executor.pool = WorkerPool.for_cluster(workers, gpus_per_worker, cpus_per_worker)
         return _backfill_job(
-            gallery, spec, executor, params, policy, chunk_size, seed, progress
+            gallery, spec, executor, params, policy, chunk_size, seed, progress, serving
         ).run()
     finally:
         ray.shutdown()
@@ -389,18 +515,24 @@ class SearchResult:
 
 
 def _row_range(rows: str | None, count: int) -> slice:
+    """The rows ``--rows`` names: ``I`` is row I alone, ``START:STOP`` rows START … STOP − 1 (both
+    ends given, counted from 0, as in Python)."""
     if rows is None:
         return slice(None)
     start, sep, stop = rows.partition(":")
     try:
-        first = int(start) if start else 0
-        last = (int(stop) if stop else count) if sep else first + 1
+        first = int(start)
+        last = int(stop) if sep else first + 1
     except ValueError:
         raise UserError(
-            f"--rows {rows!r} is not a row number or a START:STOP range", hint="e.g. --rows 0:5"
+            f"--rows {rows!r} is not a row number I or a range START:STOP",
+            hint="e.g. --rows 3 (row 3 alone) or --rows 0:5 (rows 0 to 4)",
         ) from None
     if not 0 <= first < last <= count:
-        raise UserError(f"--rows {rows!r} selects no rows of the {count} query vectors")
+        raise UserError(
+            f"--rows {rows!r} selects no rows of the {count} query vectors",
+            hint=f"rows are numbered 0 to {count - 1}; START:STOP stops before STOP",
+        )
     return slice(first, last)
 
 
@@ -425,9 +557,10 @@ def search(
         store: store directory (default: store.path of params.yaml)
         queries: query vectors (.npy) embedded by the serving space's model
         old_queries: the same queries embedded by the old model (serving mode rank-merge)
-        rows: rows of --queries to use: I, or START:STOP
+        rows: rows of --queries to use, counted from 0: I (row I alone) or START:STOP (rows
+            START to STOP-1); default: every row
         item_id: query by example: stored items already in the serving space
-        k: hits per query (default: store.top_k)
+        k: hits per query, at least 1 (default: store.top_k)
         mode: serving mode (default: store.serving_mode): mixed, rank-merge, rank-merge-rqt,
             rank-merge-full
         forward_head: forward head ψ for mixed (ψ(old) for items not yet backfilled)
@@ -437,6 +570,8 @@ def search(
     """
     from modelupgrade.store.models import load_head_transforms
 
+    if k is not None and k < 1:
+        raise UserError(f"--k must be at least 1, got {k}", hint="--k is the hits per query")
     config = params.store
     heads = load_head_transforms(forward_head, reverse_head, device)
     with GalleryStore.open(store or Path(config.path)) as gallery:
@@ -475,7 +610,7 @@ def search(
             labels = list(item_id)
         else:
             raise UserError("give --queries (a .npy of query vectors) or --item-id")
-        hits = searcher.search(query, k or config.top_k)
+        hits = searcher.search(query, config.top_k if k is None else k)
     return SearchResult(labels, hits)
 
 
@@ -491,6 +626,11 @@ def serve(
 ) -> None:
     """HTTP service: POST /search, GET /health, GET /backfill/status.
 
+    With the environment variable MODELUPGRADE_SERVICE_TOKEN set, /search and /backfill/status
+    require the header 'Authorization: Bearer <token>'; bound to an address other machines can
+    reach without it, the service warns. A request may carry at most store.max_query_vectors
+    queries and ask for at most store.max_k hits each.
+
     Args:
         params: the params file: its store section gives the defaults
         store: store directory (default: store.path of params.yaml)
@@ -501,20 +641,30 @@ def serve(
         reverse_head: reverse head for rank-merge-rqt or rank-merge-full
         device: torch device that runs the heads
     """
+    import os
+
     import uvicorn
 
     from modelupgrade.store.models import load_head_transforms
-    from modelupgrade.store.service import create_app
+    from modelupgrade.store.service import TOKEN_ENV, create_app, exposure_warning
 
     config = params.store
+    token = os.environ.get(TOKEN_ENV) or None
+    bind = host or config.host
     app = create_app(
         store or Path(config.path),
         build_serving_mode(mode or config.serving_mode),
         config.distance,
         config.top_k,
         load_head_transforms(forward_head, reverse_head, device),
+        token=token,
+        max_query_vectors=config.max_query_vectors,
+        max_k=config.max_k,
     )
-    uvicorn.run(app, host=host or config.host, port=port or config.port)
+    warning = exposure_warning(bind, token)
+    if warning:
+        log.warning(warning)
+    uvicorn.run(app, host=bind, port=port or config.port)
 
 
 def store_status(params: Params, store: Path | None = None) -> StoreStatus:
@@ -602,7 +752,7 @@ def demo_store(
         kinds = [*CLASSIFIER_SCORES, *(["fastfill-sigma2"] if head is not None else [])]
         scores = ordering_scores(old_model, old_vectors, kinds, head)
         with atomic_path(out) as tmp:
-            with GalleryStore.create(tmp) as store:
+            with GalleryStore.create(tmp, BackendSettings.of(params.store)) as store:
                 ingest_embedding_table(store, frame, old_vectors, old_space, scores)
                 job = BackfillJob(
                     store,

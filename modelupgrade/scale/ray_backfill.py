@@ -176,7 +176,7 @@ class WorkerPool:
         if gpus_per_worker > gpus:
             raise UserError(
                 f"a worker asks for {gpus_per_worker} GPU(s), the Ray cluster has {gpus}",
-                hint="--gpus-per-worker 0 computes on CPUs; --address joins a cluster with GPUs",
+                hint="--gpus-per-worker 0 computes on CPUs; --ray-address joins a GPU cluster",
             )
         if workers is None:
             workers = max(

@@ -1,13 +1,17 @@
-"""The real gallery store: embedded (SQLite + on-disk float32 arrays), backfilled chunk by chunk
-with crash-safe commits, and searchable in any serving mode at any moment of the backfill.
+"""The real gallery store: items and backfill ledger in SQLite, vectors in on-disk float32 arrays
+(embedded) or in Milvus, backfilled chunk by chunk with crash-safe commits, and searchable in any
+serving mode at any moment of the backfill.
 
 Modules by concern: ``schema`` (layout and rows), ``database`` (SQLite, transactions), ``vectors``
-(a space's float32 file), ``spaces``, ``gallery`` (items, scores, vectors, snapshots), ``ledger``
+(a space's float32 file, vector checksums), ``backends`` (where vectors live and are searched:
+embedded files or Milvus), ``spaces``, ``gallery`` (items, scores, vectors, snapshots), ``ledger``
 (the backfill state machine), ``status``, ``job`` (the backfill job and its executors), ``search``,
-``service`` (HTTP), ``ingest``, ``images``, ``models`` (models and heads as callables, scores).
+``service`` (HTTP), ``lock`` (one writer per store), ``ingest``, ``images``, ``models`` (models
+and heads as callables, scores).
 The ordering policies and serving modes are ``modelupgrade.ordering`` and ``modelupgrade.serving``.
 """
 
+from modelupgrade.store.backends import VECTOR_BACKENDS, BackendSettings
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import (
     ImageFileSource,
@@ -23,9 +27,11 @@ from modelupgrade.store.job import (
     ChunkVectors,
     LocalExecutor,
     ReEmbedImages,
+    ServingCheck,
     TableVectors,
     TransformStored,
     VectorSource,
+    abort_backfill,
     start_or_resume,
     vectors_digest,
 )
@@ -45,6 +51,8 @@ from modelupgrade.store.vectors import check_vectors
 
 __all__ = [
     "SCHEMA_VERSION",
+    "VECTOR_BACKENDS",
+    "BackendSettings",
     "Backfill",
     "BackfillJob",
     "BackfillReport",
@@ -65,12 +73,14 @@ __all__ = [
     "ReEmbedImages",
     "SearchHits",
     "Searcher",
+    "ServingCheck",
     "Snapshot",
     "SpaceSpec",
     "StoreStatus",
     "TableVectors",
     "TransformStored",
     "VectorSource",
+    "abort_backfill",
     "check_vectors",
     "ingest_embedding_table",
     "ingest_images",

@@ -1,8 +1,10 @@
-"""The gallery store: items, their embedding spaces and ordering scores, and the vectors on disk.
+"""The gallery store: items, their embedding spaces and ordering scores, and their vectors.
 
-``GalleryStore`` is the embedded store: an SQLite item table plus one float32 file per space
-(``modelupgrade.store.schema``). Its backfill state machine is ``store.backfills``
-(``modelupgrade.store.ledger``); a consistent view for searching is ``snapshot()``.
+``GalleryStore`` keeps its items, scores and backfill ledger in an SQLite database
+(``modelupgrade.store.schema``) and its vectors in the vector backend it was created with
+(``modelupgrade.store.backends``: embedded float32 files by default, or Milvus). Its backfill state
+machine is ``store.backfills`` (``modelupgrade.store.ledger``); a consistent view for searching is
+``snapshot()``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Self
 
@@ -19,12 +23,15 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.ordering.scores import score_kind_of
+from modelupgrade.store.backends import VECTOR_BACKENDS, BackendSettings, VectorBackend
+from modelupgrade.store.backends.base import BACKEND_META
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
-from modelupgrade.store.schema import ITEM_COLUMNS, VECTORS_DIR, ItemRow, ItemSources, Snapshot
+from modelupgrade.store.lock import WriterLock, writes
+from modelupgrade.store.schema import ITEM_COLUMNS, ItemRow, ItemSources, Snapshot
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.status import StoreStatus, read_status
-from modelupgrade.store.vectors import VectorFile, check_vectors
+from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +43,29 @@ class GalleryStore:
         self.db = database
         self.path = database.path
         self.backfills = BackfillLedger(database)
-        self._vector_files: dict[str, VectorFile] = {}
+        self.writer = WriterLock(self.path)
+        with self.db.lock:
+            meta = {key: Database.meta(self.db.connection, key) for key in BACKEND_META}
+        self.backend_settings = BackendSettings.from_meta(meta)
+        # Opened on first use: a process that only reads the ledger never connects to Milvus.
+        self.vectors: VectorBackend = VECTOR_BACKENDS.get(self.backend_settings.kind)(
+            self.path, self.backend_settings
+        )
 
     # ----- opening --------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | os.PathLike[str]) -> GalleryStore:
+    def create(
+        cls, path: str | os.PathLike[str], backend: BackendSettings | None = None
+    ) -> GalleryStore:
+        """A new, empty store at ``path`` whose vectors live in ``backend`` (default: embedded)."""
+        settings = backend or BackendSettings()
+        settings = VECTOR_BACKENDS.get(settings.kind).prepared(Path(path), settings)
         Database.create(Path(path))
-        return cls.open(path)
+        database = Database.open(Path(path))
+        with database.write() as db:
+            for key, value in settings.as_meta().items():
+                Database.set_meta(db, key, value)
+        return cls(database)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GalleryStore:
@@ -50,8 +73,7 @@ class GalleryStore:
 
     def close(self) -> None:
         with self.db.lock:
-            for vector_file in self._vector_files.values():
-                vector_file.close()
+            self.vectors.close()
             self.db.close()
 
     def __enter__(self) -> Self:
@@ -59,6 +81,11 @@ class GalleryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def writing(self, operation: str) -> AbstractContextManager[None]:
+        """Hold the store's writer lock for the block: one writing process at a time
+        (``modelupgrade.store.lock``); ``operation`` is what a refused writer is told it does."""
+        return self.writer.hold(operation)
 
     # ----- spaces -----------------------------------------------------------------------------
     def spaces(self) -> dict[str, SpaceSpec]:
@@ -83,23 +110,13 @@ class GalleryStore:
 
     def add_space(self, spec: SpaceSpec) -> SpaceSpec:
         """Register ``spec`` (idempotent for an identical spec; a conflicting one is an error)."""
-        existing = self.spaces().get(spec.name)
+        existing = self.registered(spec)
         if existing is not None:
-            if existing.dim != spec.dim:
-                raise UserError(
-                    f"embedding space {spec.name!r} already exists in the store with dimension "
-                    f"{existing.dim}, not {spec.dim}",
-                    hint="a model version has one embedding size; check that the "
-                    "right model was given",
-                )
-            if existing.form != spec.form:
-                raise UserError(
-                    f"embedding space {spec.name!r} holds {existing.form!r} vectors, "
-                    f"not {spec.form!r} ones",
-                    hint="name the space of another form differently",
-                )
             return existing
-        self._vector_file(spec).ensure_rows(self.item_count())
+        # A file of a space the database does not know is a leftover (of an aborted backfill, or
+        # of a crash before the space's row committed); nothing points at its rows.
+        self.discard_vectors(spec.name)
+        self.vectors.add_space(spec, self.item_count())
         with self.db.write() as db:
             db.execute(
                 "INSERT INTO spaces VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -115,18 +132,46 @@ class GalleryStore:
             )
         return spec
 
-    def _vector_file(self, spec: SpaceSpec) -> VectorFile:
+    def registered(self, spec: SpaceSpec) -> SpaceSpec | None:
+        """The space of ``spec``'s name as the store holds it, None if it holds none; one of
+        another dimension or form is an error (what ``add_space`` would refuse)."""
+        existing = self.spaces().get(spec.name)
+        if existing is not None:
+            if existing.dim != spec.dim:
+                raise UserError(
+                    f"embedding space {spec.name!r} already exists in the store with dimension "
+                    f"{existing.dim}, not {spec.dim}",
+                    hint="a model version has one embedding size; check that the "
+                    "right model was given",
+                )
+            if existing.form != spec.form:
+                raise UserError(
+                    f"embedding space {spec.name!r} holds {existing.form!r} vectors, "
+                    f"not {spec.form!r} ones",
+                    hint="name the space of another form differently",
+                )
+            if existing.model_ref and spec.model_ref and existing.model_ref != spec.model_ref:
+                # Same name and size, another producer: its vectors would silently mix spaces.
+                raise UserError(
+                    f"embedding space {spec.name!r} holds vectors of model {existing.model_ref}, "
+                    f"these come from {spec.model_ref}",
+                    hint="vectors of another model are another space: give them their own "
+                    "space name (--space)",
+                )
+        return existing
+
+    def discard_vectors(self, name: str) -> None:
+        """Delete the vector file of space ``name``, which no item and no space row may name."""
         with self.db.lock:
-            vector_file = self._vector_files.get(spec.name)
-            if vector_file is None:
-                vector_file = VectorFile(self.path / VECTORS_DIR / f"{spec.name}.f32", spec.dim)
-                self._vector_files[spec.name] = vector_file
-            return vector_file
+            if name in self.spaces():
+                raise RuntimeError(f"space {name!r} is still registered; its vectors stay")
+            self.vectors.discard(name)
 
     # ----- items --------------------------------------------------------------------------------
     def item_count(self) -> int:
         return int(self.db.query("SELECT COUNT(*) FROM items")[0][0])
 
+    @writes("ingest")
     def ingest(
         self,
         item_ids: Sequence[str],
@@ -150,11 +195,15 @@ class GalleryStore:
         if len(vectors) != len(item_ids):
             raise UserError(f"{len(vectors)} vectors for {len(item_ids)} item ids")
         if len(set(item_ids)) != len(item_ids):
-            raise UserError("the item ids to ingest are not unique")
+            repeated = next(i for i, count in Counter(item_ids).items() if count > 1)
+            raise UserError(
+                f"the item ids to ingest are not unique, e.g. {repeated!r} appears more than once",
+                hint="an item id names one gallery item; drop or rename the repeated rows",
+            )
         checked_scores = self._checked_scores(scores or {}, len(item_ids))
         source_rows = list((sources or ItemSources(paths=item_ids)).rows(len(item_ids)))
-        spec = self.add_space(space)
         with self.db.lock:
+            # Every check before the first write: a refused ingest leaves the store as it was.
             known = {row[0] for row in self.db.query("SELECT item_id FROM items")}
             clash = [item_id for item_id in item_ids if item_id in known]
             if clash:
@@ -162,12 +211,13 @@ class GalleryStore:
                     f"{len(clash)} item id(s) are already in the store, e.g. {clash[0]!r}",
                     hint="ingest only new items; item ids are unique in a gallery",
                 )
+            spec = self.add_space(space)
             first = self.item_count()
             capacity = first + len(item_ids)
-            for other in self.spaces().values():
-                self._vector_file(other).ensure_rows(capacity)
+            self.vectors.reserve(list(self.spaces().values()), capacity)
             slots = np.arange(first, capacity, dtype=np.int64)
-            self._vector_file(spec).write(slots, vectors, durable=True)
+            self.vectors.write(spec, slots, vectors, vector_checksums(vectors))
+            self.vectors.sync(spec)  # the rows are stored before anything points at them
             with self.db.write() as db:
                 db.executemany(
                     "INSERT INTO items (slot, item_id, source_path, source_index, label, space) "
@@ -260,21 +310,69 @@ class GalleryStore:
 
     # ----- vectors ------------------------------------------------------------------------------
     def read_vectors(self, space: str, slots: np.ndarray) -> np.ndarray:
-        return self._vector_file(self.space(space)).read(np.asarray(slots, dtype=np.int64))
+        return self.vectors.read(self.space(space), np.asarray(slots, dtype=np.int64))
 
     def write_vectors(
         self, space: str, slots: np.ndarray, vectors: np.ndarray, durable: bool = True
     ) -> None:
-        """Write rows into their slots of ``space``; nothing points at them until a commit does."""
+        """Write rows, each with its checksum, into their slots of ``space``; nothing points at them
+        until a commit does."""
         spec = self.space(space)
         vectors = check_vectors(vectors, spec, f"vectors for space {space!r}")
         slots = np.asarray(slots, dtype=np.int64)
         if len(slots) != len(vectors):
             raise ValueError(f"{len(vectors)} vectors for {len(slots)} slots")
-        self._vector_file(spec).write(slots, vectors, durable)
+        if len(slots):
+            self.vectors.write(spec, slots, vectors, vector_checksums(vectors))
+            if durable:
+                self.vectors.sync(spec)
 
     def sync_vectors(self, space: str) -> None:
-        self._vector_file(self.space(space)).sync()
+        self.vectors.sync(self.space(space))
+
+    def provenance(self, space: str, slots: np.ndarray) -> list[dict[str, object]]:
+        """What is recorded with each stored vector of ``slots`` in ``space``: its space, the model
+        that produced it and its checksum (None where the store recorded none)."""
+        spec = self.space(space)
+        slots = np.asarray(slots, dtype=np.int64)
+        sums = self.vectors.checksums(spec, slots)
+        return [
+            {
+                "slot": int(slot),
+                "space": recorded_space,
+                "model_ref": model_ref,
+                "checksum": None if checksum == UNRECORDED else f"{int(checksum):016x}",
+            }
+            for slot, (recorded_space, model_ref), checksum in zip(
+                slots, self.vectors.provenance(spec, slots), sums, strict=True
+            )
+        ]
+
+    def verify_vectors(self, space: str, slots: np.ndarray | None = None) -> int:
+        """Check the stored vectors of ``slots`` (default: the items ``space`` holds) against the
+        checksums and the space recorded with them; returns how many were checked."""
+        spec = self.space(space)
+        if slots is None:
+            snapshot = self.snapshot()
+            slots = snapshot.slots[snapshot.spaces == space]
+        slots = np.asarray(slots, dtype=np.int64)
+        stored = self.vectors.checksums(spec, slots)
+        recomputed = vector_checksums(self.vectors.read(spec, slots))
+        bad = np.flatnonzero((stored != UNRECORDED) & (stored != recomputed))
+        wrong_space = [
+            int(slot)
+            for slot, (recorded, _) in zip(slots, self.vectors.provenance(spec, slots), strict=True)
+            if recorded != space
+        ]
+        if len(bad) or wrong_space:
+            example = int(slots[bad[0]]) if len(bad) else wrong_space[0]
+            raise UserError(
+                f"{len(bad) + len(wrong_space)} stored vector(s) of space {space!r} do not match "
+                f"what was recorded when they were written, e.g. slot {example}",
+                hint="the vector storage was changed outside modelupgrade; backfill the items "
+                "again from their source or rebuild the store",
+            )
+        return len(slots)
 
     # ----- snapshots ------------------------------------------------------------------------------
     def commit_counter(self) -> int:
@@ -300,4 +398,6 @@ class GalleryStore:
         )
 
     def status(self) -> StoreStatus:
-        return read_status(self.db, self.spaces())
+        status = read_status(self.db, self.spaces())
+        status.vectors = self.vectors.describe()
+        return status

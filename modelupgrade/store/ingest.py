@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +19,79 @@ from modelupgrade.store.spaces import SpaceSpec
 log = logging.getLogger(__name__)
 
 
+ITEM_TABLE_SUFFIXES = (".parquet", ".csv")
+
+
+def read_item_table(path: Path) -> Any:
+    """The items table at ``path``: a manifest or split parquet file, or a CSV file with the same
+    columns (item_id, path, and optionally index and label); anything else is a UserError."""
+    import pandas as pd
+
+    hint = (
+        "pass a manifest or split .parquet file, or a .csv with columns item_id,path[,index,label]"
+    )
+    if not path.is_file():
+        raise UserError(f"item table {path} does not exist", hint=hint)
+    suffix = path.suffix.lower()
+    if suffix not in ITEM_TABLE_SUFFIXES:
+        raise UserError(f"item table {path} is neither .parquet nor .csv", hint=hint)
+    try:
+        if suffix == ".csv":
+            # Ids and paths stay text ("007" is not 7); empty cells are missing values.
+            return pd.read_csv(
+                path, dtype={"item_id": str, "path": str}, keep_default_na=False, na_values=[""]
+            )
+        return pd.read_parquet(path)
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"item table {path} cannot be read: {first_line}", hint=hint) from None
+
+
+def item_rows(frame: object, what: str = "the item table") -> tuple[list[str], ItemSources]:
+    """The item ids and sources of an items table, after checking its columns and values: an
+    item_id and a path on every row, whole-number indices and labels where those columns exist."""
+    import pandas as pd
+
+    assert isinstance(frame, pd.DataFrame)
+    missing = [column for column in ("item_id", "path") if column not in frame.columns]
+    if missing:
+        raise UserError(
+            f"{what} lacks column(s) {missing}",
+            hint="pass a manifest or split parquet file (columns item_id, path, index, label)",
+        )
+    for column in ("item_id", "path", "index", "label"):
+        if column not in frame.columns:
+            continue
+        values = frame[column]
+        bad = values.isna().to_numpy()
+        if column in ("index", "label") and not bad.all():
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = bad | numbers.isna().to_numpy() | (numbers % 1 != 0).to_numpy()
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            shown = ", ".join(f"{r} ({values.iloc[r]!r})" for r in rows[:5])
+            wanted = "a whole number" if column in ("index", "label") else "a value"
+            raise UserError(
+                f"{what} has {len(rows)} row(s) whose {column!r} is not {wanted}, "
+                f"e.g. row(s) {shown}",
+                hint=f"give every row its {column}, or drop the rows without one",
+            )
+    sources = ItemSources(
+        paths=frame["path"].astype(str).tolist(),
+        indices=_whole(frame, "index"),
+        labels=_whole(frame, "label"),
+    )
+    return frame["item_id"].astype(str).tolist(), sources
+
+
+def _whole(frame: Any, column: str) -> list[int] | None:
+    import pandas as pd
+
+    if column not in frame.columns:
+        return None
+    return pd.to_numeric(frame[column]).astype("int64").tolist()  # type: ignore[no-any-return]
+
+
 def ingest_embedding_table(
     store: GalleryStore,
     frame: object,
@@ -26,27 +101,14 @@ def ingest_embedding_table(
 ) -> int:
     """Ingest a split/manifest frame whose row i is embedded by ``vectors[i]`` (the
     embeddings convention)."""
-    import pandas as pd
-
-    assert isinstance(frame, pd.DataFrame)
-    missing = {"item_id", "path"} - set(frame.columns)
-    if missing:
+    item_ids, sources = item_rows(frame)
+    if len(item_ids) != len(vectors):
         raise UserError(
-            f"the item table lacks column(s) {sorted(missing)}",
-            hint="pass a manifest or split parquet file",
-        )
-    if len(frame) != len(vectors):
-        raise UserError(
-            f"the embedding table has {len(vectors)} rows but the item table {len(frame)}",
+            f"the embedding table has {len(vectors)} rows but the item table {len(item_ids)}",
             hint="embeddings/<scenario>/<model>/<split>.npy rows follow the split file's rows; "
             "pass the matching pair",
         )
-    sources = ItemSources(
-        paths=frame["path"].astype(str).tolist(),
-        indices=frame["index"].astype(int).tolist() if "index" in frame.columns else None,
-        labels=frame["label"].astype(int).tolist() if "label" in frame.columns else None,
-    )
-    return store.ingest(frame["item_id"].astype(str).tolist(), vectors, space, sources, scores)
+    return store.ingest(item_ids, vectors, space, sources, scores)
 
 
 def ingest_images(

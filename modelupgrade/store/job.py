@@ -19,7 +19,18 @@ Where chunks are computed is the job's *executor*: in this process, one chunk af
 (``LocalExecutor``), or on a pool of Ray workers (``modelupgrade.scale.ray_backfill``). Either way
 this job alone plans, writes and commits, in plan order.
 
-SIGTERM asks the job to stop after the chunk in progress commits.
+Before it changes anything the job checks what it can: the plan's rules (one source space the
+target upgrades, no other backfill running), the target against a space of that name already held,
+whether the serving mode the store is searched in meanwhile can serve the target next to the source
+(``ServingCheck``), and a probe: its vector source computes a sample of the items to move, so a
+model or head of the wrong dimensions, or images that cannot be read, stop it with nothing changed.
+It holds the store's writer lock (``modelupgrade.store.lock``) from the first check to the last
+commit.
+
+A backfill is complete only when every item it planned is in the target space; a run that ends
+with failed items reports ``incomplete`` (``EXIT_INCOMPLETE``) and the backfill stays running until
+they are retried or it is aborted (``abort_backfill``). SIGTERM asks the job to stop after the
+chunk in progress commits (``stopped``, ``EXIT_STOPPED``).
 """
 
 from __future__ import annotations
@@ -39,8 +50,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from modelupgrade.errors import UserError
+from modelupgrade.errors import EXIT_INCOMPLETE, EXIT_STOPPED, UserError
 from modelupgrade.ordering.base import OrderingPolicy
+from modelupgrade.serving.base import QUERY_FORMS, SERVING_MODES, Forms, Pairing, ServingMode
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
 from modelupgrade.store.schema import Backfill, Chunk, ChunkCommit
@@ -51,6 +63,9 @@ log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[np.ndarray], np.ndarray]
 TransformFn = Callable[[np.ndarray], np.ndarray]
+
+# Items a backfill computes, spread over the items to move, before it changes anything.
+PROBE_ITEMS = 16
 
 
 @dataclass
@@ -175,19 +190,52 @@ def vectors_digest(slots: np.ndarray, vectors: np.ndarray) -> str:
 class BackfillReport:
     backfill_id: int
     target_space: str
-    status: str  # complete | stopped | paused
+    # complete: every planned item is in the target space; incomplete: nothing is pending but
+    # items failed; stopped: SIGTERM; paused: the run's max_chunks
+    status: str
     chunks_committed: int
     items_written: int
     items_failed: int
     seconds: float
     failed: list[dict[str, str]] = field(default_factory=list)
+    store: str = ""
+    source_space: str = ""
 
     @property
     def items_per_second(self) -> float:
         return (self.items_written + self.items_failed) / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def exit_code(self) -> int:
+        return {"incomplete": EXIT_INCOMPLETE, "stopped": EXIT_STOPPED}.get(self.status, 0)
+
+    @property
+    def exit_message(self) -> str | None:
+        """The error line of a run that did not finish the backfill."""
+        where = f" --store {self.store}" if self.store else ""
+        if self.status == "incomplete":
+            return (
+                f"{len(self.failed)} item(s) failed and are still served from space "
+                f"{self.source_space!r}, so backfill {self.backfill_id} into "
+                f"{self.target_space!r} is not complete; `modelupgrade store-status{where}` "
+                "lists them (failed) with the reason of each\n  hint: fix their cause and run "
+                "the backfill again with --retry-failed, or undo it with "
+                f"`modelupgrade backfill{where} --abort`"
+            )
+        if self.status == "stopped":
+            return (
+                f"backfill {self.backfill_id} into {self.target_space!r} was stopped (SIGTERM) "
+                f"at a chunk boundary after {self.chunks_committed} chunk(s) of this run\n  hint: "
+                "run the same command again to resume it"
+            )
+        return None
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "items_per_second": self.items_per_second}
+        return {
+            **asdict(self),
+            "items_per_second": self.items_per_second,
+            "exit_code": self.exit_code,
+        }
 
     def describe(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
@@ -210,6 +258,72 @@ class BackfillReport:
             items_failed=backfill["failed"],
             seconds=ended - backfill["started_at"],
             failed=list(status.failed),
+            store=status.path,
+            source_space=backfill["source_space"],
+        )
+
+
+@dataclass(frozen=True)
+class ServingCheck:
+    """The serving mode the store is searched in while a backfill runs, and whether the service
+    has a forward head ψ: a backfill into a space it cannot serve next to the source space is
+    refused before it starts (otherwise every query fails until the backfill ends)."""
+
+    mode: ServingMode
+    forward_head: bool = False
+
+    def problem(self, source: SpaceSpec, target: SpaceSpec) -> str | None:
+        """Why ``mode`` cannot serve a store half in ``source``, half in ``target``; None if it can.
+
+        Query forms come with each request or from the heads the service is started with, so
+        every one is assumed available; the gallery forms are the store's: the stored vectors,
+        the target's form, and ψ(stored) with a forward head. ``Searcher`` applies the same rules.
+        """
+        galleries = {"stored", target.form} | ({"forward"} if self.forward_head else set())
+        plan = self.mode.try_plan(Forms.of(QUERY_FORMS, galleries))
+        name = self.mode.registry_name
+        if plan is None:
+            return (
+                f"serving mode {name!r} cannot search space {target.name!r}, which will hold "
+                f"{target.form!r} vectors ({self.mode.description})"
+            )
+        if plan.old_part == Pairing("new", "stored") and not target.compares_with_stored(
+            source.name
+        ):
+            return (
+                f"model {target.name!r} is not backward compatible with the store's space "
+                f"{source.name!r}, so serving mode {name!r} cannot compare its queries with the "
+                "items not yet backfilled: every search would fail until the backfill ends"
+            )
+        return None
+
+    def check(self, source: SpaceSpec, target: SpaceSpec) -> None:
+        problem = self.problem(source, target)
+        if problem is None:
+            return
+        working = [
+            name
+            for name in SERVING_MODES.names()
+            if ServingCheck(SERVING_MODES.get(name)()).problem(source, target) is None
+        ]
+        with_head = (
+            not self.forward_head
+            and ServingCheck(self.mode, forward_head=True).problem(source, target) is None
+        )
+        ways = []
+        if working:
+            ways.append(
+                f"serve with {' or '.join(working)} while it runs and say so with --mode "
+                f"{working[0]}"
+            )
+        if with_head:
+            ways.append(
+                f"serve {self.mode.registry_name} with a forward head ψ {source.name} → "
+                f"{target.name} and pass it with --forward-head"
+            )
+        raise UserError(
+            f"{problem}; nothing was changed",
+            hint="; or ".join(ways) or "backfill into a space the serving mode can search",
         )
 
 
@@ -220,47 +334,84 @@ def start_or_resume(
     policy: OrderingPolicy,
     chunk_size: int,
     seed: int = 0,
+    serving: ServingCheck | None = None,
+    probe: Callable[[Chunk], None] | None = None,
 ) -> Backfill:
     """The running backfill into ``target`` (resumed as planned), or a newly planned one.
 
     The order is the shared policy's (``modelupgrade.ordering``) over the items to move, sorted by
     slot, reading the score the store holds for the policy's score kind: the order the simulator
     draws for a gallery in the same order, with the same seed.
+
+    Nothing changes until every check passed: the plan's rules, the target against a space of its
+    name, ``serving`` (a new plan only: a running backfill is finished or aborted, not refused),
+    and ``probe``, called with a sample of the items to move (it raises to refuse).
     """
-    active = store.backfills.active()
-    if active is not None:
-        if active.target_space != target.name:
-            raise UserError(
-                f"a backfill into space {active.target_space!r} is still running in {store.path}",
-                hint=f"resume it with the model of {active.target_space!r} before starting another",
+    with store.writing(f"backfill into {target.name!r}"):
+        active = store.backfills.active()
+        if active is not None:
+            if active.target_space != target.name:
+                raise UserError(
+                    f"a backfill into space {active.target_space!r} is still running in "
+                    f"{store.path}",
+                    hint=f"resume it with the model of {active.target_space!r}, or abandon it "
+                    "with `modelupgrade backfill --abort`, before starting another",
+                )
+            if active.method != method:
+                raise UserError(
+                    f"backfill {active.id} was started with method {active.method!r}; "
+                    "resume it the same way",
+                    hint="embed: re-embed images with the new model; transform: apply ψ to stored "
+                    "vectors; table: take vectors from a table",
+                )
+            store.registered(target)
+            pending = store.backfills.next_chunks(active, limit=1)
+            if probe is not None and pending:
+                items = pending[0].items
+                probe(Chunk(0, -1, tuple(items[i] for i in _spread(len(items)))))
+            log.info(
+                "resuming backfill %d into %s (planned with %s, chunks of %d)",
+                active.id,
+                active.target_space,
+                active.policy,
+                active.chunk_size,
             )
-        if active.method != method:
-            raise UserError(
-                f"backfill {active.id} was started with method {active.method!r}; "
-                "resume it the same way",
-                hint="embed: re-embed images with the new model; transform: apply ψ to stored "
-                "vectors; table: take vectors from a table",
-            )
-        existing = store.space(target.name)
-        if existing.dim != target.dim:
-            raise UserError(
-                f"space {target.name!r} holds {existing.dim}-d vectors, the model "
-                f"gives {target.dim}-d"
-            )
-        log.info(
-            "resuming backfill %d into %s (planned with %s, chunks of %d)",
-            active.id,
-            active.target_space,
-            active.policy,
-            active.chunk_size,
-        )
-        return active
-    snapshot = store.snapshot()
-    to_move = snapshot.slots[snapshot.spaces != target.name]
-    scores = None if policy.score is None else store.scores(policy.score, to_move)
-    order = to_move[policy.order(len(to_move), scores, seed)]
-    spec = store.add_space(target)
-    return store.backfills.plan(spec, method, policy.registry_name, seed, order, chunk_size)
+            return active
+        if chunk_size < 1:
+            raise UserError(f"chunk_size must be ≥ 1, got {chunk_size}")
+        source, to_move = store.backfills.check_plan(target)
+        store.registered(target)
+        if serving is not None:
+            serving.check(store.space(source), target)
+        scores = None if policy.score is None else store.scores(policy.score, to_move)
+        order = to_move[policy.order(len(to_move), scores, seed)]
+        if probe is not None:
+            probe(Chunk(0, -1, tuple(store.items(order[_spread(len(order))]))))
+        spec = store.add_space(target)
+        return store.backfills.plan(spec, method, policy.registry_name, seed, order, chunk_size)
+
+
+def _spread(count: int) -> np.ndarray:
+    """Up to ``PROBE_ITEMS`` positions spread evenly over ``count`` (a probe outside any plan)."""
+    return np.unique(np.linspace(0, count - 1, min(PROBE_ITEMS, count)).astype(np.int64))
+
+
+def abort_backfill(store: GalleryStore) -> dict[str, Any]:
+    """Undo the store's running backfill (``BackfillLedger.abort``) under the writer lock, and
+    delete its target space's vectors when the space is dropped with it."""
+    with store.writing("abort the backfill"):
+        undone = store.backfills.abort()
+        if undone["target_space_dropped"]:
+            store.discard_vectors(undone["target_space"])
+    log.info(
+        "backfill %d into %s aborted: %d item(s) back in %s, serving %s",
+        undone["backfill_id"],
+        undone["target_space"],
+        undone["items"],
+        undone["source_space"],
+        undone["serving_space"],
+    )
+    return undone
 
 
 @runtime_checkable
@@ -312,6 +463,7 @@ class BackfillJob:
         seed: int = 0,
         progress: bool = True,
         max_group: int = 32,
+        serving: ServingCheck | None = None,
     ) -> None:
         if max_group < 1:
             raise UserError(f"max_group must be at least 1, got {max_group}")
@@ -321,15 +473,56 @@ class BackfillJob:
         )
         self.policy, self.chunk_size, self.seed, self.progress = policy, chunk_size, seed, progress
         self.max_group = max_group
+        self.serving = serving
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
         """Stop after the chunk in progress commits (what SIGTERM does)."""
         self._stop.set()
 
+    def probe(self, sample: Chunk) -> None:
+        """Compute ``sample``'s vectors without writing them: a source that fails on them, or
+        reads none of them, is refused before the backfill changes anything. A local source only:
+        an executor's workers are checked by whoever builds them (the command reads the cards)."""
+        if not isinstance(self.executor, LocalExecutor):
+            return
+        try:
+            result = self.executor.source.compute(self.store, sample, self.target)
+        except UserError as err:
+            raise UserError(f"{err.message}; nothing was changed", hint=err.hint) from None
+        # Whatever the source raises on the probe (a head's shape error, say) refuses the backfill.
+        except Exception as err:
+            raise UserError(
+                f"the backfill's vector source ({self.executor.method}) fails on "
+                f"{len(sample.items)} of the items to move: {type(err).__name__}: {err}; nothing "
+                "was changed",
+                hint="check that the model or head takes the store's vectors "
+                f"({', '.join(sorted({i.space for i in sample.items}))}) and gives "
+                f"{self.target.dim}-d ones",
+            ) from err
+        if len(result.slots) == 0 and result.failures:
+            raise UserError(
+                f"none of {len(sample.items)} items sampled across the ones to move could be "
+                f"computed, e.g. {next(iter(result.failures.values()))}; nothing was changed",
+                hint="check where the images are (dataset.root in params.yaml, the items' paths) "
+                "or that the vector table names the store's items",
+            )
+
     def run(self, max_chunks: int | None = None) -> BackfillReport:
+        """Run (or resume) the backfill, holding the store's writer lock throughout."""
+        with self.store.writing(f"backfill into {self.target.name!r}"):
+            return self._run(max_chunks)
+
+    def _run(self, max_chunks: int | None) -> BackfillReport:
         backfill = start_or_resume(
-            self.store, self.target, self.executor.method, self.policy, self.chunk_size, self.seed
+            self.store,
+            self.target,
+            self.executor.method,
+            self.policy,
+            self.chunk_size,
+            self.seed,
+            self.serving,
+            self.probe,
         )
         restore = self._install_sigterm()
         started = time.perf_counter()
@@ -398,8 +591,9 @@ class BackfillJob:
                         committing.result()
                     if waiting:
                         writer.submit(commit, waiting).result()
-            if self.store.backfills.finish(backfill):
-                status = "complete"
+            pending, failed = self.store.backfills.finish(backfill)
+            if not pending:
+                status = "incomplete" if failed else "complete"
             elif self._stop.is_set():
                 status = "stopped"
                 log.warning(
@@ -421,14 +615,18 @@ class BackfillJob:
             items_failed=tally["failed"],
             seconds=time.perf_counter() - started,
             failed=self.store.backfills.failed_items(),
+            store=str(self.store.path),
+            source_space=backfill.source_space,
         )
-        if report.failed and status == "complete":
+        if status == "incomplete":
+            shown = report.failed[:5]
             log.warning(
-                "backfill %d finished with %d failed item(s), still served from %s: %s",
+                "backfill %d: %d item(s) failed, still served from %s: %s%s",
                 backfill.id,
                 len(report.failed),
                 backfill.source_space,
-                ", ".join(f"{f['item_id']} ({f['reason']})" for f in report.failed),
+                ", ".join(f"{f['item_id']} ({f['reason']})" for f in shown),
+                f" and {len(report.failed) - len(shown)} more" if len(report.failed) > 5 else "",
             )
         return report
 

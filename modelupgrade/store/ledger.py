@@ -5,10 +5,16 @@ order and cut into fixed chunks, in one transaction, so chunk membership never c
 and a resumed job redoes exactly the chunk it was working on. A chunk is *committed* in one
 transaction that points its written items at the target space, records its failures and appends it
 to the chunk log, whose key forbids a second commit of the same chunk.
+
+A backfill is *complete* only when every item it planned is in the target space; one with failed
+items stays running until they are retried (``retry_failed``) or the backfill is *aborted*, which
+returns every item to the space it had and the store to the serving space it had when the plan was
+written, as if the backfill had never run.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -20,6 +26,10 @@ from modelupgrade.errors import UserError
 from modelupgrade.store.database import Database
 from modelupgrade.store.schema import ITEM_COLUMNS, Backfill, Chunk, ChunkCommit, ItemRow
 from modelupgrade.store.spaces import SpaceSpec
+
+# meta keys: the serving space a running backfill replaced, and the record of the last abort
+_SERVING_BEFORE = "serving_space_before_backfill"
+_LAST_ABORTED = "last_aborted_backfill"
 
 
 class BackfillLedger:
@@ -48,6 +58,51 @@ class BackfillLedger:
             return self.last_in(self.db.connection)
 
     # ----- planning -----------------------------------------------------------------------------
+    def check_plan(self, target: SpaceSpec) -> tuple[str, np.ndarray]:
+        """(source space, slots to move) of a backfill into ``target`` planned now, or the
+        ``UserError`` that ``plan`` would raise; changes nothing."""
+        with self.db.read() as db:
+            return self._plannable(db, target)
+
+    def _plannable(self, db: sqlite3.Connection, target: SpaceSpec) -> tuple[str, np.ndarray]:
+        active = self.active_in(db)
+        if active is not None:
+            raise UserError(
+                f"a backfill into space {active.target_space!r} is already running in this store",
+                hint="resume it (the same command again), or abandon it with "
+                "`modelupgrade backfill --abort`",
+            )
+        failed = db.execute("SELECT COUNT(*) FROM items WHERE state = 'failed'").fetchone()[0]
+        if failed:
+            raise UserError(
+                f"{failed} item(s) failed in the previous backfill and are "
+                "still in their old space",
+                hint="retry them first (`modelupgrade backfill --retry-failed`)",
+            )
+        rows = db.execute(
+            "SELECT slot, space FROM items WHERE space != ? ORDER BY slot", (target.name,)
+        ).fetchall()
+        sources = sorted({space for _, space in rows})
+        if not rows:
+            raise UserError(
+                f"every item of the store is already in space {target.name!r}; nothing to backfill"
+            )
+        if len(sources) > 1:
+            raise UserError(
+                f"the items to backfill are spread over several spaces ({', '.join(sources)})",
+                hint="finish the earlier backfill before starting another",
+            )
+        source = sources[0]
+        if not target.can_replace(source):
+            raise UserError(
+                f"model {target.name!r} is not compatible with the store: the store's vectors "
+                f"are in space {source!r}, but {target.name!r} upgrades from "
+                f"{', '.join(target.upgrades_from) or 'no earlier generation'}",
+                hint=f"backfill with a model trained to upgrade {source!r}, or upgrade the "
+                "store through the generations in between first",
+            )
+        return source, np.fromiter((slot for slot, _ in rows), dtype=np.int64, count=len(rows))
+
     def plan(
         self,
         target: SpaceSpec,
@@ -62,42 +117,9 @@ class BackfillLedger:
         if chunk_size < 1:
             raise UserError(f"chunk_size must be ≥ 1, got {chunk_size}")
         with self.db.write() as db:
-            if self.active_in(db) is not None:
-                raise UserError(
-                    "a backfill is already running in this store", hint="resume it instead"
-                )
-            failed = db.execute("SELECT COUNT(*) FROM items WHERE state = 'failed'").fetchone()[0]
-            if failed:
-                raise UserError(
-                    f"{failed} item(s) failed in the previous backfill and are "
-                    "still in their old space",
-                    hint="retry them first (`modelupgrade backfill --retry-failed`)",
-                )
-            rows = db.execute(
-                "SELECT slot, space FROM items WHERE space != ?", (target.name,)
-            ).fetchall()
-            sources = sorted({space for _, space in rows})
-            if not rows:
-                raise UserError(
-                    "every item of the store is already in space "
-                    f"{target.name!r}; nothing to backfill"
-                )
-            if len(sources) > 1:
-                raise UserError(
-                    f"the items to backfill are spread over several spaces ({', '.join(sources)})",
-                    hint="finish the earlier backfill before starting another",
-                )
-            source = sources[0]
-            if not target.can_replace(source):
-                raise UserError(
-                    f"model {target.name!r} is not compatible with the store: the store's vectors "
-                    f"are in space {source!r}, but {target.name!r} upgrades from "
-                    f"{', '.join(target.upgrades_from) or 'no earlier generation'}",
-                    hint=f"backfill with a model trained to upgrade {source!r}, or upgrade the "
-                    "store through the generations in between first",
-                )
+            source, to_move = self._plannable(db, target)
             order = np.asarray(order, dtype=np.int64)
-            if len(order) != len(rows) or set(order.tolist()) != {slot for slot, _ in rows}:
+            if len(order) != len(to_move) or set(order.tolist()) != set(to_move.tolist()):
                 raise ValueError("the backfill order must list every item to backfill exactly once")
             cursor = db.execute(
                 "INSERT INTO backfills (source_space, target_space, method, policy, seed, "
@@ -123,6 +145,7 @@ class BackfillLedger:
                 ),
             )
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
+            Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
             return self.active_in(db)  # type: ignore[return-value]
 
@@ -237,21 +260,82 @@ class BackfillLedger:
                     ((reason, chunk.index, slot) for slot, reason in commit.failures.items()),
                 )
 
-    def finish(self, backfill: Backfill) -> bool:
-        """Mark ``backfill`` complete if nothing is pending; True when it is."""
+    def finish(self, backfill: Backfill) -> tuple[int, int]:
+        """(pending, failed) items of ``backfill``; it is marked complete when both are 0, that
+        is when every item it planned is in the target space."""
         with self.db.write() as db:
-            pending = db.execute(
-                "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ?",
-                (backfill.id,),
-            ).fetchone()[0]
-            if pending:
-                return False
-            db.execute(
-                "UPDATE backfills SET status = 'complete', finished_at = ? WHERE id = ? "
-                "AND status = 'running'",
-                (time.time(), backfill.id),
+            counts = dict(
+                db.execute(
+                    "SELECT state, COUNT(*) FROM items WHERE backfill_id = ? "
+                    "AND state IN ('pending', 'failed') GROUP BY state",
+                    (backfill.id,),
+                ).fetchall()
             )
-        return True
+            pending, failed = int(counts.get("pending", 0)), int(counts.get("failed", 0))
+            if not pending and not failed:
+                db.execute(
+                    "UPDATE backfills SET status = 'complete', finished_at = ? WHERE id = ? "
+                    "AND status = 'running'",
+                    (time.time(), backfill.id),
+                )
+                db.execute("DELETE FROM meta WHERE key = ?", (_SERVING_BEFORE,))
+        return pending, failed
+
+    def abort(self) -> dict[str, Any]:
+        """Undo the running backfill in one transaction: every item it planned back in its source
+        space (whose vectors a backfill never touches), the serving space the store had before it,
+        its plan, chunk log and row gone, and its target space too unless something else still
+        names it. Returns what was undone; the caller deletes a dropped space's vector file."""
+        with self.db.write() as db:
+            backfill = self.active_in(db)
+            if backfill is None:
+                raise UserError(
+                    "no backfill is running in this store; there is nothing to abort",
+                    hint="`modelupgrade store-status` shows the store's last backfill",
+                )
+            moved = int(
+                db.execute(
+                    "SELECT COUNT(*) FROM items WHERE backfill_id = ? AND space = ?",
+                    (backfill.id, backfill.target_space),
+                ).fetchone()[0]
+            )
+            serving = Database.meta(db, _SERVING_BEFORE) or backfill.source_space
+            db.execute(
+                "UPDATE items SET space = ?, state = 'idle', backfill_id = NULL, "
+                "planned_chunk = NULL, backfill_rank = NULL, committed_chunk = NULL, "
+                "failure = NULL WHERE backfill_id = ?",
+                (backfill.source_space, backfill.id),
+            )
+            db.execute("DELETE FROM chunk_log WHERE backfill_id = ?", (backfill.id,))
+            db.execute("DELETE FROM backfills WHERE id = ?", (backfill.id,))
+            Database.set_meta(db, "serving_space", serving)
+            db.execute("DELETE FROM meta WHERE key = ?", (_SERVING_BEFORE,))
+            still_named = db.execute(
+                "SELECT (SELECT COUNT(*) FROM items WHERE space = ?) + (SELECT COUNT(*) FROM "
+                "backfills WHERE source_space = ? OR target_space = ?)",
+                (backfill.target_space,) * 3,
+            ).fetchone()[0]
+            dropped = not still_named and backfill.target_space != serving
+            if dropped:
+                db.execute("DELETE FROM spaces WHERE name = ?", (backfill.target_space,))
+            record = {
+                "backfill_id": backfill.id,
+                "source_space": backfill.source_space,
+                "target_space": backfill.target_space,
+                "items": backfill.total,
+                "items_moved_back": moved,
+                "serving_space": serving,
+                "target_space_dropped": dropped,
+                "started_at": backfill.started_at,
+                "aborted_at": time.time(),
+            }
+            Database.set_meta(db, _LAST_ABORTED, json.dumps(record))
+        return record
+
+    def last_aborted(self) -> dict[str, Any] | None:
+        with self.db.lock:
+            found = Database.meta(self.db.connection, _LAST_ABORTED)
+        return None if found is None else json.loads(found)
 
     # ----- audit --------------------------------------------------------------------------------
     def failed_items(self) -> list[dict[str, str]]:

@@ -5,6 +5,7 @@ never by the store core.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,9 +14,12 @@ import numpy as np
 from modelupgrade.errors import UserError
 from modelupgrade.heads.card import HeadCard
 from modelupgrade.ordering.scores import OrderingInputs, score_kind_of
+from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.job import EmbedFn, TransformFn
 from modelupgrade.store.search import HeadTransforms
 from modelupgrade.store.spaces import SpaceSpec
+
+log = logging.getLogger(__name__)
 
 
 def space_for_model(
@@ -28,11 +32,14 @@ def space_for_model(
 
     The space is named after the model directory (gen0, gen1-bct, ...). Its parent generation comes
     from the card's ``parent`` entry unless ``upgrades_from`` is given; it is backward compatible
-    when its strategy trains for compatibility (anything but ``independent``).
+    when its strategy trains for compatibility (anything but ``independent``). The weights must be
+    the ones the card hashed: a space is never named after a model whose files were swapped.
     """
+    from modelupgrade.cards import verified_weights
     from modelupgrade.models import read_model_card
 
     card = read_model_card(model_dir)
+    verified_weights(model_dir, card)
     parent = None if card.parent is None else Path(card.parent.path).name
     parents = tuple(upgrades_from) if upgrades_from is not None else ((parent,) if parent else ())
     if backward_compatible is None:
@@ -69,6 +76,94 @@ def head_transform_fn(
 
     head, card = load_head(head_dir, device)
     return FrozenHead(head, device).output(output), card
+
+
+def _model_card_sha256(space: SpaceSpec) -> str | None:
+    """The sha256 of the card of the model whose vectors ``space`` holds, when its directory is
+    at hand and holds a model card (a space made by a head or a table has none)."""
+    import json
+
+    from modelupgrade.cards import CARD_FILE
+    from modelupgrade.io import file_sha256
+    from modelupgrade.models.card import ModelCard
+
+    card = Path(space.model_ref) / CARD_FILE if space.model_ref else None
+    if card is None or not card.is_file():
+        return None
+    try:
+        is_model = json.loads(card.read_text(encoding="utf-8")).get("format") == ModelCard.FORMAT
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return file_sha256(card) if is_model else None
+
+
+def check_head_pair(
+    head_dir: str | Path, card: HeadCard, old: Sequence[SpaceSpec], new: SpaceSpec | None
+) -> None:
+    """Refuse a head trained between other models than the ones it is about to connect: the
+    models whose vectors the store holds (``old``) and the model being backfilled (``new``).
+
+    A head's card records the models it was trained between (``sources``: ``old_model`` and
+    ``new_model``, each with the sha256 of its card); a space made from a model directory that is
+    at hand is compared by that hash, anything else by directory name. A head that records no
+    models, or a space whose model cannot be told, is let through with a warning.
+    """
+    checks = [("old_model", space) for space in old] + ([("new_model", new)] if new else [])
+    for role, space in checks:
+        entry = card.sources.get(role)
+        if not entry or not entry.get("path"):
+            log.warning(
+                "%s records no %s, so nothing checks that it connects the store's spaces",
+                head_dir,
+                role.replace("_", " "),
+            )
+            continue
+        recorded, held = entry.get("card_sha256"), _model_card_sha256(space)
+        if recorded and held:
+            same = recorded == held
+        else:
+            names = {space.name, Path(space.model_ref).name if space.model_ref else space.name}
+            same = Path(str(entry["path"])).name in names
+            if not same and held is None:
+                log.warning(
+                    "cannot tell whether %s was trained for the vectors of space %r (%s); "
+                    "its card names %s as its %s",
+                    head_dir,
+                    space.name,
+                    space.model_ref or "no model recorded",
+                    entry["path"],
+                    role.replace("_", " "),
+                )
+                continue
+        if not same:
+            raise UserError(
+                f"{head_dir} was trained with {entry['path']} as its "
+                f"{role.replace('_', ' ')}, but space {space.name!r} holds the vectors of "
+                f"{space.model_ref or space.name}",
+                hint="pass the head trained between the store's model and the new one "
+                "(its card.json lists them under sources)",
+            )
+
+
+def store_head_fn(
+    store: GalleryStore,
+    head_dir: str | Path,
+    target: SpaceSpec | str,
+    device: str = "cpu",
+    output: str = "transform",
+) -> tuple[TransformFn, HeadCard]:
+    """``head_transform_fn`` of a head that a backfill into ``target`` applies, once its model
+    pair is checked against the spaces the store's items are in and the target space."""
+    transform, card = head_transform_fn(head_dir, device, output)
+    name = target if isinstance(target, str) else target.name
+    spaces = store.spaces()
+    held = [
+        spaces[space]
+        for space, count in store.status().items_by_space.items()
+        if count and space != name and space in spaces
+    ]
+    check_head_pair(head_dir, card, held, spaces.get(name) if isinstance(target, str) else target)
+    return transform, card
 
 
 def load_head_transforms(

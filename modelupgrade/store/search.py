@@ -1,9 +1,11 @@
 """Top-k search over the store at any moment, including while a backfill writes to it.
 
 A search takes one snapshot of the item table (one read transaction: which space holds each item),
-then reads each part's vectors from its space file. The backfill makes rows durable before it points
-items at them and never rewrites a committed row, so the vectors read always belong to the snapshot.
-Snapshots and part vectors are reused until the store's commit counter moves.
+then asks the store's vector backend (``modelupgrade.store.backends``) for each part's candidates:
+every vector of the part (the embedded store's exact scan) or the few nearest ones its own search
+finds (Milvus). The backfill makes rows durable before it points items at them and never rewrites a
+committed row, so the vectors read always belong to the snapshot. Snapshots and parts are reused
+until the store's commit counter moves.
 
 What meets what is the serving mode's plan (``modelupgrade.serving``): the items of the serving
 space are the new part, every other item the old part; the store makes each query and gallery form
@@ -31,6 +33,7 @@ from modelupgrade.retrieval.distance import (
 )
 from modelupgrade.retrieval.topk import RankedPart, merged_topk
 from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
+from modelupgrade.store.backends import PartGallery
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.schema import Snapshot
 from modelupgrade.store.spaces import SpaceSpec
@@ -81,7 +84,7 @@ class _Part:
     space: SpaceSpec
     slots: np.ndarray
     item_ids: np.ndarray
-    vectors: np.ndarray
+    gallery: PartGallery
 
 
 @dataclass
@@ -123,7 +126,7 @@ class Searcher:
                         spaces[space_name],
                         slots,
                         snapshot.item_ids[positions],
-                        self.store.read_vectors(space_name, slots),
+                        self.store.vectors.part(spaces[space_name], slots, len(snapshot.slots)),
                     )
                 )
             position = np.zeros(int(snapshot.slots.max(initial=-1)) + 1, dtype=np.int64)
@@ -167,9 +170,12 @@ class Searcher:
             if not is_new:
                 self._check_comparable(pairing, serving, part.space)
             query = self._query(pairing.query, queries, made, len(queries.new))
-            gallery = part.vectors if pairing.gallery != "forward" else self._forward(part, serving)
+            if pairing.gallery == "forward":
+                slots, gallery = part.slots, self._forward(part, serving)
+            else:
+                slots, gallery = part.gallery.nearest(query, k, self.distance)
             distances = DistanceBlock(query, gallery, self.distance)()
-            ranked.append(RankedPart(distances, part.slots, "new" if is_new else "old"))
+            ranked.append(RankedPart(distances, slots, "new" if is_new else "old"))
         top = merged_topk(ranked, k, len(queries.new))
         positions = current.position[top.columns]
         return SearchHits(
@@ -209,7 +215,7 @@ class Searcher:
             todo = ~mapped[part.slots]
             if todo.any():
                 result = vector_rows(
-                    self.heads.forward(part.vectors[todo]),  # type: ignore[misc]
+                    self.heads.forward(part.gallery.vectors(part.slots[todo])),  # type: ignore[misc]
                     "ψ(stored vectors)",
                     rows=int(todo.sum()),
                 )
@@ -227,9 +233,7 @@ class Searcher:
 
     @staticmethod
     def _check_comparable(pairing: Pairing, serving: SpaceSpec, old: SpaceSpec) -> None:
-        if pairing == Pairing("new", "stored") and not (
-            serving.backward_compatible and serving.can_replace(old.name)
-        ):
+        if pairing == Pairing("new", "stored") and not serving.compares_with_stored(old.name):
             raise UserError(
                 f"space {serving.name!r} is not backward compatible with space {old.name!r}, so "
                 "new queries cannot be compared with its stored vectors",

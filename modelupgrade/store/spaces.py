@@ -49,3 +49,8 @@ class SpaceSpec:
 
     def can_replace(self, space: str) -> bool:
         return space in self.upgrades_from
+
+    def compares_with_stored(self, space: str) -> bool:
+        """Whether queries of this space may meet the vectors of ``space`` as they are stored: its
+        model was trained backward compatible with that space's."""
+        return self.backward_compatible and self.can_replace(space)

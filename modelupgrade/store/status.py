@@ -24,6 +24,8 @@ class StoreStatus:
     backfill: dict[str, Any] | None
     score_kinds: dict[str, str] = field(default_factory=dict)
     failed: list[dict[str, str]] = field(default_factory=list)
+    # Where the vectors live (``modelupgrade.store.backends``): backend and address, no secret.
+    vectors: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

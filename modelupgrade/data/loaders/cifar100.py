@@ -1,8 +1,11 @@
-"""CIFAR-100 in its python pickle format (``train``, ``test``, ``meta``), fine labels."""
+"""CIFAR-100 in its python pickle format (``train``, ``test``, ``meta``), fine labels.
+
+The files are pickles; ``modelupgrade.data.pickles`` reads them with an allowlist (numpy arrays,
+containers, numbers, text), so a tampered copy is refused instead of running code.
+"""
 
 from __future__ import annotations
 
-import pickle
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.data.loaders.base import LOADERS, DatasetLoader, array_files_manifest, gather_rows
+from modelupgrade.data.pickles import load_data_pickle
 from modelupgrade.errors import UserError
 
 if TYPE_CHECKING:
@@ -28,12 +32,8 @@ def _unpickle(path: Path) -> dict[str, object]:
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
-    try:
-        with open(path, "rb") as fh:
-            # The CIFAR distribution format is a pickle; only load it from a dataset copy you trust.
-            raw = pickle.load(fh, encoding="bytes")
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
-        raise UserError(f"CIFAR file {path} is corrupt or truncated ({err})") from None
+    # The CIFAR distribution format is a pickle; it is read restricted to data.
+    raw = load_data_pickle(path, "CIFAR file", encoding="bytes")
     if not isinstance(raw, dict):
         raise UserError(f"CIFAR file {path} does not hold a dict (got {type(raw).__name__})")
     decoded = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}

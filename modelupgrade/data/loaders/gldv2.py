@@ -13,12 +13,12 @@ set in ``gnd_easy``, ``gnd_hard`` and ``gnd_junk``: the evaluator ranks each set
 that set's gallery only and scores them under the Easy/Medium/Hard protocols
 (``modelupgrade.evaluation.revisited``). Labels of evaluation rows name the query's landmark
 (gallery images positive for no query fall in "<set>/distractor"); the evaluator does not score
-revisited queries by them.
+revisited queries by them. The ``gnd_*.pkl`` files are pickles, read with an allowlist of data types
+(``modelupgrade.data.pickles``), so a tampered copy is refused instead of running code.
 """
 
 from __future__ import annotations
 
-import pickle
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from modelupgrade.data.manifest import (
     contiguous_labels,
     make_manifest,
 )
+from modelupgrade.data.pickles import load_data_pickle
 from modelupgrade.errors import UserError
 
 if TYPE_CHECKING:
@@ -55,11 +56,8 @@ def load_ground_truth(path: Path) -> dict[str, Any]:
             hint="place the Revisited Oxford/Paris gnd_<set>.pkl next to its jpg/ folder, or "
             "remove the set from dataset.gldv2.revisited_sets",
         )
-    try:
-        with open(path, "rb") as fh:
-            gnd = pickle.load(fh)
-    except (pickle.UnpicklingError, EOFError, ValueError) as err:
-        raise UserError(f"ground-truth file {path} is corrupt or truncated ({err})") from None
+    # The revisitop ground truth is distributed as a pickle; it is read restricted to data.
+    gnd = load_data_pickle(path, "ground-truth file")
     if not isinstance(gnd, dict) or not {"imlist", "qimlist", "gnd"} <= set(gnd):
         raise UserError(f"ground-truth file {path} must be a dict with imlist, qimlist and gnd")
     if len(gnd["gnd"]) != len(gnd["qimlist"]):

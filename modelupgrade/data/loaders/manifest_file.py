@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     import torch
 
 
+# Labels that spreadsheets and pandas write for a missing value.
+MISSING_MARKERS = frozenset({"nan", "null", "none", "n/a", "<na>"})
+
+
 @LOADERS.register("manifest")
 class ManifestFileLoader(DatasetLoader):
     def table_path(self) -> Path:
@@ -51,6 +55,16 @@ class ManifestFileLoader(DatasetLoader):
             if empty.any():
                 rows = ", ".join(str(i + 2) for i in np.flatnonzero(empty.to_numpy())[:5])
                 raise UserError(f"manifest file {path} has empty {column!r} values (lines {rows})")
+        # A spreadsheet's missing value written out as text would otherwise become a class.
+        missing_like = table["label"].astype(str).str.strip().str.lower().isin(MISSING_MARKERS)
+        if missing_like.any():
+            lines = np.flatnonzero(missing_like.to_numpy())[:5]
+            shown = ", ".join(f"{i + 2} ({table['label'].iloc[i]!r})" for i in lines)
+            raise UserError(
+                f"manifest file {path} has {int(missing_like.sum())} label(s) that mark a missing "
+                f"value, not a class (lines {shown})",
+                hint="give those images their class, or drop their lines",
+            )
         return table
 
     def build_manifest(self) -> pd.DataFrame:

@@ -1,0 +1,412 @@
+"""The Milvus vector backend: the store's vectors in Milvus, one collection per embedding space.
+
+The same client code talks to Milvus Lite (``store.uri``: a local ``.db`` file, by default
+``vectors/milvus.db`` inside the store directory; an embedded engine, nothing to start) and to a
+Milvus server or cluster (``store.uri``: ``http://host:19530``; the token, when it needs one, from
+the ``MILVUS_TOKEN`` environment variable, never from params.yaml).
+
+A collection per space (``<store collection>_<space>``) holds one row per item slot: ``slot`` (the
+primary key, so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same
+rows), ``vector``, and its provenance: ``space``, ``model_ref`` (the model version that produced
+it) and ``checksum``. A new space is a new collection, as a model change in Milvus is done; the old
+one stays until it is dropped.
+
+Search runs Milvus's own search in each part of a snapshot, restricted to the part's slots by a
+filter (the part's slots, or the other items' slots, whichever list is shorter), for a few more
+than k candidates per query; the store ranks the candidates with the shared kernel, so with a FLAT
+index the answers are the embedded store's (ties at the k-th distance aside).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from modelupgrade.errors import UserError
+from modelupgrade.retrieval.distance import Distance
+from modelupgrade.store.backends.base import (
+    VECTOR_BACKENDS,
+    BackendSettings,
+    PartGallery,
+    VectorBackend,
+)
+from modelupgrade.store.schema import VECTORS_DIR
+from modelupgrade.store.spaces import SpaceSpec
+
+TOKEN_ENV = "MILVUS_TOKEN"
+LITE_FILE = "milvus.db"
+_SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
+_METRICS: dict[str, str] = {"cosine": "COSINE", "l2": "L2"}
+_MODEL_REF_LENGTH = 4096
+# Slots per request: well under Milvus's 64 MB message and 16,384-row result limits.
+_BATCH = 4096
+_MAX_TOPK = 16384
+_LOADED = "Loaded"  # str() of pymilvus's LoadState.Loaded
+# Milvus Lite runs in this process, one engine per file, which holds the file's lock until it is
+# released: the last store of the process to close a file releases it, so that another process (a
+# resumed backfill, a server) can open it.
+_LITE_USERS: dict[str, int] = {}
+_LITE_LOCK = threading.Lock()
+
+
+def _release_lite(uri: str) -> None:
+    with _LITE_LOCK:
+        _LITE_USERS[uri] = _LITE_USERS.get(uri, 1) - 1
+        if _LITE_USERS[uri] <= 0:
+            del _LITE_USERS[uri]
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(uri)
+
+
+def is_server_uri(uri: str) -> bool:
+    return bool(_SERVER_URI.match(uri))
+
+
+def _collection_part(space: str) -> str:
+    """A space name as a collection name's part (letters, digits and '_' only; injective)."""
+    return re.sub(r"[^A-Za-z0-9]", lambda m: f"_{ord(m.group()):02x}", space)
+
+
+def _batches(slots: np.ndarray) -> Iterator[np.ndarray]:
+    for start in range(0, len(slots), _BATCH):
+        yield slots[start : start + _BATCH]
+
+
+def _listed(slots: np.ndarray) -> str:
+    """Slots as a filter expression's list (Milvus Lite takes no filter parameters)."""
+    return "[" + ",".join(map(str, np.asarray(slots, dtype=np.int64).tolist())) + "]"
+
+
+class _Client:
+    """The pymilvus client, each failure of a call turned into one error line naming the Milvus."""
+
+    def __init__(self, client: Any, uri: str) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        self._client, self._uri, self._error = client, uri, MilvusException
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except self._error as err:
+                message = str(getattr(err, "message", err)).splitlines()[0]
+                raise UserError(
+                    f"Milvus at {self._uri} refused {name.replace('_', ' ')}: {message}",
+                    hint="check that Milvus runs and holds the store's collections; the store's "
+                    "ledger is untouched, so the command can be run again",
+                ) from None
+
+        return call
+
+
+class _SearchedPart(PartGallery):
+    """A part searched by Milvus itself, its rows picked by a filter on their slots."""
+
+    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, items: int):
+        self.backend, self.spec, self.slots = backend, spec, slots
+        others = np.setdiff1d(np.arange(items, dtype=np.int64), slots, assume_unique=True)
+        # Rows of this space's collection: the part, items of other parts written ahead of their
+        # commit (an interrupted chunk), and slots an interrupted ingest wrote past the last item.
+        if len(others) == 0:
+            self.filter = f"slot < {items}"
+        elif len(slots) <= len(others):
+            self.filter = f"slot in {_listed(slots)}"
+        else:
+            self.filter = f"slot < {items} and slot not in {_listed(others)}"
+
+    def nearest(
+        self, queries: np.ndarray, k: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # A few candidates past k, so that float rounding of Milvus's distances against the
+        # kernel's cannot move an item across the k-th place.
+        limit = min(len(self.slots), k + max(k, 16))
+        if limit == len(self.slots):
+            return self.slots, self.vectors(self.slots)
+        if limit > _MAX_TOPK:
+            raise UserError(
+                f"k = {k} is more than Milvus returns per query", hint="ask for k ≤ 8192"
+            )
+        return self.backend.search(self.spec, queries, limit, distance, self.filter)
+
+    def vectors(self, slots: np.ndarray) -> np.ndarray:
+        return self.backend.read(self.spec, slots)
+
+
+@VECTOR_BACKENDS.register("milvus")
+class MilvusVectors(VectorBackend):
+    def __init__(self, store_path: Path, settings: BackendSettings) -> None:
+        super().__init__(store_path, settings)
+        self.uri = self.address(store_path, settings.uri)
+        self.metric = _METRICS[settings.distance]
+        self._client: Any = None
+        self._known: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def address(store_path: Path, uri: str) -> str:
+        if not uri:
+            return str((store_path / VECTORS_DIR / LITE_FILE).absolute())
+        if is_server_uri(uri):
+            return uri
+        if not uri.endswith(".db"):
+            raise UserError(
+                f"store.uri {uri!r} is neither a Milvus server URI nor a Milvus Lite file",
+                hint="give http://host:19530 for a server, a path ending in .db for Milvus Lite, "
+                "or leave it empty for a Milvus Lite file inside the store",
+            )
+        return str(Path(uri).resolve())
+
+    @classmethod
+    def prepared(cls, store_path: Path, settings: BackendSettings) -> BackendSettings:
+        cls.address(store_path, settings.uri)  # a bad URI is an error before the store exists
+        uri = settings.uri
+        if uri and not is_server_uri(uri):
+            uri = str(Path(uri).resolve())  # a Lite file named relative to where the store began
+        collection = settings.collection or f"modelupgrade_{uuid.uuid4().hex[:12]}"
+        return BackendSettings(settings.kind, uri, settings.distance, collection)
+
+    # ----- connection ---------------------------------------------------------------------------
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._connect()
+            return self._client
+
+    def _connect(self) -> Any:
+        try:
+            from pymilvus import MilvusClient
+        except ImportError:
+            raise UserError(
+                "the Milvus backend needs pymilvus (with milvus-lite for a local file)",
+                hint="pip install pymilvus milvus-lite",
+            ) from None
+        token = os.environ.get(TOKEN_ENV, "")
+        try:
+            if is_server_uri(self.uri):
+                client = (
+                    MilvusClient(uri=self.uri, token=token) if token else MilvusClient(self.uri)
+                )
+                return _Client(client, self.uri)
+            with _LITE_LOCK:
+                client = MilvusClient(uri=self.uri)
+                _LITE_USERS[self.uri] = _LITE_USERS.get(self.uri, 0) + 1
+                return _Client(client, self.uri)
+        except Exception as err:  # noqa: BLE001 - pymilvus raises several kinds; all mean the same
+            server = is_server_uri(self.uri)
+            raise UserError(
+                f"cannot open the Milvus {'server' if server else 'Lite file'} {self.uri} of "
+                f"store {self.store_path}: {str(err).splitlines()[0] if str(err) else err!r}",
+                hint=f"check that the server runs and ${TOKEN_ENV} holds its token"
+                if server
+                else "Milvus Lite serves one process at a time: stop the other process using "
+                "it, or run a Milvus server and point store.uri at it",
+            ) from None
+
+    def collection(self, spec: SpaceSpec) -> str:
+        return self._collection_of(spec.name)
+
+    def _collection_of(self, space: str) -> str:
+        return f"{self.settings.collection}_{_collection_part(space)}"
+
+    def _ensure(self, spec: SpaceSpec) -> str:
+        """The collection of ``spec``, checked once against the space."""
+        name = self.collection(spec)
+        if self._known.get(name) == spec.dim:
+            return name
+        client = self.client()
+        if not client.has_collection(name):
+            raise UserError(
+                f"Milvus at {self.uri} has no collection {name} for space {spec.name!r} of store "
+                f"{self.store_path}",
+                hint="the store and its Milvus collections were separated; point store.uri at "
+                "the Milvus that holds them, or rebuild the store",
+            )
+        fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
+        dim = int(fields["vector"]["params"]["dim"])
+        if dim != spec.dim:
+            raise UserError(
+                f"Milvus collection {name} holds {dim}-d vectors, but space {spec.name!r} is "
+                f"{spec.dim}-d",
+                hint="the collection belongs to another store or model; rebuild the store",
+            )
+        if str(client.get_load_state(name)["state"]) != _LOADED:
+            client.load_collection(name)  # a reopened Milvus Lite file starts with none loaded
+        self._known[name] = dim
+        return name
+
+    # ----- spaces and rows ----------------------------------------------------------------------
+    def add_space(self, spec: SpaceSpec, rows: int) -> None:
+        if len(spec.model_ref) > _MODEL_REF_LENGTH:
+            raise UserError(
+                f"the model reference of space {spec.name!r} is {len(spec.model_ref)} characters "
+                f"long; Milvus records at most {_MODEL_REF_LENGTH}",
+                hint="name the model by a shorter path or registry version",
+            )
+        client = self.client()
+        name = self.collection(spec)
+        if not client.has_collection(name):
+            from pymilvus import DataType, MilvusClient
+
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("slot", DataType.INT64, is_primary=True)
+            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dim)
+            schema.add_field("space", DataType.VARCHAR, max_length=128)
+            schema.add_field("model_ref", DataType.VARCHAR, max_length=_MODEL_REF_LENGTH)
+            schema.add_field("checksum", DataType.INT64)
+            index = client.prepare_index_params()
+            index.add_index(field_name="vector", index_type="FLAT", metric_type=self.metric)
+            client.create_collection(
+                name, schema=schema, index_params=index, consistency_level="Strong"
+            )
+        self._ensure(spec)
+
+    def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
+        """Nothing to do: a collection takes any slot."""
+
+    def write(
+        self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
+    ) -> None:
+        name = self._ensure(spec)
+        signed = np.asarray(checksums, dtype=np.uint64).view(np.int64)
+        client = self.client()
+        for start in range(0, len(slots), _BATCH):
+            end = start + _BATCH
+            client.upsert(
+                name,
+                [
+                    {
+                        "slot": int(slot),
+                        "vector": vector,
+                        "space": spec.name,
+                        "model_ref": spec.model_ref,
+                        "checksum": int(checksum),
+                    }
+                    for slot, vector, checksum in zip(
+                        slots[start:end], vectors[start:end], signed[start:end], strict=True
+                    )
+                ],
+            )
+
+    def sync(self, spec: SpaceSpec) -> None:
+        """Milvus Lite: flush the rows from its write-ahead log (written through to the OS only)
+        into segment files, which it syncs to disk, and which its searches scan far faster. A
+        server's acknowledged upsert is already durable in its log, and a flush per chunk would
+        only strain it."""
+        if not is_server_uri(self.uri):
+            self.client().flush(self._ensure(spec))
+
+    def _rows(self, spec: SpaceSpec, slots: np.ndarray, field: str) -> dict[int, Any]:
+        name = self._ensure(spec)
+        found: dict[int, Any] = {}
+        for batch in _batches(np.asarray(slots, dtype=np.int64)):
+            for row in self.client().query(
+                name, filter=f"slot in {_listed(batch)}", output_fields=["slot", field]
+            ):
+                found[int(row["slot"])] = row[field]
+        missing = [int(s) for s in slots if int(s) not in found]
+        if missing:
+            raise UserError(
+                f"Milvus collection {name} has no vector for {len(missing)} slot(s) of space "
+                f"{spec.name!r}, e.g. slot {missing[0]}",
+                hint="the store's Milvus collections were changed outside modelupgrade; rebuild "
+                "the store",
+            )
+        return found
+
+    def read(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        found = self._rows(spec, slots, "vector")
+        rows = np.empty((len(slots), spec.dim), dtype=np.float32)
+        for row, slot in enumerate(slots):
+            rows[row] = found[int(slot)]
+        return rows
+
+    def checksums(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        found = self._rows(spec, slots, "checksum")
+        signed = np.array([found[int(slot)] for slot in slots], dtype=np.int64)
+        return signed.view(np.uint64)
+
+    def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
+        """The (space, model_ref) recorded with each vector of ``slots``."""
+        name = self._ensure(spec)
+        found: dict[int, tuple[str, str]] = {}
+        for batch in _batches(np.asarray(slots, dtype=np.int64)):
+            for row in self.client().query(
+                name,
+                filter=f"slot in {_listed(batch)}",
+                output_fields=["slot", "space", "model_ref"],
+            ):
+                found[int(row["slot"])] = (row["space"], row["model_ref"])
+        return [found.get(int(slot), ("", "")) for slot in slots]
+
+    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
+        self._ensure(spec)
+        return _SearchedPart(self, spec, slots, items)
+
+    def search(
+        self,
+        spec: SpaceSpec,
+        queries: np.ndarray,
+        limit: int,
+        distance: Distance,
+        filter: str,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The union over ``queries`` of their ``limit`` nearest rows passing ``filter``."""
+        if _METRICS[distance] != self.metric:
+            raise UserError(
+                f"the store's Milvus index ranks by {self.settings.distance} distance, the "
+                f"search asks for {distance}",
+                hint=f"search with distance {self.settings.distance} (store.distance), or "
+                "rebuild the store with the other one",
+            )
+        name = self._ensure(spec)
+        found: dict[int, Any] = {}
+        for start in range(0, len(queries), _MAX_TOPK):
+            results = self.client().search(
+                name,
+                data=[row for row in np.asarray(queries[start : start + _MAX_TOPK], np.float32)],
+                anns_field="vector",
+                limit=limit,
+                filter=filter,
+                search_params={"metric_type": self.metric},
+                output_fields=["vector"],
+            )
+            for hits in results:
+                for hit in hits:
+                    found[int(hit.id)] = hit["entity"]["vector"]
+        slots = np.array(sorted(found), dtype=np.int64)
+        vectors = np.array([found[int(s)] for s in slots], dtype=np.float32).reshape(-1, spec.dim)
+        return slots, vectors
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "backend": self.registry_name,
+            "uri": self.uri,
+            "collections": f"{self.settings.collection}_<space>",
+            "metric": self.metric,
+        }
+
+    def discard(self, space: str) -> None:
+        name = self._collection_of(space)
+        self._known.pop(name, None)
+        if self.client().has_collection(name):
+            self.client().drop_collection(name)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+                if not is_server_uri(self.uri):
+                    _release_lite(self.uri)
+            self._known.clear()

@@ -1,0 +1,426 @@
+"""One conformance suite for every vector backend of the gallery store: embedded and Milvus Lite.
+
+Each test taking the ``backend`` fixture runs against each backend, in a fresh store under
+``tmp_path`` (Milvus Lite: its default file inside the store): ingest with provenance, the refusals,
+a backfill SIGKILLed at random points then resumed (equal, vector for vector, to an uninterrupted
+run), serving while a backfill writes, and the store commands. The others hold the two backends to
+the same answers in every serving mode (with vectors written but not yet committed), check the one
+error of a Milvus Lite file held by another process, and the ``store`` section of params.yaml.
+
+Milvus Lite serves one process at a time (it locks its file), so while a backfill process runs, the
+queries of the serving test run in the backfilling process; between kills, this process queries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modelupgrade.errors import UserError
+from modelupgrade.ordering import build_ordering
+from modelupgrade.serving import build_serving_mode
+from modelupgrade.store import (
+    BackendSettings,
+    BackfillJob,
+    GalleryStore,
+    HeadTransforms,
+    QueryVectors,
+    Searcher,
+    SpaceSpec,
+    TransformStored,
+    start_or_resume,
+)
+from modelupgrade.store.backends.milvus import MilvusVectors
+from modelupgrade.store.vectors import vector_checksums
+from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, psi, psi_job, reverse
+
+pytest.importorskip("pymilvus")
+
+ROOT = Path(__file__).resolve().parents[1]
+N_ITEMS = 1200
+CHUNK = 48
+K = 10
+
+WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from modelupgrade.ordering import build_ordering
+    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
+    from tests.store_helpers import NEW, psi
+
+    def slow_psi(vectors):
+        time.sleep(float(sys.argv[2]))  # keeps the job long enough to be killed part-way
+        return psi(vectors)
+
+    with GalleryStore.open(sys.argv[1]) as store:
+        report = BackfillJob(
+            store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
+            progress=False, max_group=1,
+        ).run()
+    print(report.status, report.chunks_committed, flush=True)
+    """
+).format(chunk=CHUNK)
+
+
+@pytest.fixture(params=["embedded", "milvus"])
+def backend(request: pytest.FixtureRequest) -> BackendSettings:
+    return BackendSettings(kind=request.param)
+
+
+def _searchers(store: GalleryStore) -> list[Searcher]:
+    return [
+        Searcher(
+            store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)
+        ),
+        Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
+    ]
+
+
+def _check_answers(store: GalleryStore, rng: np.random.Generator, seen: set[str]) -> int:
+    """Query ``store`` in two serving modes; every query gets K distinct hits, each in a space of
+    the store. Returns the queries answered."""
+    answered = 0
+    for searcher in _searchers(store):
+        hits = searcher.search(rng.normal(size=(3, NEW.dim)).astype(np.float32), K)
+        for ids, spaces in zip(hits.item_ids, hits.spaces, strict=True):
+            assert len(set(ids)) == K, ids
+            assert set(spaces) <= {OLD.name, NEW.name}, spaces
+            seen.update(spaces)
+        answered += len(hits.item_ids)
+    return answered
+
+
+# ----- ingest and provenance ---------------------------------------------------------------------
+def test_ingest_stores_each_vector_with_its_space_model_and_checksum(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    vectors = np.random.default_rng(0).normal(size=(300, OLD.dim)).astype(np.float32)
+    build_gallery(tmp_path / "s", 300, backend=backend).close()
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.backend_settings.kind == backend.kind
+        np.testing.assert_array_equal(store.read_vectors(OLD.name, np.arange(300)), vectors)
+        slots = np.array([0, 7, 299])
+        records = store.provenance(OLD.name, slots)
+        sums = vector_checksums(vectors[slots])
+        assert [(r["slot"], r["space"], r["model_ref"], r["checksum"]) for r in records] == [
+            (int(s), OLD.name, OLD.model_ref, f"{int(c):016x}") for s, c in zip(slots, sums)
+        ]
+        assert store.verify_vectors(OLD.name) == 300
+
+
+def test_vectors_of_the_wrong_dimension_or_space_are_refused(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(0)
+    gen0 = SpaceSpec("gen0", 16, model_ref="models/gen0")
+    with GalleryStore.create(tmp_path / "s", backend) as store:
+        store.ingest([f"a{i}" for i in range(20)], rng.normal(size=(20, 16)), gen0)
+        with pytest.raises(UserError, match="have dimension 12"):
+            store.ingest(["b0"], rng.normal(size=(1, 12)), gen0)
+        # Same name and dimension, another model: mixing it in would corrupt the space silently.
+        imposter = SpaceSpec("gen0", 16, model_ref="models/gen0-retrained")
+        with pytest.raises(UserError, match="holds vectors of model models/gen0"):
+            store.ingest(["b0"], rng.normal(size=(1, 16)), imposter)
+        with pytest.raises(UserError, match="have dimension 12"):
+            store.write_vectors("gen0", np.array([0]), rng.normal(size=(1, 12)))
+        assert store.item_count() == 20
+        assert store.verify_vectors("gen0") == 20
+        # A vector replaced behind the store's back no longer matches its recorded checksum.
+        slot = np.array([5])
+        store.vectors.write(
+            gen0,
+            slot,
+            rng.normal(size=(1, 16)).astype(np.float32),
+            store.vectors.checksums(gen0, slot),
+        )
+        store.vectors.sync(gen0)
+        with pytest.raises(UserError, match="do not match what was recorded.*slot 5"):
+            store.verify_vectors("gen0")
+
+
+# ----- crash safety ------------------------------------------------------------------------------
+def _spawn(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, str(script), str(store), str(delay)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
+    states = [
+        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
+        for s in store.backfills.item_states()
+    ]
+    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
+    chunks = [
+        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
+        for c in store.backfills.chunk_log()
+    ]
+    return states, vectors, chunks
+
+
+def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    with build_gallery(tmp_path / "reference", N_ITEMS, backend=backend) as store:
+        assert psi_job(store, chunk=CHUNK, seed=0).run().status == "complete"
+        expected = _final_state(store)
+
+    store_path = tmp_path / "crashed"
+    with build_gallery(store_path, N_ITEMS, backend=backend) as store:
+        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    rng = np.random.default_rng(2024)
+    kills, progress, answered, seen = 0, [], 0, set()
+    for _ in range(3):
+        with GalleryStore.open(store_path) as watcher:
+            before = len(watcher.backfills.chunk_log())
+            process = _spawn(store_path, script, delay=0.02)
+            # Killed only after this run committed something, at a random moment after that:
+            # inside ψ, between the vector write and the commit, or inside the transaction.
+            deadline = time.monotonic() + 60
+            while (
+                process.poll() is None
+                and len(watcher.backfills.chunk_log()) == before
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)
+            time.sleep(float(rng.uniform(0.0, 0.1)))
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                kills += 1
+            process.wait(timeout=30)
+            progress.append(len(watcher.backfills.chunk_log()))
+            # The killed job's store answers every query, half in one space, half in the other.
+            answered += _check_answers(watcher, rng, seen)
+    process = _spawn(store_path, script, delay=0.0)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert out.split()[0] == "complete"
+    assert kills == 3, f"the job finished too fast to be killed (progress {progress})"
+    assert 0 < progress[0] < progress[-1] < len(expected[2]), progress
+    assert answered > 0 and seen == {OLD.name, NEW.name}
+
+    with GalleryStore.open(store_path) as store:
+        states, vectors, chunks = _final_state(store)
+        assert store.verify_vectors(NEW.name) == N_ITEMS
+    assert states == expected[0]
+    np.testing.assert_array_equal(vectors, expected[1])
+    assert chunks == expected[2]  # every chunk committed once, with bit-identical vectors
+
+
+# ----- serving -----------------------------------------------------------------------------------
+def test_every_query_is_answered_while_a_backfill_writes(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    def slow_psi(vectors: np.ndarray) -> np.ndarray:
+        time.sleep(0.02)
+        return psi(vectors)
+
+    with build_gallery(tmp_path / "s", N_ITEMS, backend=backend) as store:
+        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+        job = BackfillJob(
+            store,
+            NEW,
+            TransformStored(slow_psi),
+            build_ordering("old-confidence"),
+            CHUNK,
+            progress=False,
+        )
+        outcome: list[str] = []
+        writer = threading.Thread(target=lambda: outcome.append(job.run().status))
+        writer.start()
+        rng = np.random.default_rng(1)
+        answered, seen, done_seen = 0, set(), set()
+        while writer.is_alive():
+            answered += _check_answers(store, rng, seen)
+            done_seen.add((store.status().backfill or {}).get("done", 0))
+        writer.join()
+        assert outcome == ["complete"]
+        assert answered > 0 and seen == {OLD.name, NEW.name}
+        assert len(done_seen) > 2, "the queries did not run while the backfill wrote"
+        _check_answers(store, rng, seen)
+
+
+def _power_loss(*args: object, **kwargs: object) -> None:
+    raise OSError("simulated power loss after the vectors were written")
+
+
+def test_both_backends_give_the_same_answers_in_every_serving_mode(tmp_path: Path) -> None:
+    calls: list[int] = []
+    real_search = MilvusVectors.search
+
+    def counted(self: MilvusVectors, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real_search(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    rng = np.random.default_rng(5)
+    queries = QueryVectors(
+        rng.normal(size=(6, NEW.dim)).astype(np.float32),
+        rng.normal(size=(6, OLD.dim)).astype(np.float32),
+    )
+    modes = [
+        ("rank-merge-rqt", HeadTransforms(reverse=reverse)),
+        ("mixed", HeadTransforms(forward=psi)),
+        ("rank-merge", HeadTransforms()),
+    ]
+    answers = {}
+    for kind in ("embedded", "milvus"):
+        with build_gallery(tmp_path / kind, 600, backend=BackendSettings(kind=kind)) as store:
+            job = psi_job(store, chunk=CHUNK, seed=0)
+            assert job.run(max_chunks=5).status == "paused"
+            with pytest.MonkeyPatch.context() as patch:
+                # A crash between writing the next chunk's vectors and committing it: those rows
+                # are stored in the new space, but no item points at them yet.
+                patch.setattr(store.backfills, "commit_chunks", _power_loss)
+                with pytest.raises(OSError):
+                    job.run(max_chunks=1)
+            assert store.status().backfill["done"] == 5 * CHUNK
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(MilvusVectors, "search", counted)
+                answers[kind] = [
+                    Searcher(store, build_serving_mode(mode), heads=heads).search(queries, k)
+                    for mode, heads in modes
+                    for k in (1, K, 40)
+                ]
+    assert calls, "the Milvus store did not search with Milvus"
+    for embedded, milvus in zip(answers["embedded"], answers["milvus"], strict=True):
+        np.testing.assert_array_equal(milvus.item_ids, embedded.item_ids)
+        np.testing.assert_array_equal(milvus.spaces, embedded.spaces)
+        np.testing.assert_array_equal(milvus.distances, embedded.distances)
+
+
+# ----- the commands ------------------------------------------------------------------------------
+def test_the_store_commands_backfill_search_and_report_on_either_backend(
+    backend: BackendSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    from modelupgrade.cli.arguments import run_command
+    from modelupgrade.commands.store import backfill, search, store_status
+
+    with build_gallery(tmp_path / "s", 200, backend=backend) as store:
+        new_vectors = psi(store.read_vectors(OLD.name, np.arange(200)))
+    np.save(tmp_path / "new.npy", new_vectors)
+    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(200)]}).to_parquet(
+        tmp_path / "items.parquet"
+    )
+    common = ["--params", str(PROJECT_PARAMS), "--store", str(tmp_path / "s")]
+    run_command(
+        backfill,
+        [
+            *common,
+            *("--vectors", str(tmp_path / "new.npy"), "--items", str(tmp_path / "items.parquet")),
+            *("--space", NEW.name, "--chunk-size", "64", "--no-progress"),
+        ],
+    )
+    capsys.readouterr()
+    run_command(store_status, [*common, "--json"])
+    status = json.loads(capsys.readouterr().out)
+    assert status["vectors"]["backend"] == backend.kind
+    assert status["items_by_space"] == {NEW.name: 200}
+    assert status["backfill"]["status"] == "complete"
+    run_command(search, [*common, "--item-id", "item-00007", "--k", "3", "--mode", "mixed"])
+    out = capsys.readouterr().out
+    assert out.count(f"space={NEW.name}") == 3 and "item-00007" in out.splitlines()[1]
+    with GalleryStore.open(tmp_path / "s") as store:
+        np.testing.assert_array_equal(store.read_vectors(NEW.name, np.arange(200)), new_vectors)
+        assert store.verify_vectors(NEW.name) == 200
+
+
+def test_the_http_service_answers_from_either_backend(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from modelupgrade.store.service import create_app
+
+    with build_gallery(tmp_path / "s", 400, backend=backend) as store:
+        assert psi_job(store, chunk=50, seed=0).run(max_chunks=4).status == "paused"
+    queries = np.random.default_rng(0).normal(size=(2, NEW.dim)).astype(np.float32)
+    heads = HeadTransforms(reverse=reverse)
+    with GalleryStore.open(tmp_path / "s") as store:
+        expected = Searcher(store, build_serving_mode("rank-merge-rqt"), heads=heads).search(
+            queries, 7
+        )
+    app = create_app(tmp_path / "s", build_serving_mode("rank-merge-rqt"), top_k=7, heads=heads)
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "ok"
+        status = client.get("/backfill/status").json()
+        assert status["vectors"]["backend"] == backend.kind
+        assert status["backfill"]["done"] == 200
+        body = client.post("/search", json={"vectors": queries.tolist()}).json()
+    assert [[hit["item_id"] for hit in row] for row in body["results"]] == (
+        expected.item_ids.tolist()
+    )
+    assert [[hit["space"] for hit in row] for row in body["results"]] == expected.spaces.tolist()
+
+
+def test_a_milvus_lite_file_held_by_another_process_is_one_clear_error(tmp_path: Path) -> None:
+    build_gallery(tmp_path / "s", 20, backend=BackendSettings(kind="milvus")).close()
+    hold = (
+        "import sys, time, numpy as np\n"
+        "from modelupgrade.store import GalleryStore\n"
+        f"store = GalleryStore.open({str(tmp_path / 's')!r})\n"
+        "store.read_vectors('gen0', np.arange(3))\n"
+        "print('holding', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with GalleryStore.open(tmp_path / "s") as store:
+            assert store.item_count() == 20  # the ledger needs no Milvus
+            with pytest.raises(UserError, match="cannot open the Milvus Lite file") as refused:
+                store.read_vectors(OLD.name, np.arange(3))
+            assert "one process at a time" in str(refused.value)
+            assert "\n" not in refused.value.message
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    # The kernel drops a killed holder's lock: the file opens at once.
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.read_vectors(OLD.name, np.arange(3)).shape == (3, OLD.dim)
+
+
+def test_params_yaml_names_the_backend_and_only_milvus_takes_a_uri() -> None:
+    import yaml
+
+    from modelupgrade.config import ParamsError, parse_params
+    from modelupgrade.plugins import plugin_problems
+
+    raw = yaml.safe_load(PROJECT_PARAMS.read_text())
+
+    def store_problems(**store: str) -> list[str]:
+        params = parse_params({**raw, "store": {**raw["store"], **store}})
+        return [p for p in plugin_problems(params) if p.startswith("store.")]
+
+    assert store_problems(backend="milvus", uri="http://milvus:19530") == []
+    assert store_problems(backend="qdrant") == [
+        "store.backend: unknown vector backend 'qdrant' (choose one of: embedded, milvus)"
+    ]
+    with pytest.raises(ParamsError, match="store.uri .* is the milvus backend's address"):
+        store_problems(uri="http://milvus:19530")
+    assert BackendSettings.of(parse_params(raw).store) == BackendSettings()
