@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "train": "modelupgrade.commands.training:train",
     "embed": "modelupgrade.commands.training:embed",
     "adopt": "modelupgrade.commands.adopt:adopt",
+    "plan": "modelupgrade.commands.plan:plan",
     "evaluate": "modelupgrade.commands.evaluation:evaluate",
     "simulate-backfill": "modelupgrade.commands.backfill:simulate_backfill",
     "store-ingest": "modelupgrade.commands.store:store_ingest",
