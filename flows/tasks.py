@@ -65,6 +65,13 @@ def train_model(params_path: str, work_dir: str, generation: int, strategy: str)
     return str(load_chain(params_path, work_dir).train(generation, strategy).out)
 
 
+@flow_task("take-model")
+def take_model(params_path: str, work_dir: str, generation: int, new_model: str) -> str:
+    """A model made outside the chain (adopted, or trained elsewhere) taken as ``generation``,
+    checked, with its embeddings of the evaluation splits."""
+    return str(load_chain(params_path, work_dir).take_model(generation, new_model))
+
+
 @flow_task("embed-snapshot")
 def embed_snapshot(
     params_path: str, work_dir: str, model_generation: int, snapshot_generation: int

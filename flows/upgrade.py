@@ -1,12 +1,15 @@
 """Flow ``upgrade``: one upgrade cycle of the retrieval system's embedding model.
 
     python -m flows.upgrade [--params params.yaml] [--work-dir runs/flows] [--snapshot new.parquet]
+                            [--new-model models/adopted]
                             [--training-deployment train-generation/gpu] [--json]
 
 Reads the chain and its ``champion`` from the registry; takes the next data snapshot (the next
 growing slice of the dataset, or ``--snapshot``: manifest rows the user supplies, checked by the
 validate stage); trains the next generation with ``flows.strategy`` and ``flows.heads`` (flow
-``train-generation``, locally or on a GPU work pool); evaluates the chain's compatibility matrix,
+``train-generation``, locally or on a GPU work pool), or with ``--new-model`` takes a model made
+elsewhere (``modelupgrade adopt``) as that generation and trains only the oracle and the heads;
+evaluates the chain's compatibility matrix,
 which holds the new model's queries against the champion's gallery, and Δ↓ against the oracle
 chain; registers the new version, gated against the champion (``candidate`` when it passes);
 publishes the cycle's report (markdown) and metrics (table) as artifacts. The first cycle of an
@@ -45,6 +48,7 @@ def upgrade(
     work_dir: str | None = None,
     snapshot: str | None = None,
     training_deployment: str | None = None,
+    new_model: str | None = None,
 ) -> dict[str, Any]:
     """One upgrade cycle: next data snapshot, validate, train, evaluate against the champion,
     gate, register.
@@ -55,6 +59,9 @@ def upgrade(
         snapshot: manifest rows (parquet) to train the next generation on
         training_deployment: train on this deployment of train-generation (a GPU pool; default:
             flows.training_deployment, else here)
+        new_model: a model directory made elsewhere (`modelupgrade adopt --out DIR`) to take as
+            the next generation instead of training one (on an empty registry: gen0, the
+            production model)
     """
     chain = load_chain(params_path, work_dir)
     args = chain.reference
@@ -80,6 +87,8 @@ def upgrade(
         return step(publish_skipped_upgrade)(*args, generation)
 
     training = {"generation": generation, "params_path": args[0], "work_dir": args[1]}
+    if new_model is not None:
+        training["new_model"] = new_model
     deployment = training_deployment or chain.params.flows.training_deployment
     if deployment is None:
         train_generation(**training)

@@ -20,7 +20,9 @@ its inputs under the names it expects. Generation numbers are the registry's: th
 
 from __future__ import annotations
 
+import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from modelupgrade.commands.training import TrainedModel
     from modelupgrade.report.upgrade import Chain, WrittenReport
     from modelupgrade.store.follow import FollowedModel, Progress
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,35 @@ class UpgradeChain:
             embed_split=[self.layout.split_file(SEQUENTIAL, s) for s in EVALUATION_SPLITS],
             embed_dir=self.embeddings_dir(generation, strategy),
         )
+
+    def take_model(self, generation: int, new_model: str | Path) -> Path:
+        """Take ``new_model`` (a model directory: adopted with ``modelupgrade adopt``, or trained
+        elsewhere) as ``generation`` instead of training it, then embed the evaluation splits with
+        it; the heads, evaluation, registration and store take it as they take a trained one.
+
+        Checked first (``check_new_model``): a readable model card whose files are the ones it
+        hashed; for a generation after gen0, a model that runs on images and whose embeddings have
+        the previous generation's dimension, or, failing that, heads to map between the two."""
+        from modelupgrade.commands.training import embed
+        from modelupgrade.io import atomic_path
+
+        source = Path(new_model).resolve()
+        previous = self.model_dir(generation - 1) if generation > 0 else None
+        files = check_new_model(source, previous, self.heads)
+        target = self.model_dir(generation)
+        # Written whole or not at all, as a trained generation is: the card and the files it
+        # hashes (not whatever else lies in the source directory).
+        with atomic_path(target) as tmp:
+            tmp.mkdir(parents=True)
+            for name in files:
+                shutil.copyfile(source / name, tmp / name)
+        embed(
+            self.params,
+            target,
+            split=[self.layout.split_file(SEQUENTIAL, s) for s in EVALUATION_SPLITS],
+            out_dir=self.embeddings_dir(generation),
+        )
+        return target
 
     def embed_snapshot(self, model_generation: int, snapshot_generation: int) -> WrittenFiles:
         from modelupgrade.commands.training import embed
@@ -369,6 +402,53 @@ class ChampionStore:
             "champion_key": self.champion.model_key,
             **self.followed.as_dict(),
         }
+
+
+def check_new_model(model_dir: Path, previous: Path | None, heads: Sequence[str] = ()) -> list[str]:
+    """The files of the model directory ``model_dir`` (its card first), after checking that it can
+    become the chain's generation after ``previous`` (None: it becomes gen0): its card is a model
+    card and every file it hashes is there unchanged; a later generation must embed images (new
+    queries, the backfill) and have ``previous``'s embedding dimension, unless ``heads`` (the
+    chain's heads, trained between the two) map between the spaces."""
+    from modelupgrade.cards import CARD_FILE, verified_weights
+    from modelupgrade.models import read_model_card
+
+    if not model_dir.is_dir():
+        raise UserError(
+            f"new model {model_dir} is not a directory",
+            hint="give the directory `modelupgrade adopt --out DIR` (or train) wrote",
+        )
+    card = read_model_card(model_dir)
+    for name in card.weights_sha256:
+        verified_weights(model_dir, card, name)
+    if previous is None:
+        return [CARD_FILE, *sorted(card.weights_sha256)]
+    if card.adopted is not None and not card.adopted.runs_on_images:
+        raise UserError(
+            f"new model {model_dir} is embeddings-only: a new generation must embed new queries "
+            "and backfill the gallery",
+            hint="adopt the new model from its weights or TorchScript file; an embeddings-only "
+            "model can only be the chain's gen0",
+        )
+    old_dim = read_model_card(previous).embedding_dim
+    if card.embedding_dim != old_dim and not heads:
+        raise UserError(
+            f"new model {model_dir} gives {card.embedding_dim}-dimensional embeddings and the "
+            f"chain's previous generation ({previous}) {old_dim}-dimensional ones: its queries "
+            "cannot search the stored gallery, and flows.heads names no head to map between them",
+            hint=f"adopt a model with {old_dim}-dimensional embeddings, or list a head (e.g. a "
+            "training-free adapter) under flows.heads",
+        )
+    if card.embedding_dim != old_dim:
+        log.warning(
+            "new model %s (%d-d) reaches the %d-d gallery of %s only through the heads %s",
+            model_dir,
+            card.embedding_dim,
+            old_dim,
+            previous,
+            ", ".join(heads),
+        )
+    return [CARD_FILE, *sorted(card.weights_sha256)]
 
 
 def load_chain(params_path: str | Path, work_dir: str | Path | None = None) -> UpgradeChain:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from modelupgrade.registry.forms import ADOPTED_KIND, ADOPTED_SOURCE
 from modelupgrade.registry.versions import (
     TAG_COMPATIBLE_WITH,
     TAG_GENERATION,
@@ -19,6 +22,7 @@ def lineage_rows(versions: list[VersionInfo]) -> list[dict[str, str]]:
             "generation": v.tags.get(TAG_GENERATION, "?"),
             "parent": str(v.parent_version) if v.parent_version is not None else "-",
             "strategy": v.tags.get(TAG_STRATEGY, "?"),
+            "origin": _origin(v),
             "gates": _gate_summary(v),
             "compatible_with": v.tags.get(TAG_COMPATIBLE_WITH, "none"),
             "aliases": ",".join(v.aliases) or "-",
@@ -55,12 +59,21 @@ def _describe(v: VersionInfo) -> str:
         f"v{v.version} {v.model_key}",
         f"parent={parent}",
         f"strategy={v.tags.get(TAG_STRATEGY, '?')}",
+        *([f"origin={_origin(v)}"] if ADOPTED_KIND in v.tags else []),
         f"gates={_gate_summary(v)}",
         f"compatible_with={v.tags.get(TAG_COMPATIBLE_WITH, 'none')}",
     ]
     if v.aliases:
         parts.append("[" + ", ".join(v.aliases) + "]")
     return "  ".join(parts)
+
+
+def _origin(v: VersionInfo) -> str:
+    """``trained`` here, or ``adopted <kind> <source file name>`` (made elsewhere)."""
+    kind = v.tags.get(ADOPTED_KIND)
+    if kind is None:
+        return "trained"
+    return f"adopted {kind} {Path(v.tags.get(ADOPTED_SOURCE, '?')).name}"
 
 
 def _gate_summary(v: VersionInfo) -> str:

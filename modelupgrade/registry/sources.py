@@ -4,8 +4,11 @@ A two-model scenario registers ``models/<sc>/gen0`` and ``models/<sc>/gen1-<stra
 strategy the scenario lists; ``sequential`` registers each strategy's chain
 ``models/sequential/<strategy>/gen<i>`` (one shared gen0 when the chains start from the same
 checkpoint). Heads under ``heads/<sc>/`` whose card names a model as their new model are logged
-beside it. The gate numbers come from the evaluate stage's files (``metrics/<sc>/``) and/or an
-explicit file (format: ``modelupgrade.registry.evidence``), the latter winning.
+beside it: the trained heads and the training-free adapters of ``heads/<sc>/adapters-<strategy>/``
+alike. A model adopted from elsewhere (``modelupgrade adopt``) registers under strategy
+``adopted`` with its card's provenance (``modelupgrade.registry.forms``). The gate numbers come
+from the evaluate stage's files (``metrics/<sc>/``) and/or an explicit file (format:
+``modelupgrade.registry.evidence``), the latter winning.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from modelupgrade.layout import (
 )
 from modelupgrade.models.persistence import CARD_FILE, WEIGHTS_FILE
 from modelupgrade.registry.evidence import GateEvidence
+from modelupgrade.registry.forms import ADOPTED_STRATEGY, UNKNOWN_DATA, model_form
 from modelupgrade.registry.provenance import data_hash_of
 from modelupgrade.registry.study import GenerationSource
 from modelupgrade.registry.versions import GenerationRecord
@@ -162,16 +166,19 @@ def _source(
             hint="run the train stage for this scenario first (dvc repro)",
         )
     card = model_dir / CARD_FILE
+    form = model_form(model_dir)
     record = GenerationRecord(
         model_key=key,
         generation=generation,
-        strategy=strategy,
+        # An adopted model was not trained here: not with a strategy, nor on the split files.
+        strategy=ADOPTED_STRATEGY if form.adopted else strategy,
         scenario=scenario,
         parent_key=parent,
-        data_hash=data_hash_of([str(p) for p in data_files]),
+        data_hash=UNKNOWN_DATA if form.adopted else data_hash_of([str(p) for p in data_files]),
         checkpoint_sha256=_checkpoint_hash(model_dir),
         model_card=card if card.is_file() else None,
         head_dirs=heads.get(_normalise(model_dir), {}),
+        form=form,
     )
     return GenerationSource(record, model_dir)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from modelupgrade.config import GateParams
 from modelupgrade.registry.evidence import GateEvidence
+from modelupgrade.registry.forms import PYTORCH
 from modelupgrade.registry.promotion import gate_version
 from modelupgrade.registry.tracker import StageRun
 from modelupgrade.registry.versions import CANDIDATE, CHAMPION, GenerationRecord, ModelRegistry
@@ -54,7 +55,9 @@ def register_generations(
     """Register ``sources`` (parents before children) and return what happened to each."""
     outcomes: list[RegistrationOutcome] = []
     for source in sources:
-        model = load_model(source.model_dir)
+        # A model logged as files is not loaded: an embeddings-only one holds every vector.
+        pickled = source.record.form.logged_as == PYTORCH
+        model = load_model(source.model_dir) if pickled else None
         info = registry.register(model, source.record, stage_run)
         outcome = RegistrationOutcome(source.record.model_key, info.version, "")
         champion = registry.champion()

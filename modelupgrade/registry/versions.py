@@ -1,9 +1,10 @@
 """The model registry of one retrieval system: one registered model, one version per generation.
 
 A version holds the embedding model (``mlflow.pytorch`` flavour, loadable with
-``mlflow.pytorch.load_model("models:/<name>@champion")``); its adapters and reverse heads are
-logged beside it as artifacts of the run that registered it. Lineage lives in version tags (see
-``TAG_*``), promotion in the aliases ``candidate`` and ``champion``.
+``mlflow.pytorch.load_model("models:/<name>@champion")``; an adopted TorchScript or embeddings-only
+model is logged as files instead, see ``modelupgrade.registry.forms``); its adapters and reverse
+heads are logged beside it as artifacts of the run that registered it. Lineage lives in version
+tags (see ``TAG_*``), promotion in the aliases ``candidate`` and ``champion``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from modelupgrade.errors import UserError
+from modelupgrade.registry.forms import (
+    CARD_ONLY,
+    EMBEDDINGS_RECORD,
+    MODEL_DIRECTORY,
+    PYTORCH,
+    TAG_LOGGED_AS,
+    ModelForm,
+    embeddings_record,
+    head_tags,
+    not_loadable,
+)
 from modelupgrade.registry.gates import GateReport
 from modelupgrade.registry.provenance import git_commit
 from modelupgrade.registry.tracker import StageRun, Tracker, fluent_tracking_uri
@@ -60,6 +72,8 @@ class GenerationRecord:
     model_card: Path | None = None
     head_dirs: Mapping[str, Path] = field(default_factory=dict)
     extra_tags: Mapping[str, str] = field(default_factory=dict)
+    # How the model is logged (the mlflow.pytorch flavour, or files of its directory).
+    form: ModelForm = field(default_factory=ModelForm)
 
 
 @dataclass(frozen=True)
@@ -159,11 +173,30 @@ class ModelRegistry:
         return f"models:/{self.name}/{version}"
 
     def load_model(self, version: int | None = None, alias: str | None = None) -> Any:
-        """The ``torch.nn.Module`` of a version (by number or alias), in eval mode."""
-        import mlflow.pytorch
+        """The ``torch.nn.Module`` of a version (by number or alias), in eval mode: unpickled
+        from its ``mlflow.pytorch`` flavour, or rebuilt by modelupgrade from its logged model
+        directory (an adopted TorchScript model). An embeddings-only version is an error."""
+        import tempfile
 
+        import mlflow.pytorch
+        from mlflow.artifacts import download_artifacts
+
+        info = self.by_alias(alias) if alias is not None else self.version(version or 0)
+        if info is None:
+            raise UserError(f"registered model {self.name!r} has no alias {alias!r}")
+        logged_as = info.tags.get(TAG_LOGGED_AS, PYTORCH)
+        if logged_as == CARD_ONLY:
+            raise not_loadable(self.name, info.version, info.model_key)
+        uri = self.model_uri(version, alias)
         with fluent_tracking_uri(self.tracker.config.tracking_uri):
-            model = mlflow.pytorch.load_model(self.model_uri(version, alias), map_location="cpu")
+            if logged_as == MODEL_DIRECTORY:
+                from modelupgrade.models import load_model
+
+                with tempfile.TemporaryDirectory() as tmp:
+                    # torch.jit.load reads the whole file: the copy can go once it is loaded.
+                    model = load_model(download_artifacts(artifact_uri=uri, dst_path=tmp))
+            else:
+                model = mlflow.pytorch.load_model(uri, map_location="cpu")
         return model.eval()
 
     def _info(self, mv: Any, aliases: list[str] | None = None) -> VersionInfo:
@@ -216,6 +249,9 @@ class ModelRegistry:
             TAG_HEADS: ",".join(sorted(record.head_dirs)) or "none",
             TAG_COMPATIBLE_WITH: NO_PARENT,
             TAG_GATES_PASSED: "not evaluated",
+            TAG_LOGGED_AS: record.form.logged_as,
+            **head_tags(record.head_dirs),
+            **dict(record.form.tags or {}),
             **dict(record.extra_tags),
         }
         if record.checkpoint_sha256:
@@ -224,7 +260,11 @@ class ModelRegistry:
             stage_run.log_artifact(head_dir, f"{record.model_key}/heads/{head_name}")
         if record.model_card is not None and Path(record.model_card).is_file():
             stage_run.log_artifact(record.model_card, f"{record.model_key}")
-        model_info = self._log_model(model, record, stage_run)
+        if record.form.logged_as == PYTORCH:
+            model_info = self._log_model(model, record, stage_run)
+            source, model_id = model_info.model_uri, getattr(model_info, "model_id", None)
+        else:
+            source, model_id = self._log_files(record, stage_run), None
         # MLflow resolves the logged model behind the version through its process-wide URI.
         with (
             self.tracker.config.writer_lock(),
@@ -233,10 +273,10 @@ class ModelRegistry:
             self._ensure_registered_model()
             mv = self.client.create_model_version(
                 self.name,
-                source=model_info.model_uri,
+                source=source,
                 run_id=stage_run.run_id,
                 tags=tags,
-                model_id=getattr(model_info, "model_id", None),
+                model_id=model_id,
                 description=f"{record.scenario} {record.model_key} (strategy {record.strategy})",
             )
         log.info("%s: registered %s as version %s", self.name, record.model_key, mv.version)
@@ -265,6 +305,17 @@ class ModelRegistry:
                 pip_requirements=requirements,
                 serialization_format="pickle",
             )
+
+    def _log_files(self, record: GenerationRecord, stage_run: StageRun) -> str:
+        """Log a model that is not pickled (``record.form``) as files of the registering run;
+        returns the ``runs:/`` URI of their folder, the version's source."""
+        folder = f"{record.model_key}/{_artifact_name(record.model_key)}"
+        for path in record.form.files:
+            stage_run.log_artifact(path, folder)
+        if record.form.logged_as == CARD_ONLY:
+            model_dir = Path(record.form.files[0]).parent
+            stage_run.log_dict(embeddings_record(model_dir), f"{folder}/{EMBEDDINGS_RECORD}")
+        return f"runs:/{stage_run.run_id}/{folder}"
 
     def _ensure_registered_model(self) -> None:
         if not self.exists():

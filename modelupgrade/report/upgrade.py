@@ -19,7 +19,8 @@ from modelupgrade.evaluation.summary import ChainEvaluation
 from modelupgrade.io import write_json, write_text
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
-from modelupgrade.registry.versions import TAG_GATES_AGAINST
+from modelupgrade.registry.forms import ADOPTED_STRATEGY
+from modelupgrade.registry.versions import TAG_GATES_AGAINST, TAG_STRATEGY
 from modelupgrade.report.document import (
     Block,
     BulletList,
@@ -144,10 +145,17 @@ def write_upgrade_report(
     parent = f"v{version.parent_version}" if version.parent_version else "none"
     candidate = registration["candidate"]
     registered = f"`{registration['registered_model']}` v{version.version} (parent {parent})"
+    # The version's own strategy: a model adopted from elsewhere was not trained on the snapshot.
+    strategy = version.tags.get(TAG_STRATEGY, chain.strategy if generation else "initial")
+    trained_on = f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"
+    if strategy == ADOPTED_STRATEGY:
+        source = version.tags.get("adopted.source", "?")
+        trained_on = f"unknown: adopted from `{source}` (made elsewhere; its card lists what else"
+        trained_on += " is unknown)"
     facts = [
         ("registered model", registered),
-        ("strategy", chain.strategy if generation else "initial"),
-        ("training data", f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"),
+        ("strategy", strategy),
+        ("training data", trained_on),
         ("champion", f"v{registration['champion']}"),
         ("candidate", f"v{candidate}" if candidate else "none"),
         ("MLflow", f"`{registration['tracking_uri']}`"),

@@ -83,17 +83,29 @@ def follow_model(
     """Make the space of the model in ``model_dir`` serve the store at ``store``.
 
     A new store ingests the gallery ``items`` (a split parquet) with the model's ``vectors`` of it
-    (``.npy``, row i = row i of the items) and the ordering scores the model's classifier gives,
-    as ``store-ingest`` does; an existing one is backfilled with the model (``params``: store,
-    dataset, seed and device).
+    (``.npy``, row i = row i of the items) and the ordering scores the model's classifier gives
+    (none for an adopted model, which has no classifier), as ``store-ingest`` does; an existing
+    one is backfilled with the model (``params``: store, dataset, seed and device).
     """
     from modelupgrade.store.models import space_for_model
 
     space = space_for_model(model_dir).name
     if not (Path(store) / DATABASE_FILE).is_file():
         from modelupgrade.commands.store import store_ingest
+        from modelupgrade.models import read_model_card
+        from modelupgrade.store.models import CLASSIFIER_SCORES
 
-        status = store_ingest(params, items, model_dir, store=Path(store), vectors=vectors)
+        # A model adopted from elsewhere has no classifier to score its items with: its store
+        # holds no confidence scores, and a backfill out of it needs a policy that reads none.
+        classifier = read_model_card(model_dir).classifier is not None
+        status = store_ingest(
+            params,
+            items,
+            model_dir,
+            store=Path(store),
+            vectors=vectors,
+            score=CLASSIFIER_SCORES if classifier else (),
+        )
         return FollowedModel(Path(store), space, "created", status)
     with GalleryStore.open(store) as gallery:
         before = gallery.status()
