@@ -17,7 +17,10 @@ def setup_logging(level: str | int | None = None) -> None:
     level = level or os.environ.get("MODELUPGRADE_LOG_LEVEL", "INFO")
     logging.basicConfig(level=level, format=_LOG_FORMAT, force=True)
     # Third-party libraries are chatty at INFO; keep the pipeline's own messages readable.
-    for noisy in ("urllib3", "alembic", "git", "matplotlib", "PIL", "filelock", "httpx", "faiss"):
+    for noisy in (
+        *("urllib3", "alembic", "git", "matplotlib", "PIL", "filelock", "httpx", "faiss"),
+        "milvus_lite",  # an engine start, stop and index build per command
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

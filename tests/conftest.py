@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 
 # Set before torch is imported anywhere: tests must not touch a GPU by accident or fight over cores.
 os.environ.setdefault("MODELUPGRADE_DEVICE", "cpu")
@@ -12,8 +14,13 @@ os.environ.setdefault(
     "PREFECT_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelupgrade-prefect-tests")
 )
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from modelupgrade.store import BackendSettings
 
 torch.set_num_threads(1)
 
@@ -28,6 +35,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _no_stale_log_handler() -> Iterator[None]:
+    """A command run in-process (``run_command`` calls ``setup_logging``) binds the root log
+    handler to this test's captured stderr, which is closed after the test; a later test's logs
+    from outside a command (a Milvus Lite engine's threads log on their own) would then print
+    "--- Logging error ---" into that test's stderr. Drop the handlers a test added."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
 def _seeded() -> None:
     from modelupgrade.runtime import seed_everything
 
@@ -37,3 +59,16 @@ def _seeded() -> None:
 @pytest.fixture
 def cpu_device() -> torch.device:
     return torch.device("cpu")
+
+
+@pytest.fixture(params=["embedded", "milvus"])
+def backend(request: pytest.FixtureRequest) -> BackendSettings:
+    """Each vector backend of the gallery store in turn (a test taking it runs once per backend):
+    the embedded files, and Milvus Lite in a file inside the store. Skipped for Milvus where
+    pymilvus or milvus-lite is not installed (both are optional extras)."""
+    if request.param == "milvus":
+        pytest.importorskip("pymilvus")
+        pytest.importorskip("milvus_lite")
+    from modelupgrade.store import BackendSettings
+
+    return BackendSettings(kind=request.param)

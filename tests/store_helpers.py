@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import subprocess
+import sys
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -74,10 +77,41 @@ def write_images(root: Path, n: int, size: int, corrupt: Collection[int] = ()) -
     return root
 
 
-def image_gallery(path: Path, n: int, seed: int = 0) -> GalleryStore:
+def image_gallery(
+    path: Path, n: int, seed: int = 0, backend: BackendSettings | None = None
+) -> GalleryStore:
     """``build_gallery`` of items img0 … whose images are the files i.png (``write_images``)."""
     sources = ItemSources([f"{i}.png" for i in range(n)])
-    return build_gallery(path, n, seed, item_id="img{}", sources=sources)
+    return build_gallery(path, n, seed, item_id="img{}", sources=sources, backend=backend)
+
+
+def backend_params(directory: Path, backend: BackendSettings) -> Path:
+    """The project's params.yaml with ``store.backend`` set to ``backend``'s kind, written in
+    ``directory``: the commands that create a store take its backend from there."""
+    import yaml
+
+    settings = yaml.safe_load(PROJECT_PARAMS.read_text())
+    settings["store"] = {**settings.get("store", {}), "backend": backend.kind}
+    path = directory / f"params-{backend.kind}.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def stored_spaces(store: GalleryStore) -> set[str]:
+    """The spaces whose vectors the store's backend holds, as the backend itself lists them (its
+    vector files; its Milvus collections), whether or not the store's tables name them: what a
+    refused or undone write must not leave behind."""
+    from modelupgrade.store.backends.embedded import EmbeddedVectors
+    from modelupgrade.store.backends.milvus import MilvusVectors
+
+    vectors = store.vectors
+    if isinstance(vectors, EmbeddedVectors):
+        files = vectors.root.iterdir() if vectors.root.exists() else ()
+        return {f.name.rsplit(".", 1)[0] for f in files if f.suffix in (".f32", ".sum")}
+    assert isinstance(vectors, MilvusVectors), vectors
+    prefix = f"{store.backend_settings.collection}_"
+    # A collection of another prefix is listed whole: it is no space of this store's.
+    return {name.removeprefix(prefix) for name in vectors.client().list_collections()}
 
 
 def psi_job(
@@ -98,3 +132,32 @@ def psi_job(
         seed=seed,
         progress=False,
     )
+
+
+@contextmanager
+def milvus_lite_held(store: Path) -> Iterator[None]:
+    """Another process holds the Milvus Lite file of the store at ``store`` until the block ends,
+    as a running backfill or service does: Milvus Lite serves one process at a time. The holder
+    is bare pymilvus (no modelupgrade, no torch), so that it starts fast."""
+    from modelupgrade.store.backends.milvus import LITE_FILE
+    from modelupgrade.store.schema import VECTORS_DIR
+
+    hold = (
+        "import sys\n"
+        "from pymilvus import MilvusClient\n"
+        "MilvusClient(uri=sys.argv[1]).list_collections()\n"
+        "print('holding', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(store / VECTORS_DIR / LITE_FILE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        yield
+    finally:
+        holder.kill()  # the kernel drops its lock on the file when it dies
+        holder.wait(timeout=30)

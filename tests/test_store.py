@@ -18,6 +18,7 @@ from modelupgrade.ordering import build_ordering
 from modelupgrade.retrieval import DistanceBlock
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store import (
+    SCHEMA_VERSION,
     BackfillJob,
     ChunkCommit,
     GalleryStore,
@@ -126,7 +127,9 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     build_gallery(tmp_path / "s", 10).close()
     with sqlite3.connect(tmp_path / "s" / "store.sqlite") as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(UserError, match="schema version 99, this modelupgrade reads version 2"):
+    with pytest.raises(
+        UserError, match=f"schema version 99, this modelupgrade reads version {SCHEMA_VERSION}"
+    ):
         GalleryStore.open(tmp_path / "s")
     with pytest.raises(UserError, match="no gallery store"):
         GalleryStore.open(tmp_path / "nowhere")

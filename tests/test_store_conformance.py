@@ -72,11 +72,6 @@ WORKER = textwrap.dedent(
 ).format(chunk=CHUNK)
 
 
-@pytest.fixture(params=["embedded", "milvus"])
-def backend(request: pytest.FixtureRequest) -> BackendSettings:
-    return BackendSettings(kind=request.param)
-
-
 def _searchers(store: GalleryStore) -> list[Searcher]:
     return [
         Searcher(
@@ -424,3 +419,284 @@ def test_params_yaml_names_the_backend_and_only_milvus_takes_a_uri() -> None:
     with pytest.raises(ParamsError, match="store.uri .* is the milvus backend's address"):
         store_problems(uri="http://milvus:19530")
     assert BackendSettings.of(parse_params(raw).store) == BackendSettings()
+
+
+# ----- cutover, rollback, cleanup ----------------------------------------------------------------
+CLASSES = 6
+
+
+def _labelled_store(path: Path, backend: BackendSettings, n: int = 240) -> tuple:
+    """A store of ``n`` labelled items whose old vectors are noisy and whose new ones (a table the
+    backfill takes) are sharp, and a labelled query sample embedded both ways: the new space
+    answers it better."""
+    from modelupgrade.store import ItemSources
+    from modelupgrade.store.shadow import QuerySample
+
+    rng = np.random.default_rng(11)
+    labels = np.arange(n) % CLASSES
+    old_centres = rng.normal(size=(CLASSES, OLD.dim))
+    new_centres = rng.normal(size=(CLASSES, NEW.dim))
+    ids = [f"item-{i:05d}" for i in range(n)]
+    store = GalleryStore.create(path, backend)
+    store.ingest(
+        ids,
+        (old_centres[labels] + 1.5 * rng.normal(size=(n, OLD.dim))).astype(np.float32),
+        OLD,
+        ItemSources(ids, labels=labels.tolist()),
+        scores={"old-confidence": rng.random(n)},
+    )
+    new_vectors = (new_centres[labels] + 0.3 * rng.normal(size=(n, NEW.dim))).astype(np.float32)
+    q = np.arange(30) % CLASSES
+    sample = QuerySample(
+        q,
+        (new_centres[q] + 0.3 * rng.normal(size=(30, NEW.dim))).astype(np.float32),
+        (old_centres[q] + 1.5 * rng.normal(size=(30, OLD.dim))).astype(np.float32),
+        "sample",
+    )
+    return store, ids, new_vectors, sample
+
+
+def _table_job(store: GalleryStore, ids: list[str], vectors: np.ndarray) -> BackfillJob:
+    from modelupgrade.store import TableVectors
+
+    return BackfillJob(
+        store,
+        NEW,
+        TableVectors(ids, vectors),
+        build_ordering("old-confidence"),
+        CHUNK,
+        progress=False,
+    )
+
+
+def _served_spaces(store: GalleryStore) -> set[str]:
+    hits = Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)).search(
+        np.random.default_rng(3).normal(size=(2, NEW.dim)).astype(np.float32)
+        if store.serving_space() == NEW.name
+        else np.random.default_rng(3).normal(size=(2, OLD.dim)).astype(np.float32),
+        K,
+    )
+    assert all(len(set(row)) == K for row in hits.item_ids)
+    return {str(space) for row in hits.spaces for space in row}
+
+
+def _milvus_alias(store: GalleryStore) -> str | None:
+    vectors = store.vectors
+    return vectors.serving_collection() if isinstance(vectors, MilvusVectors) else None
+
+
+def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_path: Path) -> None:
+    import yaml
+
+    from modelupgrade.config import parse_params
+    from modelupgrade.store.cutover import cleanup, cutover, rollback
+    from modelupgrade.store.shadow import QuerySample, shadow_evaluate
+
+    params = parse_params(yaml.safe_load(PROJECT_PARAMS.read_text()))
+    store, ids, new_vectors, sample = _labelled_store(tmp_path / "s", backend)
+    old_vectors = store.read_vectors(OLD.name, np.arange(len(ids)))
+    window = params.store.rollback_window_hours
+
+    def shadow(backfill):  # type: ignore[no-untyped-def]
+        return shadow_evaluate(store, backfill, sample, params)
+
+    with store:
+        with pytest.raises(UserError, match="never been backfilled"):
+            cutover(store, "go", window, shadow)
+        job = _table_job(store, ids, new_vectors)
+        assert job.run(max_chunks=1).status == "paused"
+        with pytest.raises(UserError, match="is not complete"):
+            cutover(store, "go", window, shadow)
+        with pytest.raises(UserError, match="is not complete"):
+            rollback(store, "back")
+        assert job.run().status == "complete"
+        assert store.status().cutover["state"] == "awaiting cutover"
+
+        # New-space answers worse than the old space's: refused, nothing changes.
+        noise = np.random.default_rng(0).normal(size=sample.new.shape).astype(np.float32)
+        worse = QuerySample(sample.labels, noise, sample.old, "noise")
+        with pytest.raises(UserError, match="shadow evaluation failed.*shadow: FAIL"):
+            cutover(store, "go", window, lambda b: shadow_evaluate(store, b, worse, params))
+        assert store.status().serving_steps == []
+        with pytest.raises(UserError, match="needs a reason"):
+            cutover(store, "  ", window, shadow)
+
+        first = cutover(store, "TICKET-1: shadow mAP up", window, shadow)
+        assert first.step == "cutover" and first.reason == "TICKET-1: shadow mAP up"
+        evaluation = first.detail["shadow_evaluation"]
+        assert evaluation["passed"] and evaluation["metric"] == "mAP"
+        assert evaluation["new_metrics"]["mAP"] >= evaluation["old_metrics"]["mAP"]
+        assert store.serving_space() == NEW.name and _served_spaces(store) == {NEW.name}
+        if backend.kind == "milvus":
+            assert _milvus_alias(store) == store.vectors.collection(NEW)
+        with pytest.raises(UserError, match="already cut over"):
+            cutover(store, "again", window, shadow)
+        with pytest.raises(UserError, match="rollback window .* is open until"):
+            cleanup(store, "tidy")
+
+        back = rollback(store, "TICKET-2: complaints")
+        assert back.detail["items_moved"] == len(ids)
+        assert store.serving_space() == OLD.name and _served_spaces(store) == {OLD.name}
+        assert {s["space"] for s in store.backfills.item_states()} == {OLD.name}
+        np.testing.assert_array_equal(
+            store.read_vectors(OLD.name, np.arange(len(ids))), old_vectors
+        )
+        if backend.kind == "milvus":
+            assert _milvus_alias(store) == store.vectors.collection(OLD)
+        with pytest.raises(UserError, match="already rolled back"):
+            rollback(store, "again")
+        with pytest.raises(UserError, match="was rolled back"):
+            cleanup(store, "tidy", force=True)
+
+        again = cutover(store, "TICKET-3: fixed", window, shadow)
+        assert again.detail["items_moved"] == len(ids)
+        assert _served_spaces(store) == {NEW.name}
+        np.testing.assert_array_equal(
+            store.read_vectors(NEW.name, np.arange(len(ids))), new_vectors
+        )
+        # Past the window no --force is needed.
+        done = cleanup(store, "window over", now=again.at + window * 3600 + 1)
+        assert done.detail == {
+            "dropped_space": OLD.name,
+            "forced": False,
+            "window_ended_at": again.at + window * 3600,
+        }
+        with pytest.raises(UserError, match="vectors were dropped by the cleanup"):
+            rollback(store, "too late")
+        with pytest.raises(UserError, match="is final"):
+            cutover(store, "again", window, shadow)
+        assert _served_spaces(store) == {NEW.name}
+        status = store.status()
+    if backend.kind == "embedded":
+        assert not (tmp_path / "s" / "vectors" / f"{OLD.name}.f32").exists()
+    else:
+        with GalleryStore.open(tmp_path / "s") as reopened:
+            assert not reopened.vectors.client().has_collection(reopened.vectors.collection(OLD))
+    assert [s["step"] for s in status.serving_steps] == [
+        "cutover",
+        "rollback",
+        "cutover",
+        "cleanup",
+    ]
+    assert all("@" in s["actor"] and s["at"] > 0 for s in status.serving_steps)
+    assert [s["reason"] for s in status.serving_steps][:2] == [
+        "TICKET-1: shadow mAP up",
+        "TICKET-2: complaints",
+    ]
+    assert status.cutover == {
+        "state": "cleaned up",
+        "new_space": NEW.name,
+        "old_space": OLD.name,
+        "old_vectors": "dropped",
+        "rollback_window_ends_at": None,
+    }
+
+
+def test_the_cutover_commands_record_each_step_in_store_status(
+    backend: BackendSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    from modelupgrade.cli.arguments import run_command
+    from modelupgrade.commands.store import cleanup, cutover, rollback, store_status
+
+    store, ids, new_vectors, sample = _labelled_store(tmp_path / "s", backend)
+    with store:
+        assert _table_job(store, ids, new_vectors).run().status == "complete"
+    pd.DataFrame({"item_id": [f"q{i}" for i in range(30)], "label": sample.labels}).to_parquet(
+        tmp_path / "q.parquet"
+    )
+    np.save(tmp_path / "new.npy", sample.new)
+    np.save(tmp_path / "old.npy", sample.old)
+    common = ["--params", str(PROJECT_PARAMS), "--store", str(tmp_path / "s")]
+    run_command(
+        cutover,
+        [
+            *common,
+            *("--reason", "shadow ok", "--query-split", str(tmp_path / "q.parquet")),
+            *("--new-query-vectors", str(tmp_path / "new.npy")),
+            *("--old-query-vectors", str(tmp_path / "old.npy")),
+        ],
+    )
+    run_command(rollback, [*common, "--reason", "regression"])
+    with pytest.raises(SystemExit) as refused:
+        run_command(cleanup, [*common, "--reason", "tidy", "--force"])
+    assert refused.value.code == 2
+    assert "error: cannot clean up: backfill 1" in capsys.readouterr().err
+    capsys.readouterr()
+    run_command(store_status, [*common, "--json"])
+    status = json.loads(capsys.readouterr().out)
+    assert [(s["step"], s["reason"]) for s in status["serving_steps"]] == [
+        ("cutover", "shadow ok"),
+        ("rollback", "regression"),
+    ]
+    assert status["cutover"]["state"] == "rolled back"
+    assert status["serving_space"] == OLD.name
+
+
+def test_a_store_of_the_previous_schema_is_migrated_when_opened(tmp_path: Path) -> None:
+    import sqlite3
+
+    from modelupgrade.store.schema import SCHEMA_VERSION
+
+    build_gallery(tmp_path / "s", 10).close()
+    with sqlite3.connect(tmp_path / "s" / "store.sqlite") as db:
+        db.execute("DROP TABLE serving_steps")
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.item_count() == 10
+        assert store.status().serving_steps == []
+        (version,) = store.db.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]
+    assert version == str(SCHEMA_VERSION)
+
+
+# ----- cost and ETA preview ----------------------------------------------------------------------
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_the_dry_run_previews_items_rate_and_time_and_writes_nothing(
+    backend: BackendSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    from modelupgrade.cli.arguments import run_command
+    from modelupgrade.commands.store import backfill
+    from modelupgrade.store.job import preview_backfill
+
+    with build_gallery(tmp_path / "s", 400, backend=backend) as store:
+        new_vectors = psi(store.read_vectors(OLD.name, np.arange(400)))
+    np.save(tmp_path / "new.npy", new_vectors)
+    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(400)]}).to_parquet(
+        tmp_path / "items.parquet"
+    )
+    before = _files(tmp_path / "s")
+    with GalleryStore.open(tmp_path / "s") as store:
+        preview = preview_backfill(store, NEW, TransformStored(psi))
+    assert preview.items_to_move == 400 and preview.resumes_backfill is None
+    assert preview.method == "transform" and preview.sampled_items == 128
+    assert preview.items_per_second > 0 and preview.measured_seconds > 0
+    assert preview.estimated_seconds == pytest.approx(400 / preview.items_per_second)
+
+    def slow_psi(vectors: np.ndarray) -> np.ndarray:
+        time.sleep(0.02)
+        return psi(vectors)
+
+    with GalleryStore.open(tmp_path / "s") as store:
+        timed = preview_backfill(store, NEW, TransformStored(slow_psi))
+    # 128 items per call of at least 20 ms: at most 6,400 items/s, and not far below.
+    assert 1000 < timed.items_per_second <= 6400, timed
+    run_command(
+        backfill,
+        [
+            *("--params", str(PROJECT_PARAMS), "--store", str(tmp_path / "s"), "--dry-run"),
+            *("--vectors", str(tmp_path / "new.npy"), "--items", str(tmp_path / "items.parquet")),
+            *("--space", NEW.name, "--json"),
+        ],
+    )
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["items_to_move"] == 400 and shown["method"] == "table"
+    assert shown["items_per_second"] > 0 and shown["estimated_seconds"] > 0
+    assert _files(tmp_path / "s") == before  # byte for byte: no lock, no space, no plan
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.backfills.last() is None and set(store.spaces()) == {OLD.name}

@@ -1,6 +1,10 @@
 """The store's commands under bad input: cards checked on load (issue 20, item 4), failed ingests
 that leave nothing half-made and answer in one line (item 6), no silent surprises (item 7), and
-dataset pickles that cannot run code (item 9). The commands run in-process through the CLI."""
+dataset pickles that cannot run code (item 9). The commands run in-process through the CLI.
+
+Every test that makes or reads a store runs on each backend (the ``backend`` fixture: embedded,
+Milvus Lite), the backend of a new store given by a params file (``store.backend``); what a refused
+command leaves is checked with the backend's own listing of its vectors (``stored_spaces``)."""
 
 from __future__ import annotations
 
@@ -18,9 +22,9 @@ import torch
 from modelupgrade.cli import main
 from modelupgrade.errors import UserError
 from modelupgrade.models import save_model
-from modelupgrade.store import GalleryStore
+from modelupgrade.store import BackendSettings, GalleryStore
 from tests.model_fixtures import tiny_model
-from tests.store_helpers import PROJECT_PARAMS
+from tests.store_helpers import PROJECT_PARAMS, backend_params, stored_spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -68,9 +72,11 @@ def _vectors(path: Path, array: np.ndarray | None = None) -> Path:
     return path
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def _run(
+    capsys: pytest.CaptureFixture[str], *argv: str, params: Path = PROJECT_PARAMS
+) -> tuple[int, str, str]:
     try:
-        main([argv[0], "--params", str(PROJECT_PARAMS), *argv[1:]])
+        main([argv[0], "--params", str(params), *argv[1:]])
         code = 0
     except SystemExit as stop:
         code = int(stop.code or 0)
@@ -78,9 +84,15 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
-def _refused(capsys: pytest.CaptureFixture[str], *argv: str, match: str, hint: bool = True) -> str:
+def _refused(
+    capsys: pytest.CaptureFixture[str],
+    *argv: str,
+    match: str,
+    hint: bool = True,
+    params: Path = PROJECT_PARAMS,
+) -> str:
     """Run a command that must fail as one error line (with a hint) and exit code 2."""
-    code, out, err = _run(capsys, *argv)
+    code, out, err = _run(capsys, *argv, params=params)
     lines = err.strip().splitlines()
     assert code == 2, (out, err)
     assert "Traceback" not in out + err
@@ -111,7 +123,7 @@ def _nothing_left(where: Path, store: Path) -> None:
 
 # ----- item 4: cards verified on load ------------------------------------------------------------
 def test_a_model_whose_weights_are_not_its_cards_is_refused_even_when_nothing_embeds(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     swapped = tmp_path / "gen1-bct"
     swapped.mkdir()
@@ -124,6 +136,7 @@ def test_a_model_whose_weights_are_not_its_cards_is_refused_even_when_nothing_em
         capsys,
         *_ingest(store, items, swapped, vectors, "--score"),
         match="is not the file its card describes",
+        params=backend_params(tmp_path, backend),
     )
     _nothing_left(tmp_path, store)
 
@@ -145,13 +158,15 @@ def _head(path: Path, old_model: Path, new_model: Path) -> Path:
 
 
 def test_a_transform_head_trained_for_another_model_pair_is_refused(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    params = backend_params(tmp_path, backend)
     items, vectors = _items(tmp_path / "items.parquet"), _vectors(tmp_path / "v.npy")
     head = _head(tmp_path / "bict-gen1", models / "gen0", models / "gen1")
     # The store holds gen1's vectors; the head maps gen0's.
     store = tmp_path / "store"
-    assert _run(capsys, *_ingest(store, items, models / "gen1", vectors, "--score"))[0] == 0
+    ingest = _ingest(store, items, models / "gen1", vectors, "--score")
+    assert _run(capsys, *ingest, params=params)[0] == 0
     backfill = ["backfill", "--store", str(store), "--transform-head", str(head)]
     _refused(
         capsys,
@@ -160,12 +175,16 @@ def test_a_transform_head_trained_for_another_model_pair_is_refused(
         "gen2",
         "--no-progress",
         match=r"trained with .*gen0 as its old model, but space 'gen1' holds",
+        params=params,
     )
     with GalleryStore.open(store) as gallery:
         assert set(gallery.spaces()) == {"gen1"} and gallery.backfills.active() is None
+        assert gallery.status().vectors["backend"] == backend.kind
+        assert stored_spaces(gallery) == {"gen1"}
     # The store of gen0's vectors is what the head was trained for: the backfill runs.
     right = tmp_path / "right"
-    assert _run(capsys, *_ingest(right, items, models / "gen0", vectors, "--score"))[0] == 0
+    ingest = _ingest(right, items, models / "gen0", vectors, "--score")
+    assert _run(capsys, *ingest, params=params)[0] == 0
     code, _, err = _run(
         capsys,
         "backfill",
@@ -178,10 +197,12 @@ def test_a_transform_head_trained_for_another_model_pair_is_refused(
         "--policy",
         "ingest-order",
         "--no-progress",
+        params=params,
     )
     assert code == 0, err
     with GalleryStore.open(right) as gallery:
         assert gallery.status().items_by_space == {"gen1": ITEMS}
+        assert stored_spaces(gallery) == {"gen0", "gen1"}
 
 
 # ----- item 6: a failed ingest leaves nothing and says one line ----------------------------------
@@ -199,7 +220,12 @@ def test_a_transform_head_trained_for_another_model_pair_is_refused(
     ],
 )
 def test_a_refused_ingest_leaves_no_store_and_says_one_line(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str], case: str, match: str
+    tmp_path: Path,
+    models: Path,
+    backend: BackendSettings,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    match: str,
 ) -> None:
     items, vectors, extra = tmp_path / "items.parquet", tmp_path / "v.npy", []
     good = np.random.default_rng(0).normal(size=(ITEMS, DIM)).astype(np.float32)
@@ -228,44 +254,54 @@ def test_a_refused_ingest_leaves_no_store_and_says_one_line(
     if case == "text-items":
         items = items.rename(tmp_path / "items.txt")
     store = tmp_path / "store"
-    _refused(capsys, *_ingest(store, items, models / "gen0", vectors, *extra), match=match)
+    params = backend_params(tmp_path, backend)
+    ingest = _ingest(store, items, models / "gen0", vectors, *extra)
+    _refused(capsys, *ingest, match=match, params=params)
     _nothing_left(tmp_path, store)
 
 
 def test_a_refused_ingest_into_an_existing_store_leaves_it_as_it_was(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    params = backend_params(tmp_path, backend)
     items, vectors = _items(tmp_path / "items.parquet"), _vectors(tmp_path / "v.npy")
     store = tmp_path / "store"
-    assert _run(capsys, *_ingest(store, items, models / "gen0", vectors, "--score"))[0] == 0
+    ingest = _ingest(store, items, models / "gen0", vectors, "--score")
+    assert _run(capsys, *ingest, params=params)[0] == 0
     with GalleryStore.open(store) as gallery:
         before = gallery.status().as_dict()
+        assert before["vectors"]["backend"] == backend.kind
     _refused(
         capsys,
         *_ingest(store, items, models / "gen1", vectors, "--score", "--space", "other"),
         match="already in the store",
+        params=params,
     )
     with GalleryStore.open(store) as gallery:
         assert gallery.status().as_dict() == before
-    assert not (store / "vectors" / "other.f32").exists()
+        assert stored_spaces(gallery) == {"gen0"}
 
 
 def test_a_csv_items_file_is_read_like_a_parquet_one(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     items = _items(tmp_path / "items.csv", item_id=[f"00{i}" for i in range(ITEMS)])
     vectors = _vectors(tmp_path / "v.npy")
     store = tmp_path / "store"
-    code, _, err = _run(capsys, *_ingest(store, items, models / "gen0", vectors, "--score"))
+    ingest = _ingest(store, items, models / "gen0", vectors, "--score")
+    code, _, err = _run(capsys, *ingest, params=backend_params(tmp_path, backend))
     assert code == 0, err
     with GalleryStore.open(store) as gallery:
         rows = gallery.items()
+        np.testing.assert_array_equal(
+            gallery.read_vectors("gen0", np.arange(ITEMS)), np.load(vectors)
+        )
     assert [r.item_id for r in rows] == [f"00{i}" for i in range(ITEMS)]
     assert [r.label for r in rows] == [i % 3 for i in range(ITEMS)]
 
 
 def test_ingest_never_replaces_a_directory_that_is_not_a_store(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     items, vectors = _items(tmp_path / "items.parquet"), _vectors(tmp_path / "v.npy")
     precious = tmp_path / "documents"
@@ -275,8 +311,10 @@ def test_ingest_never_replaces_a_directory_that_is_not_a_store(
         capsys,
         *_ingest(precious, items, models / "gen0", vectors, "--score"),
         match="exists and is not a gallery store",
+        params=backend_params(tmp_path, backend),
     )
     assert (precious / "thesis.txt").read_text() == "years of work"
+    assert [p.name for p in precious.iterdir()] == ["thesis.txt"]
 
 
 def _rehash(directory: Path, file_name: str) -> None:
@@ -297,7 +335,12 @@ def _rehash(directory: Path, file_name: str) -> None:
     ],
 )
 def test_a_damaged_model_directory_is_one_error_line(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str], damage: str, match: str
+    tmp_path: Path,
+    models: Path,
+    backend: BackendSettings,
+    capsys: pytest.CaptureFixture[str],
+    damage: str,
+    match: str,
 ) -> None:
     model = tmp_path / "gen0"
     model.mkdir()
@@ -315,17 +358,20 @@ def test_a_damaged_model_directory_is_one_error_line(
         (model / "card.json").write_text("[1, 2]")
     items, vectors = _items(tmp_path / "items.parquet"), _vectors(tmp_path / "v.npy")
     # The default scores run the model's classifier: its weights are loaded.
-    _refused(capsys, *_ingest(tmp_path / "s", items, model, vectors), match=match, hint=False)
+    params = backend_params(tmp_path, backend)
+    ingest = _ingest(tmp_path / "s", items, model, vectors)
+    _refused(capsys, *ingest, match=match, hint=False, params=params)
     _nothing_left(tmp_path, tmp_path / "s")
 
 
 # ----- item 7: no silent surprises ---------------------------------------------------------------
 def test_search_refuses_k_0_and_rows_it_does_not_define(
-    tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     items, vectors = _items(tmp_path / "items.parquet"), _vectors(tmp_path / "v.npy")
     store = tmp_path / "store"
-    assert _run(capsys, *_ingest(store, items, models / "gen0", vectors, "--score"))[0] == 0
+    ingest = _ingest(store, items, models / "gen0", vectors, "--score")
+    assert _run(capsys, *ingest, params=backend_params(tmp_path, backend))[0] == 0
     search = ["search", "--store", str(store), "--queries", str(vectors)]
     _refused(capsys, *search, "--k", "0", match="--k must be at least 1, got 0")
     for rows in ("3:", ":2", "a:b", "4:2", "9"):
@@ -343,6 +389,7 @@ def test_search_refuses_k_0_and_rows_it_does_not_define(
     )
     code, out, _ = _run(capsys, *search, "--rows", "3", "--k", "2", "--json")
     assert code == 0 and [q["query"] for q in json.loads(out)] == ["row 3"]
+    assert len(json.loads(out)[0]["hits"]) == 2
 
 
 def test_a_missing_or_invalid_params_file_stops_the_store_commands(

@@ -1,4 +1,6 @@
-"""The HTTP service over the store, through fastapi.testclient."""
+"""The HTTP service over the store, through fastapi.testclient; each test on each backend (the
+``backend`` fixture: embedded, Milvus Lite). The service runs in the test's process, so it is the
+one process that opens a Milvus Lite file."""
 
 from __future__ import annotations
 
@@ -12,20 +14,35 @@ from fastapi.testclient import TestClient
 from modelupgrade.config.store import StoreParams
 from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
-from modelupgrade.store import BackfillJob, HeadTransforms, SpaceSpec, TransformStored
+from modelupgrade.store import (
+    BackendSettings,
+    BackfillJob,
+    HeadTransforms,
+    SpaceSpec,
+    TransformStored,
+)
 from modelupgrade.store.service import create_app, public_text
-from tests.store_helpers import NEW, PROJECT_PARAMS, build_gallery, psi, reverse
+from tests.store_helpers import (
+    NEW,
+    PROJECT_PARAMS,
+    build_gallery,
+    milvus_lite_held,
+    psi,
+    reverse,
+)
 
 
-def _half_backfilled(path: Path) -> None:
-    with build_gallery(path, 400) as store:
+def _half_backfilled(path: Path, backend: BackendSettings) -> None:
+    with build_gallery(path, 400, backend=backend) as store:
         BackfillJob(
             store, NEW, TransformStored(psi), build_ordering("random"), 50, progress=False
         ).run(max_chunks=4)
 
 
-def test_search_health_and_status_during_a_backfill(tmp_path: Path) -> None:
-    _half_backfilled(tmp_path / "store")
+def test_search_health_and_status_during_a_backfill(
+    tmp_path: Path, backend: BackendSettings
+) -> None:
+    _half_backfilled(tmp_path / "store", backend)
     app = create_app(
         tmp_path / "store",
         build_serving_mode("rank-merge-rqt"),
@@ -42,6 +59,7 @@ def test_search_health_and_status_during_a_backfill(tmp_path: Path) -> None:
         }
 
         status = client.get("/backfill/status").json()
+        assert status["vectors"]["backend"] == backend.kind
         assert status["backfill"]["done"] == 200 and status["backfill"]["pending"] == 200
         assert status["backfill"]["status"] == "running"
 
@@ -56,8 +74,8 @@ def test_search_health_and_status_during_a_backfill(tmp_path: Path) -> None:
             assert distances == sorted(distances)
 
 
-def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path) -> None:
-    _half_backfilled(tmp_path / "store")
+def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path, backend: BackendSettings) -> None:
+    _half_backfilled(tmp_path / "store", backend)
     app = create_app(
         tmp_path / "store", build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)
     )
@@ -70,8 +88,10 @@ def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path) -> None:
         assert client.post("/search", json={"vectors": [], "k": 3}).status_code == 422
 
 
-def test_a_token_guards_search_and_status_but_not_health(tmp_path: Path) -> None:
-    _half_backfilled(tmp_path / "store")
+def test_a_token_guards_search_and_status_but_not_health(
+    tmp_path: Path, backend: BackendSettings
+) -> None:
+    _half_backfilled(tmp_path / "store", backend)
     app = create_app(
         tmp_path / "store",
         build_serving_mode("rank-merge-rqt"),
@@ -90,7 +110,10 @@ def test_a_token_guards_search_and_status_but_not_health(tmp_path: Path) -> None
 
 
 def test_serve_warns_when_reachable_from_other_machines_without_a_token(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    backend: BackendSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import uvicorn
 
@@ -102,7 +125,7 @@ def test_serve_warns_when_reachable_from_other_machines_without_a_token(
     assert exposure_warning("127.0.0.1", None) is None and exposure_warning("::1", None) is None
     assert exposure_warning("localhost", None) is None
     assert exposure_warning("0.0.0.0", "s3cret") is None
-    build_gallery(tmp_path / "store", 10).close()
+    build_gallery(tmp_path / "store", 10, backend=backend).close()
     bound: list[str] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port: bound.append(host))
     monkeypatch.delenv(TOKEN_ENV, raising=False)
@@ -116,8 +139,10 @@ def test_serve_warns_when_reachable_from_other_machines_without_a_token(
     assert len(warnings) == 1 and TOKEN_ENV in warnings[0]
 
 
-def test_requests_beyond_the_limits_get_a_400_naming_them(tmp_path: Path) -> None:
-    _half_backfilled(tmp_path / "store")
+def test_requests_beyond_the_limits_get_a_400_naming_them(
+    tmp_path: Path, backend: BackendSettings
+) -> None:
+    _half_backfilled(tmp_path / "store", backend)
     app = create_app(
         tmp_path / "store",
         build_serving_mode("rank-merge-rqt"),
@@ -137,8 +162,8 @@ def test_requests_beyond_the_limits_get_a_400_naming_them(tmp_path: Path) -> Non
     assert (defaults.max_query_vectors, defaults.max_k) == (64, 1000)
 
 
-def test_health_is_503_when_search_does_not_work(tmp_path: Path) -> None:
-    _half_backfilled(tmp_path / "store")
+def test_health_is_503_when_search_does_not_work(tmp_path: Path, backend: BackendSettings) -> None:
+    _half_backfilled(tmp_path / "store", backend)
     # gen1 is not backward compatible and no forward head is given: mixed cannot search.
     app = create_app(tmp_path / "store", build_serving_mode("mixed"))
     with TestClient(app) as client:
@@ -150,9 +175,37 @@ def test_health_is_503_when_search_does_not_work(tmp_path: Path) -> None:
         assert client.post("/search", json=query).status_code == 400
 
 
-def test_no_response_names_a_path_of_the_server(tmp_path: Path) -> None:
+def test_a_service_whose_milvus_is_out_of_reach_answers_503_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """The service's vectors out of reach (here: its Milvus Lite file held by another process)
+    is the server's fault, not the request's: /health and /search answer 503, then 200 again once
+    the vectors are back."""
+    pytest.importorskip("milvus_lite")
+    _half_backfilled(tmp_path / "store", BackendSettings(kind="milvus"))
+    app = create_app(
+        tmp_path / "store",
+        build_serving_mode("rank-merge-rqt"),
+        heads=HeadTransforms(reverse=reverse),
+    )
+    query = {"vectors": np.ones((1, NEW.dim)).tolist(), "k": 3}
+    with TestClient(app) as client:
+        with milvus_lite_held(tmp_path / "store"):
+            health = client.get("/health")
+            search = client.post("/search", json=query)
+            assert client.get("/backfill/status").status_code == 200  # the ledger needs no Milvus
+        assert health.status_code == 503, health.text
+        assert "another process holds the lock" in health.json()["error"]
+        assert search.status_code == 503, search.text
+        assert "one process at a time" in search.json()["detail"]["hint"]
+        assert str(tmp_path) not in health.text + search.text
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.post("/search", json=query).status_code == 200
+
+
+def test_no_response_names_a_path_of_the_server(tmp_path: Path, backend: BackendSettings) -> None:
     store = tmp_path / "deep" / "store"
-    with build_gallery(store, 40) as gallery:
+    with build_gallery(store, 40, backend=backend) as gallery:
         spec = SpaceSpec("gen1", NEW.dim, ("gen0",), model_ref=str(tmp_path / "models" / "gen1"))
         BackfillJob(
             gallery, spec, TransformStored(psi), build_ordering("random"), 10, progress=False

@@ -1,14 +1,15 @@
 """The gallery store's commands: ingest a gallery, backfill it, search it, serve
-it, show its status.
+it, show its status, cut over to the new space, roll back, clean up the old one.
 
 Each function is one ``modelupgrade`` subcommand (``store-ingest``, ``backfill``, ``search``,
-``serve``, ``store-status``) or the ``demo_store`` stage; its signature and docstring are the
-command line (``modelupgrade.cli.arguments``). Defaults left out come from the ``store`` section of
-params.yaml.
+``serve``, ``store-status``, ``cutover``, ``rollback``, ``cleanup``) or the ``demo_store`` stage;
+its signature and docstring are the command line (``modelupgrade.cli.arguments``). Defaults left
+out come from the ``store`` section of params.yaml.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,10 +26,11 @@ from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store.backends import BackendSettings
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.job import BackfillReport
+from modelupgrade.store.job import BackfillPreview, BackfillReport
 from modelupgrade.store.schema import DATABASE_FILE
-from modelupgrade.store.search import QueryVectors, Searcher, SearchHits
+from modelupgrade.store.search import QueryVectors, Searcher, SearchHits, index_recall
 from modelupgrade.store.status import StoreStatus
+from modelupgrade.store.steps import ServingStep
 
 if TYPE_CHECKING:
     from modelupgrade.heads.card import HeadCard
@@ -199,6 +201,7 @@ def backfill(
     chunk_size: int | None = None,
     retry_failed: bool = False,
     abort: bool = False,
+    dry_run: bool = False,
     mode: str | None = None,
     forward_head: Path | None = None,
     seed: int | None = None,
@@ -209,7 +212,7 @@ def backfill(
     workers: int | None = None,
     gpus_per_worker: float | None = None,
     cpus_per_worker: float = 1.0,
-) -> BackfillReport | dict[str, Any]:
+) -> BackfillReport | BackfillPreview | dict[str, Any]:
     """Backfill the store into the new model's space, resumably; SIGTERM stops at a chunk boundary.
 
     Everything that can be checked is checked before the store changes: the model or head against
@@ -235,6 +238,9 @@ def backfill(
         retry_failed: re-queue the items that failed in the last backfill
         abort: abandon the running backfill instead: every item back in the space it had and the
             serving space the store had before the backfill began; the store is free for another
+        dry_run: change nothing: print the items to move, the measured items/s of the vector
+            source (the model or ψ, timed on a sample of them on this machine) and the estimated
+            wall time, after the checks a backfill makes before it starts
         mode: serving mode the store is searched in while the backfill runs (default:
             store.serving_mode); a new space it cannot serve is refused before anything changes
         forward_head: with --mode mixed: the forward head ψ the service serves the items not yet
@@ -259,6 +265,7 @@ def backfill(
         TableVectors,
         TransformStored,
         abort_backfill,
+        preview_backfill,
     )
     from modelupgrade.store.models import (
         head_transform_fn,
@@ -269,6 +276,12 @@ def backfill(
     from modelupgrade.store.spaces import SpaceSpec
 
     store_path = store or Path(params.store.path)
+    if dry_run and (abort or retry_failed):
+        raise UserError(
+            "--dry-run previews a backfill; it takes no "
+            + ("--abort" if abort else "--retry-failed"),
+            hint="preview first, then run the command without --dry-run",
+        )
     if abort:
         extra = [
             name
@@ -313,7 +326,11 @@ def backfill(
     )
     rho = head_transform_fn(rho_head, device, "new_embedding")[0] if rho_head else None
     form = "rho" if rho is not None else "new"
-    with GalleryStore.open(store_path) as gallery, gallery.writing("backfill"):
+    # A dry run is a reader: it takes no writer lock, so it leaves the store's files as they are.
+    with (
+        GalleryStore.open(store_path) as gallery,
+        contextlib.nullcontext() if dry_run else gallery.writing("backfill"),
+    ):
         if retry_failed:
             gallery.backfills.retry_failed()
         serving = gallery.serving_space()
@@ -363,6 +380,8 @@ def backfill(
             from modelupgrade.heads import read_head_card
 
             _check_head(forward_head, "--forward-head", read_head_card(forward_head), moving, spec)
+        if dry_run:
+            return preview_backfill(gallery, spec, source, serving_check)
         if executor == "ray":
             return _backfill_on_ray(
                 gallery,
@@ -668,14 +687,151 @@ def serve(
 
 
 def store_status(params: Params, store: Path | None = None) -> StoreStatus:
-    """What a store holds: items per space and state, its spaces and scores, its last backfill.
+    """What a store holds: items per space and state, its spaces and scores, its last backfill,
+    and its index with its recall@10 against an exact scan in each space.
 
     Args:
         params: the params file: its store section gives the default store
         store: store directory (default: store.path of params.yaml)
     """
     with GalleryStore.open(store or Path(params.store.path)) as gallery:
-        return gallery.status()
+        status = gallery.status()
+        if status.items:
+            status.index = index_recall(gallery)
+        return status
+
+
+def cutover(
+    params: Params,
+    reason: str,
+    query_split: Path,
+    store: Path | None = None,
+    new_query_vectors: Path | None = None,
+    old_query_vectors: Path | None = None,
+    new_model: Path | None = None,
+    old_model: Path | None = None,
+    device: str = "cpu",
+) -> ServingStep:
+    """Make the completed backfill's new space final, once its shadow evaluation passes.
+
+    The store answers a labelled query sample from the new space and from the old one (both
+    spaces' vectors are still in the store), scored by the project's evaluator; the registry's gate
+    decides: the gate metric (registry.gate_metric, else evaluation.headline_metric) at least as
+    high in the new space, and negative flips within registry.gates.max_negative_flip_rate. On
+    Milvus the store's serving alias then points at the new space's collection. The old vectors
+    are kept for store.rollback_window_hours (`modelupgrade rollback`, `modelupgrade cleanup`).
+
+    Args:
+        params: the params file: store, evaluation and registry sections, the dataset
+        reason: why, recorded with who and when (store-status shows it)
+        query_split: labelled query sample: a split parquet (item_id, path, index, label)
+        store: store directory (default: store.path of params.yaml)
+        new_query_vectors: the sample's query vectors in the new space (.npy, row i = row i of
+            --query-split); or --new-model
+        old_query_vectors: the sample's query vectors in the old space (.npy); or --old-model
+        new_model: model directory that embeds the sample's images into the new space
+        old_model: model directory that embeds the sample's images into the old space
+        device: torch device that runs the models: cpu, cuda, cuda:1
+    """
+    from modelupgrade.store.cutover import cutover as cut_over
+    from modelupgrade.store.shadow import QuerySample, shadow_evaluate
+
+    frame = _items_table(query_split)
+    if "label" not in frame.columns:
+        raise UserError(
+            f"{query_split} has no label column",
+            hint="the shadow evaluation scores the store's answers by label: pass a split parquet",
+        )
+    new = _query_vectors(params, frame, new_query_vectors, new_model, "new", device)
+    old = _query_vectors(params, frame, old_query_vectors, old_model, "old", device)
+    sample = QuerySample(frame["label"].to_numpy(np.int64), new, old, str(query_split))
+    with GalleryStore.open(store or Path(params.store.path)) as gallery:
+        return cut_over(
+            gallery,
+            reason,
+            params.store.rollback_window_hours,
+            lambda backfill: shadow_evaluate(gallery, backfill, sample, params),
+        )
+
+
+def _query_vectors(
+    params: Params,
+    frame: Any,
+    vectors: Path | None,
+    model: Path | None,
+    side: str,
+    device: str,
+) -> np.ndarray:
+    """The query sample in the ``side`` space: read from ``vectors``, or embedded by ``model``."""
+    from modelupgrade.store.images import ManifestImageSource
+    from modelupgrade.store.ingest import item_rows
+    from modelupgrade.store.models import model_embed_fn
+    from modelupgrade.store.schema import ItemRow
+
+    if (vectors is None) == (model is None):
+        raise UserError(
+            f"give the query sample's {side}-space vectors one way: --{side}-query-vectors "
+            f"or --{side}-model",
+            hint=f"--{side}-query-vectors Q.npy (row i = row i of --query-split), or "
+            f"--{side}-model DIR to embed its images",
+        )
+    if vectors is not None:
+        return load_array(vectors, f"{side}-space query vectors")
+    item_ids, sources = item_rows(frame, "the query split")
+    rows = [
+        ItemRow(i, item_id, path, index, None, "")
+        for i, (item_id, (path, index, _)) in enumerate(
+            zip(item_ids, sources.rows(len(item_ids)), strict=True)
+        )
+    ]
+    loaded = ManifestImageSource(params.dataset).load(rows)
+    if loaded.failures:
+        raise UserError(
+            f"{len(loaded.failures)} query image(s) cannot be read, e.g. "
+            f"{next(iter(loaded.failures.values()))}",
+            hint="check dataset.root in params.yaml and the query split's paths",
+        )
+    return model_embed_fn(model, params.store.embed_batch_size, device)(loaded.images)
+
+
+def rollback(params: Params, reason: str, store: Path | None = None) -> ServingStep:
+    """Serve the old space again after a backfill (cut over or not), while its vectors are kept.
+
+    Every item the backfill moved points at its old vector again (checked against its recorded
+    checksum first), the old space becomes the serving space and, on Milvus, the serving alias
+    points at its collection. Refused once `modelupgrade cleanup` dropped the old vectors.
+    `modelupgrade cutover` moves to the new space again (its vectors stay).
+
+    Args:
+        params: the params file: its store section gives the default store
+        reason: why, recorded with who and when (store-status shows it)
+        store: store directory (default: store.path of params.yaml)
+    """
+    from modelupgrade.store.cutover import rollback as roll_back
+
+    with GalleryStore.open(store or Path(params.store.path)) as gallery:
+        return roll_back(gallery, reason)
+
+
+def cleanup(
+    params: Params, reason: str, store: Path | None = None, force: bool = False
+) -> ServingStep:
+    """Drop the old space's vectors of a cut-over backfill once its rollback window has passed.
+
+    The window is store.rollback_window_hours from the cutover. After a cleanup no rollback is
+    possible. The step is recorded before the vectors go, so a run interrupted after it finishes
+    the drop when run again.
+
+    Args:
+        params: the params file: its store section gives the default store
+        reason: why, recorded with who and when (store-status shows it)
+        store: store directory (default: store.path of params.yaml)
+        force: drop them before the window ends (the --reason says why)
+    """
+    from modelupgrade.store.cutover import cleanup as clean_up
+
+    with GalleryStore.open(store or Path(params.store.path)) as gallery:
+        return clean_up(gallery, reason, force)
 
 
 def demo_store(

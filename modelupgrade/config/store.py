@@ -9,6 +9,32 @@ from pydantic import Field, model_validator
 from modelupgrade.config.base import Section
 
 
+class StoreIndexParams(Section):
+    """``store.index``: how each embedding space of a new store is searched. ``flat`` scans every
+    vector (exact); ``hnsw`` and ``ivf`` find candidates per part with an approximate index (FAISS
+    in the embedded store, Milvus's own index in Milvus), which the store ranks exactly with the
+    shared kernel. Like the backend, a store keeps the index it was created with."""
+
+    kind: Literal["flat", "hnsw", "ivf"] = "flat"
+    # HNSW: graph degree, build-time and search-time candidate lists (Milvus's M, efConstruction,
+    # ef); a search's list is at least the candidates it asks for.
+    hnsw_m: int = Field(default=16, ge=2, le=2048)
+    hnsw_ef_construction: int = Field(default=200, ge=1)
+    hnsw_ef_search: int = Field(default=128, ge=1)
+    # IVF (IVF_FLAT in Milvus): k-means cells, and cells scanned per query.
+    ivf_nlist: int = Field(default=1024, ge=1, le=65536)
+    ivf_nprobe: int = Field(default=32, ge=1)
+
+    @model_validator(mode="after")
+    def _nprobe_within_nlist(self) -> StoreIndexParams:
+        if self.ivf_nprobe > self.ivf_nlist:
+            raise ValueError(
+                f"ivf_nprobe ({self.ivf_nprobe}) exceeds ivf_nlist ({self.ivf_nlist}): a query "
+                "cannot scan more cells than there are"
+            )
+        return self
+
+
 class StoreParams(Section):
     path: str = "stores/demo"
     # Where a new store keeps its vectors: a backend of modelupgrade.store.backends.VECTOR_BACKENDS
@@ -28,6 +54,7 @@ class StoreParams(Section):
     # A mode of modelupgrade.serving.SERVING_MODES; checked by modelupgrade.plugins.
     serving_mode: str = "mixed"
     distance: Literal["cosine", "l2"] = "cosine"
+    index: StoreIndexParams = Field(default_factory=StoreIndexParams)
     top_k: int = Field(default=10, ge=1)
     embed_batch_size: int = Field(default=256, ge=1)
     host: str = "127.0.0.1"
@@ -35,6 +62,9 @@ class StoreParams(Section):
     # What one POST /search may ask of the service: query vectors per request, hits per query.
     max_query_vectors: int = Field(default=64, ge=1)
     max_k: int = Field(default=1000, ge=1)
+    # Hours after a cutover during which the old space's vectors are kept for a rollback;
+    # `modelupgrade cleanup` drops them only after (or with --force and a reason).
+    rollback_window_hours: float = Field(default=168.0, ge=0)
 
     @model_validator(mode="after")
     def _top_k_within_max_k(self) -> StoreParams:

@@ -1,9 +1,12 @@
 """Nearest-neighbour search over a gallery with FAISS, in bounded memory.
 
-Vectors are L2-normalised float32 and scored by inner product (= cosine). The default index is the
-exact ``IndexFlatIP``; ``ivf`` and ``hnsw`` trade exactness for speed on large galleries. One class
-per index kind, registered in ``INDEXES``. A GPU copy of the index is used when the installed FAISS
-has GPU support and a GPU is visible (``use_gpu="auto"``).
+Vectors are L2-normalised float32 and scored by inner product (= cosine), or, with
+``metric="l2"``, scored by squared L2 distance as they are. The default index is the exact flat
+one; ``ivf`` and ``hnsw`` trade exactness for speed on large galleries. One class per index kind,
+registered in ``INDEXES``. A search may be restricted to some of an index's rows (``allowed``): the
+gallery store keeps one index per embedding space and searches the part of it a snapshot holds.
+A GPU copy of the index is used when the installed FAISS has GPU support and a GPU is visible
+(``use_gpu="auto"``).
 
 Queries are searched in blocks of ``query_block`` rows, and a gallery larger than ``gallery_block``
 rows is split into shards whose top-k lists are merged, so neither the score tile nor the index
@@ -67,6 +70,8 @@ class SearchOptions:
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
+    # "ip": inner product of unit vectors (cosine); "l2": squared L2 distance
+    metric: Literal["ip", "l2"] = "ip"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -105,14 +110,37 @@ class SearchIndex(ABC):
     def configure_search(self) -> None:
         """Search-time parameters (nprobe, efSearch)."""
 
+    @property
+    def metric(self) -> int:
+        faiss = _faiss()
+        return faiss.METRIC_L2 if self.options.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    def search_parameters(self, k: int, selector: Any) -> Any:
+        """FAISS search parameters restricted to ``selector``'s rows."""
+        return _faiss().SearchParameters(sel=selector)
+
     def to_gpu(self) -> None:
         faiss = _faiss()
         self._gpu_resources = faiss.StandardGpuResources()
         self.index = faiss.index_cpu_to_gpu(self._gpu_resources, 0, self.index)
         self.on_gpu = True
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        scores, ids = self.index.search(queries, k)
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, row ids) of the ``k`` best rows per query; with ``allowed`` (a bool per row)
+        only among those rows, filtered while searching (ids −1 pad short lists)."""
+        if allowed is None:
+            scores, ids = self.index.search(queries, k)
+            return scores, ids
+        faiss = _faiss()
+        bits = np.packbits(np.asarray(allowed, dtype=bool), bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
+        scores, ids = self.index.search(queries, k, params=self.search_parameters(k, selector))
         return scores, ids
 
 
@@ -123,7 +151,8 @@ class FlatIndex(SearchIndex):
     exact = True
 
     def build(self, dim: int) -> Any:
-        return _faiss().IndexFlatIP(dim)
+        faiss = _faiss()
+        return faiss.IndexFlatL2(dim) if self.options.metric == "l2" else faiss.IndexFlatIP(dim)
 
 
 @INDEXES.register("ivf")
@@ -134,10 +163,9 @@ class IVFIndex(SearchIndex):
 
     def build(self, dim: int) -> Any:
         faiss = _faiss()
-        self._quantizer = faiss.IndexFlatIP(dim)
-        return faiss.IndexIVFFlat(
-            self._quantizer, dim, self.options.ivf_nlist, faiss.METRIC_INNER_PRODUCT
-        )
+        l2 = self.options.metric == "l2"
+        self._quantizer = faiss.IndexFlatL2(dim) if l2 else faiss.IndexFlatIP(dim)
+        return faiss.IndexIVFFlat(self._quantizer, dim, self.options.ivf_nlist, self.metric)
 
     def add(self, vectors: np.ndarray) -> None:
         if len(vectors) < self.options.ivf_nlist:
@@ -151,6 +179,9 @@ class IVFIndex(SearchIndex):
     def configure_search(self) -> None:
         self.index.nprobe = min(self.options.ivf_nprobe, self.options.ivf_nlist)
 
+    def search_parameters(self, k: int, selector: Any) -> Any:
+        return _faiss().SearchParametersIVF(sel=selector, nprobe=self.index.nprobe)
+
 
 @INDEXES.register("hnsw")
 class HNSWIndex(SearchIndex):
@@ -160,12 +191,19 @@ class HNSWIndex(SearchIndex):
 
     def build(self, dim: int) -> Any:
         faiss = _faiss()
-        index = faiss.IndexHNSWFlat(dim, self.options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexHNSWFlat(dim, self.options.hnsw_m, self.metric)
+        index.hnsw.efSearch = self.options.hnsw_ef_search
         index.hnsw.efConstruction = self.options.hnsw_ef_construction
         return index
 
     def configure_search(self) -> None:
         self.index.hnsw.efSearch = self.options.hnsw_ef_search
+
+    def search_parameters(self, k: int, selector: Any) -> Any:
+        # the candidate list must hold the k asked for, or HNSW returns fewer
+        return _faiss().SearchParametersHNSW(
+            sel=selector, efSearch=max(self.options.hnsw_ef_search, k)
+        )
 
     def to_gpu(self) -> None:
         log.info("FAISS has no GPU HNSW; the hnsw index stays on the CPU")

@@ -7,7 +7,8 @@ Modules by concern: ``schema`` (layout and rows), ``database`` (SQLite, transact
 embedded files or Milvus), ``spaces``, ``gallery`` (items, scores, vectors, snapshots), ``ledger``
 (the backfill state machine), ``status``, ``job`` (the backfill job and its executors), ``search``,
 ``service`` (HTTP), ``lock`` (one writer per store), ``ingest``, ``images``, ``models`` (models
-and heads as callables, scores).
+and heads as callables, scores), ``shadow`` (the shadow evaluation before a cutover), ``cutover``
+(cutover, rollback and cleanup of a completed backfill), ``steps`` (their record).
 The ordering policies and serving modes are ``modelupgrade.ordering`` and ``modelupgrade.serving``.
 """
 

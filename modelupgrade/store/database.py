@@ -16,7 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from modelupgrade.errors import UserError
-from modelupgrade.store.schema import DATABASE_FILE, DDL, SCHEMA_VERSION, VECTORS_DIR
+from modelupgrade.store.schema import (
+    DATABASE_FILE,
+    DDL,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    VECTORS_DIR,
+)
 
 
 class Database:
@@ -80,6 +86,17 @@ class Database:
             connection.close()
             raise UserError(f"{database} is not a readable gallery store: {err}") from None
         found = None if row is None else row[0]
+        if found is not None and found.isdigit() and int(found) in MIGRATIONS:
+            try:
+                found = cls._migrate(connection, int(found))
+            except sqlite3.DatabaseError as err:
+                connection.close()
+                raise UserError(
+                    f"cannot bring gallery store {path} from schema version {found} to "
+                    f"{SCHEMA_VERSION}: {err}",
+                    hint="the migration changed nothing; open the store where its database is "
+                    "writable (once), or rebuild it",
+                ) from None
         if found != str(SCHEMA_VERSION):
             connection.close()
             raise UserError(
@@ -89,6 +106,27 @@ class Database:
                 "the modelupgrade release that wrote it",
             )
         return cls(path, connection)
+
+    @staticmethod
+    def _migrate(connection: sqlite3.Connection, version: int) -> str:
+        """Bring a store of schema ``version`` to ``SCHEMA_VERSION``, all steps in one transaction
+        (a store is never left half-migrated); returns the version reached."""
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again inside the transaction: another process may have migrated it meanwhile.
+            version = int(Database.meta(connection, "schema_version") or version)
+            while version in MIGRATIONS:
+                # One statement at a time: executescript would commit the open transaction.
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                version += 1
+                Database.set_meta(connection, "schema_version", str(version))
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+        return str(version)
 
     def close(self) -> None:
         with self.lock:

@@ -274,7 +274,7 @@ class GalleryStore:
         return checked
 
     def items(self, slots: Iterable[int] | None = None) -> list[ItemRow]:
-        query = f"SELECT {ITEM_COLUMNS} FROM items"
+        query = f"SELECT {ITEM_COLUMNS} FROM current_items"
         if slots is None:
             return [ItemRow(*row) for row in self.db.query(query + " ORDER BY slot")]
         wanted = [int(s) for s in slots]
@@ -384,7 +384,9 @@ class GalleryStore:
 
     def snapshot(self) -> Snapshot:
         with self.db.read() as db:
-            rows = db.execute("SELECT slot, item_id, space FROM items ORDER BY slot").fetchall()
+            rows = db.execute(
+                "SELECT slot, item_id, space FROM current_items ORDER BY slot"
+            ).fetchall()
             serving = Database.meta(db, "serving_space")
             counter = int(Database.meta(db, "commit_counter") or 0)
             backfill = BackfillLedger.active_in(db)
@@ -400,4 +402,5 @@ class GalleryStore:
     def status(self) -> StoreStatus:
         status = read_status(self.db, self.spaces())
         status.vectors = self.vectors.describe()
+        status.index = self.backend_settings.index.model_dump()
         return status

@@ -3,8 +3,9 @@
 A backfill is *planned* once: every item not yet in the target space is queued in the policy's
 order and cut into fixed chunks, in one transaction, so chunk membership never changes afterwards
 and a resumed job redoes exactly the chunk it was working on. A chunk is *committed* in one
-transaction that points its written items at the target space, records its failures and appends it
-to the chunk log, whose key forbids a second commit of the same chunk.
+transaction that appends it to the chunk log, whose key forbids a second commit of the same chunk,
+and records its failures; its written items are in the target space from then on, as the
+``current_items`` view reads them (progress is recorded per chunk, not per item row).
 
 A backfill is *complete* only when every item it planned is in the target space; one with failed
 items stays running until they are retried (``retry_failed``) or the backfill is *aborted*, which
@@ -80,7 +81,7 @@ class BackfillLedger:
                 hint="retry them first (`modelupgrade backfill --retry-failed`)",
             )
         rows = db.execute(
-            "SELECT slot, space FROM items WHERE space != ? ORDER BY slot", (target.name,)
+            "SELECT slot, space FROM current_items WHERE space != ? ORDER BY slot", (target.name,)
         ).fetchall()
         sources = sorted({space for _, space in rows})
         if not rows:
@@ -137,10 +138,12 @@ class BackfillLedger:
             )
             backfill_id = int(cursor.lastrowid)
             db.executemany(
-                "UPDATE items SET state = 'pending', backfill_id = ?, planned_chunk = ?, "
-                "backfill_rank = ?, committed_chunk = NULL, failure = NULL WHERE slot = ?",
+                # the row's space is what a chunk commit does not rewrite: the source's
+                "UPDATE items SET space = ?, state = 'pending', backfill_id = ?, "
+                "planned_chunk = ?, backfill_rank = ?, committed_chunk = NULL, failure = NULL "
+                "WHERE slot = ?",
                 (
-                    (backfill_id, rank // chunk_size, rank, int(slot))
+                    (source, backfill_id, rank // chunk_size, rank, int(slot))
                     for rank, slot in enumerate(order)
                 ),
             )
@@ -188,11 +191,15 @@ class BackfillLedger:
         items, in plan order, read in one transaction (a job reads ahead rather than wait on each
         commit; a pool of workers takes them all)."""
         with self.db.read() as db:
+            # A committed chunk's rows still say 'pending' (``CURRENT_ITEMS_DDL``): the chunk log
+            # tells them apart.
             indexes = [
                 row[0]
                 for row in db.execute(
                     "SELECT DISTINCT planned_chunk FROM items WHERE state = 'pending' AND "
-                    "backfill_id = ? AND planned_chunk > ? ORDER BY planned_chunk LIMIT ?",
+                    "backfill_id = ? AND planned_chunk > ? AND NOT EXISTS (SELECT 1 FROM "
+                    "chunk_log WHERE chunk_log.backfill_id = items.backfill_id AND "
+                    "chunk_log.chunk = items.planned_chunk) ORDER BY planned_chunk LIMIT ?",
                     (backfill.id, after, -1 if limit is None else limit),
                 )
             ]
@@ -204,6 +211,8 @@ class BackfillLedger:
                 "ORDER BY planned_chunk, backfill_rank",
                 (backfill.id, indexes[0], indexes[-1]),
             ).fetchall()
+        wanted = set(indexes)
+        rows = [row for row in rows if row[0] in wanted]
         by_chunk: dict[int, list[ItemRow]] = {index: [] for index in indexes}
         for planned_chunk, *item in rows:
             by_chunk[planned_chunk].append(ItemRow(*item))
@@ -214,7 +223,10 @@ class BackfillLedger:
 
         The caller has made the written rows durable first. One transaction, hence one WAL sync, for
         a run of chunks whose rows were made durable with one vector sync: what lets a backfill keep
-        up when its ψ is cheaper than a sync.
+        up when its ψ is cheaper than a sync. A chunk's commit writes its chunk log row and a row
+        per failed item, never one per written item: its items read done through the
+        ``current_items`` view (``CURRENT_ITEMS_DDL``), so a commit costs the same few pages
+        however the chunk's items are spread over the item table.
         """
         for commit in commits:
             written = {int(s) for s in commit.written}
@@ -228,12 +240,16 @@ class BackfillLedger:
         with self.db.write() as db:
             for commit in commits:
                 chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
-                still_pending = db.execute(
-                    "SELECT COUNT(*) FROM items WHERE state = 'pending' AND slot IN "
-                    f"({','.join('?' * len(expected))})",
-                    expected,
+                logged = db.execute(
+                    "SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ? AND chunk = ?",
+                    (chunk.backfill_id, chunk.index),
                 ).fetchone()[0]
-                if still_pending != len(expected):
+                still_pending = db.execute(
+                    "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ? AND "
+                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(expected))})",
+                    [chunk.backfill_id, chunk.index, *expected],
+                ).fetchone()[0]
+                if logged or still_pending != len(expected):
                     raise RuntimeError(
                         f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed"
                     )
@@ -250,11 +266,6 @@ class BackfillLedger:
                     ),
                 )
                 db.executemany(
-                    "UPDATE items SET space = ?, state = 'done', "
-                    "committed_chunk = ? WHERE slot = ?",
-                    ((target_space, chunk.index, int(slot)) for slot in commit.written),
-                )
-                db.executemany(
                     "UPDATE items SET state = 'failed', failure = ?, "
                     "committed_chunk = ? WHERE slot = ?",
                     ((reason, chunk.index, slot) for slot, reason in commit.failures.items()),
@@ -266,13 +277,20 @@ class BackfillLedger:
         with self.db.write() as db:
             counts = dict(
                 db.execute(
-                    "SELECT state, COUNT(*) FROM items WHERE backfill_id = ? "
+                    "SELECT state, COUNT(*) FROM current_items WHERE backfill_id = ? "
                     "AND state IN ('pending', 'failed') GROUP BY state",
                     (backfill.id,),
                 ).fetchall()
             )
             pending, failed = int(counts.get("pending", 0)), int(counts.get("failed", 0))
             if not pending and not failed:
+                # Every chunk is committed: write what the chunk log says into the item rows, in one
+                # pass over the table, so that at rest the rows are true (``CURRENT_ITEMS_DDL``).
+                db.execute(
+                    "UPDATE items SET space = ?, state = 'done', committed_chunk = planned_chunk "
+                    "WHERE backfill_id = ? AND state = 'pending'",
+                    (backfill.target_space, backfill.id),
+                )
                 db.execute(
                     "UPDATE backfills SET status = 'complete', finished_at = ? WHERE id = ? "
                     "AND status = 'running'",
@@ -295,7 +313,7 @@ class BackfillLedger:
                 )
             moved = int(
                 db.execute(
-                    "SELECT COUNT(*) FROM items WHERE backfill_id = ? AND space = ?",
+                    "SELECT COUNT(*) FROM current_items WHERE backfill_id = ? AND space = ?",
                     (backfill.id, backfill.target_space),
                 ).fetchone()[0]
             )
@@ -368,7 +386,7 @@ class BackfillLedger:
         """Every item's id, space, state and committing chunk (for audits and tests)."""
         rows = self.db.query(
             "SELECT slot, item_id, space, state, backfill_id, committed_chunk, failure "
-            "FROM items ORDER BY slot"
+            "FROM current_items ORDER BY slot"
         )
         keys = ("slot", "item_id", "space", "state", "backfill_id", "committed_chunk", "failure")
         return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -2,7 +2,8 @@
 
 A store is a directory::
 
-    store.sqlite            items, their ordering scores, spaces, backfills, chunk_log, meta
+    store.sqlite            items, their ordering scores, spaces, backfills, chunk_log,
+                            serving_steps, meta
     vectors/<space>.f32     float32 rows, shape (capacity, dim); item ``slot`` s lives in row s
 
 Every item has one fixed row slot, the same in every space file, and one ``space`` column naming the
@@ -20,13 +21,14 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 DATABASE_FILE = "store.sqlite"
 VECTORS_DIR = "vectors"
 
 # Item backfill states: 'idle' (not part of a running backfill), 'pending' (queued in a planned
 # chunk), 'done' (its vector in the target space is committed), 'failed' (skipped with a reason,
-# still served from its previous space).
+# still served from its previous space). A committed chunk's items read 'done' through the
+# ``current_items`` view before their rows say so (see CURRENT_ITEMS_DDL).
 ITEM_STATES = ("idle", "pending", "done", "failed")
 
 DDL = """
@@ -90,6 +92,50 @@ CREATE TABLE chunk_log (
     PRIMARY KEY (backfill_id, chunk)
 );
 """
+
+# The cutover, rollback and cleanup steps of completed backfills (``modelupgrade.store.cutover``):
+# who took each (user@host), when, why, and what it was shown (JSON: the shadow evaluation, the
+# space dropped). The last step of a backfill is its serving state.
+SERVING_STEPS_DDL = """
+CREATE TABLE IF NOT EXISTS serving_steps (
+    id INTEGER PRIMARY KEY,
+    backfill_id INTEGER NOT NULL REFERENCES backfills(id),
+    step TEXT NOT NULL CHECK (step IN ('cutover', 'rollback', 'cleanup')),
+    from_space TEXT NOT NULL,
+    to_space TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+"""
+DDL += SERVING_STEPS_DDL
+
+# What every item is now, as the backfill ledger records it. A chunk commit writes one chunk_log
+# row, not one row per item (a chunk's items are scattered over the item table, so rewriting their
+# rows rewrote hundreds of pages per commit: most of what crash safety cost at 100,000 items). An
+# item still 'pending' in its row whose planned chunk is in the chunk log is done, in the backfill's
+# target space; failures are the exception and are written to their rows. ``BackfillLedger.finish``
+# writes the derived state into the rows once a backfill is complete, so at rest the rows are true;
+# while a backfill runs, every reader of an item's space or state reads this view.
+CURRENT_ITEMS_DDL = """
+CREATE VIEW IF NOT EXISTS current_items AS
+SELECT i.slot, i.item_id, i.source_path, i.source_index, i.label,
+    CASE WHEN c.chunk IS NULL THEN i.space ELSE b.target_space END AS space,
+    CASE WHEN c.chunk IS NULL THEN i.state ELSE 'done' END AS state,
+    i.backfill_id, i.planned_chunk, i.backfill_rank,
+    COALESCE(i.committed_chunk, c.chunk) AS committed_chunk, i.failure
+FROM items AS i
+LEFT JOIN chunk_log AS c
+    ON i.state = 'pending' AND c.backfill_id = i.backfill_id AND c.chunk = i.planned_chunk
+LEFT JOIN backfills AS b ON b.id = c.backfill_id;
+"""
+DDL += CURRENT_ITEMS_DDL
+
+# Schema version → the statements that bring a store of that version to the next one. A migration
+# only adds what the older version lacks, so an older store keeps every row it had (a version-3
+# store's rows were all written per item, which the view reads as they are).
+MIGRATIONS: dict[int, str] = {2: SERVING_STEPS_DDL, 3: CURRENT_ITEMS_DDL}
 
 
 @dataclass(frozen=True)

@@ -272,3 +272,37 @@ def search(
 ) -> SearchHits:
     """One-shot top-k search (a ``Searcher`` reuses snapshots across calls)."""
     return Searcher(store, mode, distance, heads).search(queries, k)
+
+
+def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int = 0) -> dict:
+    """recall@``k`` of the store's index against an exact scan, per space of the current snapshot:
+    ``queries`` stored vectors of each part, drawn with ``seed``, searched in that part both ways
+    and ranked by the shared kernel. Cheap next to the index (a few dozen queries), and on the
+    store's own vectors, so it needs no query set; a flat index reads 1.0. A query finds itself,
+    which both searches do: it shows what the index loses among the other k − 1."""
+    settings = store.backend_settings
+    snapshot = store.snapshot()
+    spaces = store.spaces()
+    rng = np.random.default_rng(seed)
+    recall: dict[str, float] = {}
+    for space_name, positions in sorted(snapshot.partitions().items()):
+        spec, slots = spaces[space_name], snapshot.slots[positions]
+        sample = np.sort(rng.choice(slots, min(queries, len(slots)), replace=False))
+        query = store.vectors.read(spec, sample)
+        part = store.vectors.part(spec, slots, len(snapshot.slots))
+        found = []
+        for candidates, gallery in (
+            part.nearest(query, k, settings.distance),
+            (slots, store.vectors.read(spec, slots)),
+        ):
+            distances = DistanceBlock(query, gallery, settings.distance)()
+            found.append(merged_topk([RankedPart(distances, candidates, "new")], k, len(query)))
+        approx, exact = (top.columns for top in found)
+        hits = [len(set(a) & set(e)) / exact.shape[1] for a, e in zip(approx, exact, strict=True)]
+        recall[space_name] = float(np.mean(hits))
+    return {
+        **settings.index.model_dump(),
+        "engine": store.vectors.describe().get("backend", settings.kind),
+        f"recall_at_{k}": recall,
+        "recall_queries_per_space": queries,
+    }

@@ -35,6 +35,7 @@ from modelupgrade.config.store import StoreParams
 from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import Distance
 from modelupgrade.serving.base import ServingMode
+from modelupgrade.store.backends.base import VectorsUnavailable
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher
 
@@ -212,6 +213,12 @@ def create_app(
                 else _matrix(request.old_vectors, "old query vectors"),
             )
             hits = searcher.search(queries, k)
+        except VectorsUnavailable as err:
+            # The server's vectors are out of reach, not the request wrong: the client may retry.
+            raise HTTPException(
+                status_code=503,
+                detail={"error": public_text(err.message), "hint": public(err.hint)},
+            ) from None
         except UserError as err:
             raise _bad_request(err) from None
         return SearchResponse(

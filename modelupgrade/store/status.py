@@ -8,8 +8,9 @@ from typing import Any
 
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
-from modelupgrade.store.schema import SCHEMA_VERSION
+from modelupgrade.store.schema import SCHEMA_VERSION, Backfill
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.steps import ServingStep, steps_in, window_ends
 
 
 @dataclass
@@ -26,6 +27,13 @@ class StoreStatus:
     failed: list[dict[str, str]] = field(default_factory=list)
     # Where the vectors live (``modelupgrade.store.backends``): backend and address, no secret.
     vectors: dict[str, str] = field(default_factory=dict)
+    # How each space is searched (store.index) and, from `store-status`, the index's recall@10
+    # against an exact scan per space (``modelupgrade.store.search.index_recall``).
+    index: dict[str, Any] = field(default_factory=dict)
+    # The last backfill's cutover, rollback and cleanup steps (``modelupgrade.store.cutover``),
+    # oldest first, each with who took it, when and why; and where that leaves it.
+    serving_steps: list[dict[str, Any]] = field(default_factory=list)
+    cutover: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,8 +46,12 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
     """The store's status, read in one transaction."""
     with database.read() as db:
         items = int(db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
-        by_space = dict(db.execute("SELECT space, COUNT(*) FROM items GROUP BY space").fetchall())
-        by_state = dict(db.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
+        by_space = dict(
+            db.execute("SELECT space, COUNT(*) FROM current_items GROUP BY space").fetchall()
+        )
+        by_state = dict(
+            db.execute("SELECT state, COUNT(*) FROM current_items GROUP BY state").fetchall()
+        )
         score_kinds = dict(
             db.execute("SELECT kind, meaning FROM score_kinds ORDER BY kind").fetchall()
         )
@@ -49,7 +61,8 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
         if backfill is not None:
             counts = dict(
                 db.execute(
-                    "SELECT state, COUNT(*) FROM items WHERE backfill_id = ? GROUP BY state",
+                    "SELECT state, COUNT(*) FROM current_items WHERE backfill_id = ? "
+                    "GROUP BY state",
                     (backfill.id,),
                 ).fetchall()
             )
@@ -78,6 +91,7 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
         failed_rows = db.execute(
             "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"
         ).fetchall()
+        steps = [] if backfill is None else steps_in(db, backfill.id)
     described = {
         name: {
             "dim": s.dim,
@@ -99,4 +113,27 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
         backfill=backfill_info,
         score_kinds=score_kinds,
         failed=[{"item_id": i, "reason": r} for i, r in failed_rows],
+        serving_steps=[step.as_dict() for step in steps],
+        cutover=None if backfill is None else _cutover_state(backfill, steps),
     )
+
+
+def _cutover_state(backfill: Backfill, steps: list[ServingStep]) -> dict[str, Any] | None:
+    """Where the last backfill stands between completion and cleanup (None while it runs)."""
+    if backfill.status != "complete":
+        return None
+    last = steps[-1].step if steps else None
+    state = {
+        None: "awaiting cutover",
+        "cutover": "cut over",
+        "rollback": "rolled back",
+        "cleanup": "cleaned up",
+    }[last]
+    cut = next((step for step in reversed(steps) if step.step == "cutover"), None)
+    return {
+        "state": state,
+        "new_space": backfill.target_space,
+        "old_space": backfill.source_space,
+        "old_vectors": "dropped" if last == "cleanup" else "kept",
+        "rollback_window_ends_at": None if cut is None or last != "cutover" else window_ends(cut),
+    }

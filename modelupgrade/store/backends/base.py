@@ -17,19 +17,27 @@ that produced it) and its checksum (``modelupgrade.store.vectors.vector_checksum
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 from modelupgrade.config import StoreParams
+from modelupgrade.config.store import StoreIndexParams
+from modelupgrade.errors import UserError
 from modelupgrade.registry_util import Registry
 from modelupgrade.retrieval.distance import Distance, check_distance
 from modelupgrade.store.spaces import SpaceSpec
 
 # The store's meta keys that record its backend when it is created (a store keeps its backend).
-BACKEND_META = ("vector_backend", "vector_uri", "vector_distance", "vector_collection")
+BACKEND_META = (
+    "vector_backend",
+    "vector_uri",
+    "vector_distance",
+    "vector_collection",
+    "vector_index",
+)
 
 
 @dataclass(frozen=True)
@@ -39,28 +47,45 @@ class BackendSettings:
     ``uri`` is the backend's address: unused by the embedded backend; for Milvus a local ``.db``
     file (Milvus Lite) or a server URI, and empty for a Milvus Lite file inside the store directory.
     ``distance`` is what its index ranks by. ``collection`` names the store's vectors inside the
-    backend (a prefix of its Milvus collections); a new store draws one.
+    backend (a prefix of its Milvus collections); a new store draws one. ``index`` is how each
+    space is searched (``store.index``: flat, hnsw or ivf, and their parameters).
     """
 
     kind: str = "embedded"
     uri: str = ""
     distance: Distance = "cosine"
     collection: str = ""
+    index: StoreIndexParams = field(default_factory=StoreIndexParams)
 
     @classmethod
     def of(cls, params: StoreParams) -> BackendSettings:
-        return cls(params.backend, params.uri, params.distance)
+        return cls(params.backend, params.uri, params.distance, index=params.index)
 
     def as_meta(self) -> dict[str, str]:
-        return dict(zip(BACKEND_META, (self.kind, self.uri, self.distance, self.collection)))
+        values = (self.kind, self.uri, self.distance, self.collection, self.index.model_dump_json())
+        return dict(zip(BACKEND_META, values, strict=True))
 
     @classmethod
     def from_meta(cls, meta: dict[str, str | None]) -> BackendSettings:
-        """The settings a store recorded; a store that recorded none is an embedded one."""
-        kind, uri, distance, collection = (meta.get(key) for key in BACKEND_META)
+        """The settings a store recorded; a store that recorded none is an embedded one, and one
+        that recorded no index is searched exactly (it was created before indexes)."""
+        kind, uri, distance, collection, index = (meta.get(key) for key in BACKEND_META)
         if kind is None:
             return cls()
-        return cls(kind, uri or "", check_distance(distance or "cosine"), collection or "")
+        return cls(
+            kind,
+            uri or "",
+            check_distance(distance or "cosine"),
+            collection or "",
+            StoreIndexParams.model_validate_json(index) if index else StoreIndexParams(),
+        )
+
+
+def candidate_count(k: int, part_size: int) -> int:
+    """Candidates an index search returns per query for a top-``k``: a few past ``k``, so that float
+    rounding of the index's scores against the shared kernel's distances cannot move an item
+    across the k-th place; all of a part no larger than that."""
+    return min(part_size, k + max(k, 16))
 
 
 class PartGallery(ABC):
@@ -72,13 +97,21 @@ class PartGallery(ABC):
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Slots and their vectors among which every query's exact ``k`` nearest items of the part
-        lie (all of them, or the candidates the backend's own search returns); the caller ranks
-        them with the shared kernel (``modelupgrade.retrieval``)."""
+        """Slots and their vectors among which the caller ranks every query's ``k`` nearest items
+        of the part with the shared kernel (``modelupgrade.retrieval``): all of them, or the
+        candidates the backend's index finds for the queries, a few more than ``k`` each. With a
+        flat index every query's exact ``k`` nearest items are among them; with an approximate one
+        (``store.index``: hnsw, ivf), those the index finds."""
 
     @abstractmethod
     def vectors(self, slots: np.ndarray) -> np.ndarray:
         """The stored vectors of ``slots`` (all in this part)."""
+
+
+class VectorsUnavailable(UserError):
+    """The store's vectors cannot be reached now (a Milvus server down, a Milvus Lite file that
+    another process holds): the fault of where the vectors live, not of a request, so the service
+    answers it with 503, not 400; running the command again once they are back succeeds."""
 
 
 class VectorBackend(ABC):
@@ -137,6 +170,17 @@ class VectorBackend(ABC):
     @abstractmethod
     def discard(self, space: str) -> None:
         """Delete the vectors of ``space``, a space no item and no space row names any more."""
+
+    @abstractmethod
+    def serve(self, spec: SpaceSpec) -> str:
+        """Point whatever the backend's own readers follow at ``spec``'s vectors (a cutover or a
+        rollback; idempotent); returns what now points where, for the record. The store's own
+        readers follow its ``serving_space`` record instead."""
+
+    def reachable(self) -> None:
+        """Raise ``VectorsUnavailable`` unless the vectors can be reached now. A writer whose
+        ledger change must be followed by a vector one (an abort deletes the target's vectors)
+        asks first, so that it is refused before the ledger changes. Local files always are."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -1,6 +1,17 @@
 """The embedded vector backend: one float32 file per space beside the store's database, and one
-file of checksums per space (``vectors/<space>.f32`` and ``vectors/<space>.sum``), searched by an
-exact scan with the shared kernel. The default: nothing to install or start.
+file of checksums per space (``vectors/<space>.f32`` and ``vectors/<space>.sum``). The default:
+nothing to install or start.
+
+A part of a snapshot is searched by an exact scan with the shared kernel (``store.index.kind:
+flat``), or through a FAISS index per space (``hnsw``, ``ivf``; ``modelupgrade.retrieval.index``)
+that finds each query's candidates, which the shared kernel then ranks. The index lives in this
+process and follows the gallery as a backfill changes it: a snapshot's part adds the rows committed
+since the last one (a committed row never changes, so the index only grows while a space fills), a
+part that has shrunk below half of its index (the source space, as its items move out) gets an
+index of its own rows, and a search is restricted to the part's rows by a FAISS selector. Extending
+per committed chunk costs a backfill nothing and a search the new rows only; an index per snapshot
+would rebuild the whole space after every commit. A row whose checksum is not the one indexed (a
+space refilled after an abort) rebuilds the index.
 """
 
 from __future__ import annotations
@@ -10,12 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import Distance
+from modelupgrade.retrieval.index import INDEXES, SearchIndex, SearchOptions, normalised_float32
 from modelupgrade.store.backends.base import (
     VECTOR_BACKENDS,
     BackendSettings,
     PartGallery,
     VectorBackend,
+    candidate_count,
 )
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
@@ -37,6 +51,111 @@ class _ScannedPart(PartGallery):
         return self._vectors[np.searchsorted(self.slots, slots)]
 
 
+class _SpaceIndex:
+    """A FAISS index over the rows of one space that snapshots have shown, with the slot and the
+    checksum of each index row. Rows are only appended; FAISS does not search while it adds, so
+    one lock guards both."""
+
+    def __init__(self, spec: SpaceSpec, options: SearchOptions) -> None:
+        self.options = options
+        self.index: SearchIndex = INDEXES.get(options.index)(spec.dim, options)
+        self.slots = np.empty(0, dtype=np.int64)
+        self.sums = np.empty(0, dtype=np.uint64)
+        self.row_of = np.empty(0, dtype=np.int64)  # slot → index row, −1: not indexed
+        self.lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return len(self.slots)
+
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """Index rows of ``slots`` (−1 where not indexed)."""
+        rows = np.full(len(slots), -1, dtype=np.int64)
+        known = slots < len(self.row_of)
+        rows[known] = self.row_of[slots[known]]
+        return rows
+
+    def prepared(self, vectors: np.ndarray) -> np.ndarray:
+        if self.options.metric == "ip":
+            return normalised_float32(vectors)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def add(self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray) -> None:
+        with self.lock:
+            if len(self.row_of) <= int(slots.max(initial=-1)):
+                grown = np.full(int(slots.max()) + 1, -1, dtype=np.int64)
+                grown[: len(self.row_of)] = self.row_of
+                self.row_of = grown
+            self.row_of[slots] = np.arange(self.size, self.size + len(slots))
+            self.index.add(self.prepared(vectors))
+            self.slots = np.concatenate([self.slots, slots])
+            self.sums = np.concatenate([self.sums, sums])
+
+    def search(self, queries: np.ndarray, limit: int, rows: int, allowed: np.ndarray | None):
+        """Slots of the ``limit`` best rows per query among the first ``rows`` rows (those of the
+        part's snapshot), or among ``allowed`` ones."""
+        with self.lock:
+            if allowed is None and self.size > rows:
+                allowed = np.zeros(self.size, dtype=bool)
+                allowed[:rows] = True
+            _, found = self.index.search(self.prepared(queries), limit, allowed)
+        found = np.unique(found[found >= 0])
+        return self.slots[found]
+
+
+class _IndexedPart(PartGallery):
+    """A part searched through its space's index, restricted to the part's rows."""
+
+    def __init__(
+        self, backend: EmbeddedVectors, spec: SpaceSpec, index: _SpaceIndex, slots: np.ndarray
+    ) -> None:
+        self.backend, self.spec, self.index, self.slots = backend, spec, index, slots
+        self.rows = index.size
+        self.allowed: np.ndarray | None = None
+        if len(slots) < index.size:
+            self.allowed = np.zeros(index.size, dtype=bool)
+            self.allowed[index.rows(slots)] = True
+
+    def nearest(
+        self, queries: np.ndarray, k: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if distance != self.backend.settings.distance:
+            raise UserError(
+                f"the store's {self.index.options.index} index ranks by "
+                f"{self.backend.settings.distance} distance, the search asks for {distance}",
+                hint=f"search with distance {self.backend.settings.distance} (store.distance), "
+                "or rebuild the store with the other one",
+            )
+        limit = candidate_count(k, len(self.slots))
+        if limit == len(self.slots):
+            return self.slots, self.vectors(self.slots)
+        slots = np.sort(self.index.search(queries, limit, self.rows, self.allowed))
+        return slots, self.vectors(slots)
+
+    def vectors(self, slots: np.ndarray) -> np.ndarray:
+        return self.backend.read(self.spec, slots)
+
+
+def search_options(settings: BackendSettings) -> SearchOptions:
+    """The FAISS index options of a store's ``store.index`` settings."""
+    index = settings.index
+    return SearchOptions(
+        index=index.kind,
+        use_gpu="never",
+        ivf_nlist=index.ivf_nlist,
+        ivf_nprobe=index.ivf_nprobe,
+        hnsw_m=index.hnsw_m,
+        hnsw_ef_construction=index.hnsw_ef_construction,
+        hnsw_ef_search=index.hnsw_ef_search,
+        metric="l2" if settings.distance == "l2" else "ip",
+    )
+
+
+# k-means wants about this many training vectors per IVF cell (FAISS warns below it): a smaller
+# part of an IVF store is scanned exactly until its space has enough rows to train on.
+_IVF_TRAIN_PER_CELL = 39
+
+
 @VECTOR_BACKENDS.register("embedded")
 class EmbeddedVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
@@ -44,6 +163,9 @@ class EmbeddedVectors(VectorBackend):
         self.root = store_path / VECTORS_DIR
         self._files: dict[str, tuple[VectorFile, VectorFile]] = {}
         self._lock = threading.Lock()
+        self._options = search_options(settings)
+        self._indexes: dict[str, _SpaceIndex] = {}
+        self._index_lock = threading.Lock()
 
     def _files_of(self, spec: SpaceSpec) -> tuple[VectorFile, VectorFile]:
         with self._lock:
@@ -86,17 +208,46 @@ class EmbeddedVectors(VectorBackend):
         return [(spec.name, spec.model_ref)] * len(slots)
 
     def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
-        return _ScannedPart(slots, self.read(spec, slots))
+        if self._options.index == "flat" or (
+            self._options.index == "ivf"
+            and len(slots) < _IVF_TRAIN_PER_CELL * self._options.ivf_nlist
+        ):
+            return _ScannedPart(slots, self.read(spec, slots))
+        return _IndexedPart(self, spec, self._index_for(spec, slots), slots)
+
+    def _index_for(self, spec: SpaceSpec, slots: np.ndarray) -> _SpaceIndex:
+        """The space's index, holding every row of ``slots`` as it is stored now."""
+        with self._index_lock:
+            sums = self.checksums(spec, slots)
+            index = self._indexes.get(spec.name)
+            if index is not None:
+                rows = index.rows(slots)
+                held = rows >= 0
+                if 2 * len(slots) < index.size or (index.sums[rows[held]] != sums[held]).any():
+                    index = None
+            if index is None:
+                index = self._indexes[spec.name] = _SpaceIndex(spec, self._options)
+                held = np.zeros(len(slots), dtype=bool)
+            new = slots[~held]
+            if len(new):
+                index.add(new, self.read(spec, new), sums[~held])
+            return index
 
     def describe(self) -> dict[str, str]:
         return {"backend": self.registry_name, "location": str(self.root)}
 
     def discard(self, space: str) -> None:
+        with self._index_lock:
+            self._indexes.pop(space, None)
         with self._lock:
             for file in self._files.pop(space, ()):
                 file.close()
             for suffix in (".f32", ".sum"):
                 (self.root / f"{space}{suffix}").unlink(missing_ok=True)
+
+    def serve(self, spec: SpaceSpec) -> str:
+        """Nothing outside the store reads its files: the store's serving space record is all."""
+        return f"serving space {spec.name}"
 
     def close(self) -> None:
         with self._lock:

@@ -9,16 +9,22 @@ A collection per space (``<store collection>_<space>``) holds one row per item s
 primary key, so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same
 rows), ``vector``, and its provenance: ``space``, ``model_ref`` (the model version that produced
 it) and ``checksum``. A new space is a new collection, as a model change in Milvus is done; the old
-one stays until it is dropped.
+one stays until it is dropped. A cutover points the alias ``<store collection>__serving``, what
+clients outside modelupgrade search, at the new space's collection; a rollback points it back.
 
 Search runs Milvus's own search in each part of a snapshot, restricted to the part's slots by a
 filter (the part's slots, or the other items' slots, whichever list is shorter), for a few more
 than k candidates per query; the store ranks the candidates with the shared kernel, so with a FLAT
-index the answers are the embedded store's (ties at the k-th distance aside).
+index the answers are the embedded store's (ties at the k-th distance aside). ``store.index``
+chooses each collection's index when its space is added: FLAT, HNSW (M, efConstruction; ef per
+search) or IVF_FLAT (nlist; nprobe per search). Milvus keeps it up to date as rows are upserted and
+applies the filter inside the index search, so a backfill needs nothing more.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 import threading
@@ -36,6 +42,8 @@ from modelupgrade.store.backends.base import (
     BackendSettings,
     PartGallery,
     VectorBackend,
+    VectorsUnavailable,
+    candidate_count,
 )
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
@@ -44,6 +52,7 @@ TOKEN_ENV = "MILVUS_TOKEN"
 LITE_FILE = "milvus.db"
 _SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
 _METRICS: dict[str, str] = {"cosine": "COSINE", "l2": "L2"}
+_INDEX_TYPES: dict[str, str] = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 _MODEL_REF_LENGTH = 4096
 # Slots per request: well under Milvus's 64 MB message and 16,384-row result limits.
 _BATCH = 4096
@@ -64,6 +73,34 @@ def _release_lite(uri: str) -> None:
             from milvus_lite.server_manager import server_manager_instance
 
             server_manager_instance.release_server(uri)
+
+
+class _LiteStartFailure(logging.Filter):
+    """Milvus Lite logs its failure to open a file (another process holds its lock, say) as a
+    traceback, and pymilvus then raises a bare "Open local milvus failed". While a connection
+    opens, this filter on Milvus Lite's logger keeps the cause for the one error line instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cause: BaseException | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.cause = record.exc_info[1]
+            return False
+        return True
+
+
+class _UnimplementedRpc(logging.Filter):
+    """Milvus Lite serves pymilvus over gRPC in this process but implements not every call
+    (AllocTimestamp, which pymilvus asks for after creating an index and does without); gRPC logs
+    each such call as an error with a traceback, which would read as a failure of the command."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], NotImplementedError))
+
+
+_UNIMPLEMENTED_RPC = _UnimplementedRpc()
 
 
 def is_server_uri(uri: str) -> bool:
@@ -101,7 +138,7 @@ class _Client:
                 return method(*args, **kwargs)
             except self._error as err:
                 message = str(getattr(err, "message", err)).splitlines()[0]
-                raise UserError(
+                raise VectorsUnavailable(
                     f"Milvus at {self._uri} refused {name.replace('_', ' ')}: {message}",
                     hint="check that Milvus runs and holds the store's collections; the store's "
                     "ledger is untouched, so the command can be run again",
@@ -128,9 +165,7 @@ class _SearchedPart(PartGallery):
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        # A few candidates past k, so that float rounding of Milvus's distances against the
-        # kernel's cannot move an item across the k-th place.
-        limit = min(len(self.slots), k + max(k, 16))
+        limit = candidate_count(k, len(self.slots))
         if limit == len(self.slots):
             return self.slots, self.vectors(self.slots)
         if limit > _MAX_TOPK:
@@ -174,7 +209,7 @@ class MilvusVectors(VectorBackend):
         if uri and not is_server_uri(uri):
             uri = str(Path(uri).resolve())  # a Lite file named relative to where the store began
         collection = settings.collection or f"modelupgrade_{uuid.uuid4().hex[:12]}"
-        return BackendSettings(settings.kind, uri, settings.distance, collection)
+        return dataclasses.replace(settings, uri=uri, collection=collection)
 
     # ----- connection ---------------------------------------------------------------------------
     def client(self) -> Any:
@@ -192,6 +227,8 @@ class MilvusVectors(VectorBackend):
                 hint="pip install pymilvus milvus-lite",
             ) from None
         token = os.environ.get(TOKEN_ENV, "")
+        lite_log = logging.getLogger("milvus_lite.server_manager")
+        start_failure = _LiteStartFailure()
         try:
             if is_server_uri(self.uri):
                 client = (
@@ -199,19 +236,30 @@ class MilvusVectors(VectorBackend):
                 )
                 return _Client(client, self.uri)
             with _LITE_LOCK:
-                client = MilvusClient(uri=self.uri)
+                logging.getLogger("grpc._server").addFilter(_UNIMPLEMENTED_RPC)  # again: a no-op
+                # Under _LITE_LOCK: one connection opens at a time, so the filter sees only its own.
+                lite_log.addFilter(start_failure)
+                try:
+                    client = MilvusClient(uri=self.uri)
+                finally:
+                    lite_log.removeFilter(start_failure)
                 _LITE_USERS[self.uri] = _LITE_USERS.get(self.uri, 0) + 1
                 return _Client(client, self.uri)
         except Exception as err:  # noqa: BLE001 - pymilvus raises several kinds; all mean the same
             server = is_server_uri(self.uri)
-            raise UserError(
+            cause = start_failure.cause or err
+            reason = str(getattr(cause, "message", None) or cause or repr(cause)).splitlines()[0]
+            raise VectorsUnavailable(
                 f"cannot open the Milvus {'server' if server else 'Lite file'} {self.uri} of "
-                f"store {self.store_path}: {str(err).splitlines()[0] if str(err) else err!r}",
+                f"store {self.store_path}: {reason}",
                 hint=f"check that the server runs and ${TOKEN_ENV} holds its token"
                 if server
                 else "Milvus Lite serves one process at a time: stop the other process using "
                 "it, or run a Milvus server and point store.uri at it",
             ) from None
+
+    def reachable(self) -> None:
+        self.client().list_collections()  # a round trip: a cached client may have lost its server
 
     def collection(self, spec: SpaceSpec) -> str:
         return self._collection_of(spec.name)
@@ -265,7 +313,12 @@ class MilvusVectors(VectorBackend):
             schema.add_field("model_ref", DataType.VARCHAR, max_length=_MODEL_REF_LENGTH)
             schema.add_field("checksum", DataType.INT64)
             index = client.prepare_index_params()
-            index.add_index(field_name="vector", index_type="FLAT", metric_type=self.metric)
+            index.add_index(
+                field_name="vector",
+                index_type=_INDEX_TYPES[self.settings.index.kind],
+                metric_type=self.metric,
+                params=self._build_params(),
+            )
             client.create_collection(
                 name, schema=schema, index_params=index, consistency_level="Strong"
             )
@@ -378,7 +431,7 @@ class MilvusVectors(VectorBackend):
                 anns_field="vector",
                 limit=limit,
                 filter=filter,
-                search_params={"metric_type": self.metric},
+                search_params={"metric_type": self.metric, "params": self._search_params(limit)},
                 output_fields=["vector"],
             )
             for hits in results:
@@ -388,12 +441,30 @@ class MilvusVectors(VectorBackend):
         vectors = np.array([found[int(s)] for s in slots], dtype=np.float32).reshape(-1, spec.dim)
         return slots, vectors
 
+    def _build_params(self) -> dict[str, int]:
+        index = self.settings.index
+        if index.kind == "hnsw":
+            return {"M": index.hnsw_m, "efConstruction": index.hnsw_ef_construction}
+        if index.kind == "ivf":
+            return {"nlist": index.ivf_nlist}
+        return {}
+
+    def _search_params(self, limit: int) -> dict[str, int]:
+        index = self.settings.index
+        if index.kind == "hnsw":
+            # HNSW's candidate list must hold every candidate asked for
+            return {"ef": max(index.hnsw_ef_search, limit)}
+        if index.kind == "ivf":
+            return {"nprobe": index.ivf_nprobe}
+        return {}
+
     def describe(self) -> dict[str, str]:
         return {
             "backend": self.registry_name,
             "uri": self.uri,
             "collections": f"{self.settings.collection}_<space>",
             "metric": self.metric,
+            "index": _INDEX_TYPES[self.settings.index.kind],
         }
 
     def discard(self, space: str) -> None:
@@ -401,6 +472,29 @@ class MilvusVectors(VectorBackend):
         self._known.pop(name, None)
         if self.client().has_collection(name):
             self.client().drop_collection(name)
+
+    @property
+    def alias(self) -> str:
+        """The alias a client outside modelupgrade searches: the serving space's collection. Two
+        underscores: a space's collection part starts with a letter or digit, so no collection
+        takes this name."""
+        return f"{self.settings.collection}__serving"
+
+    def serve(self, spec: SpaceSpec) -> str:
+        name = self._ensure(spec)
+        client = self.client()
+        if self.alias in client.list_aliases()["aliases"]:
+            client.alter_alias(name, self.alias)
+        else:
+            client.create_alias(name, self.alias)
+        return f"alias {self.alias} -> {name}"
+
+    def serving_collection(self) -> str | None:
+        """The collection the alias points at (None before the first cutover)."""
+        client = self.client()
+        if self.alias not in client.list_aliases()["aliases"]:
+            return None
+        return str(client.describe_alias(self.alias)["collection_name"])
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,260 @@
+"""Cutover, rollback and cleanup of a completed backfill, each recorded (who, when, why).
+
+A backfill switches the serving space when it is planned (queries use the new space for the items
+already moved), and both spaces' vectors stay in the store: a backfill writes the target space's
+beside the source's and never touches those. After it completes, its *last step* in
+``serving_steps`` says where it stands:
+
+* none: complete, serving the new space, not yet final;
+* ``cutover``: the shadow evaluation passed (``modelupgrade.store.shadow``) and the new space is
+  final; the backend's own readers are pointed at it (a Milvus alias); the old vectors are kept
+  for the rollback window (``store.rollback_window_hours``), counted from this cutover;
+* ``rollback``: every item the backfill moved points at its old vector again and the old space
+  serves; a cutover (evaluated again) moves them back, their new vectors being still there;
+* ``cleanup``: the old space's vectors are dropped; no rollback is possible any more.
+
+The steps act on the store's last backfill. Each holds the store's writer lock; the backend is
+pointed first (an idempotent call), then one SQLite transaction moves the items, the serving
+space and appends the step, so a crash between the two is repaired by running the step again.
+Cleanup records its step before it drops the vectors, so a crash never leaves a rollback that
+would find them gone; its re-run finishes the drop.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from modelupgrade.errors import UserError
+from modelupgrade.store.database import Database
+from modelupgrade.store.ledger import BackfillLedger
+from modelupgrade.store.schema import Backfill
+from modelupgrade.store.steps import ServingStep, actor, steps_in, window_ends
+
+if TYPE_CHECKING:
+    from modelupgrade.store.gallery import GalleryStore
+    from modelupgrade.store.shadow import ShadowEvaluation
+
+
+def _reason(text: str, step: str) -> str:
+    if not text.strip():
+        raise UserError(
+            f"a {step} needs a reason: it is recorded with who took it and when",
+            hint='pass --reason "…" (e.g. the ticket or the evaluation that justifies it)',
+        )
+    return text.strip()
+
+
+def _completed(store: GalleryStore, doing: str) -> tuple[Backfill, list[ServingStep]]:
+    """The store's last backfill, complete, and its steps so far."""
+    with store.db.read() as db:
+        backfill = BackfillLedger.last_in(db)
+        steps = [] if backfill is None else steps_in(db, backfill.id)
+    where = f" --store {store.path}"
+    if backfill is None:
+        raise UserError(
+            f"cannot {doing}: the store at {store.path} has never been backfilled",
+            hint=f"backfill it into the new space first (`modelupgrade backfill{where}`)",
+        )
+    if backfill.status != "complete":
+        raise UserError(
+            f"cannot {doing}: backfill {backfill.id} into {backfill.target_space!r} is not "
+            "complete",
+            hint=f"finish it (`modelupgrade backfill{where}` again, --retry-failed for failed "
+            f"items) or undo it with `modelupgrade backfill{where} --abort`",
+        )
+    return backfill, steps
+
+
+def _record(
+    db: sqlite3.Connection,
+    backfill: Backfill,
+    step: str,
+    from_space: str,
+    to_space: str,
+    reason: str,
+    detail: dict[str, Any],
+) -> ServingStep:
+    db.execute(
+        "INSERT INTO serving_steps (backfill_id, step, from_space, to_space, actor, at, reason, "
+        "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (backfill.id, step, from_space, to_space, actor(), time.time(), reason, json.dumps(detail)),
+    )
+    return steps_in(db, backfill.id)[-1]
+
+
+def _point_items(db: sqlite3.Connection, backfill: Backfill, from_space: str, to_space: str) -> int:
+    """Point the items ``backfill`` moved from ``from_space`` at their vector in ``to_space``."""
+    return db.execute(
+        "UPDATE items SET space = ? WHERE backfill_id = ? AND space = ?",
+        (to_space, backfill.id, from_space),
+    ).rowcount
+
+
+def cutover(
+    store: GalleryStore,
+    reason: str,
+    rollback_window_hours: float,
+    evaluate: Callable[[Backfill], ShadowEvaluation],
+) -> ServingStep:
+    """Make the last backfill's new space final once ``evaluate`` (its shadow evaluation) passes."""
+    reason = _reason(reason, "cutover")
+    with store.writing("cut over"):
+        backfill, steps = _completed(store, "cut over")
+        last = steps[-1].step if steps else None
+        if last == "cutover":
+            raise UserError(
+                f"backfill {backfill.id}: space {backfill.target_space!r} was already cut over "
+                f"by {steps[-1].actor}",
+                hint="`modelupgrade store-status` shows its steps; `modelupgrade rollback` "
+                "returns to the old space",
+            )
+        if last == "cleanup":
+            raise UserError(
+                f"backfill {backfill.id}: space {backfill.target_space!r} is final and the "
+                f"vectors of {backfill.source_space!r} were dropped",
+                hint="nothing to cut over; a later model needs a new backfill",
+            )
+        with store.db.read() as db:
+            strays = db.execute(
+                "SELECT COUNT(*), MIN(item_id) FROM items WHERE space != ? AND NOT "
+                "(backfill_id = ? AND space = ?)",
+                (backfill.target_space, backfill.id, backfill.source_space),
+            ).fetchone()
+        if strays[0]:
+            raise UserError(
+                f"cannot cut over: {strays[0]} item(s) have no vector in {backfill.target_space!r} "
+                f"(ingested after backfill {backfill.id}), e.g. {strays[1]!r}",
+                hint="backfill them into the new space first, then cut over",
+            )
+        evaluation = evaluate(backfill)
+        if not evaluation.passed:
+            raise UserError(
+                f"cannot cut over to {backfill.target_space!r}: the shadow evaluation failed "
+                f"({evaluation.summary()}); serving is unchanged",
+                hint="`modelupgrade rollback` serves the old space again while the new model is "
+                "fixed",
+            )
+        pointed = store.vectors.serve(store.space(backfill.target_space))
+        with store.db.write() as db:
+            moved = _point_items(db, backfill, backfill.source_space, backfill.target_space)
+            Database.set_meta(db, "serving_space", backfill.target_space)
+            return _record(
+                db,
+                backfill,
+                "cutover",
+                backfill.source_space,
+                backfill.target_space,
+                reason,
+                {
+                    "shadow_evaluation": evaluation.as_dict(),
+                    "items_moved": moved,
+                    "backend": pointed,
+                    "rollback_window_hours": float(rollback_window_hours),
+                },
+            )
+
+
+def rollback(store: GalleryStore, reason: str) -> ServingStep:
+    """Serve the last backfill's old space again: its items point at their old vectors."""
+    reason = _reason(reason, "rollback")
+    with store.writing("roll back"):
+        backfill, steps = _completed(store, "roll back")
+        last = steps[-1] if steps else None
+        if last is not None and last.step == "cleanup":
+            raise UserError(
+                f"cannot roll back to {backfill.source_space!r}: its vectors were dropped by the "
+                f"cleanup of {last.actor} at {last.as_dict()['at_utc']} ({last.reason})",
+                hint=f"serving {backfill.source_space!r} again needs a backfill into it",
+            )
+        if last is not None and last.step == "rollback":
+            raise UserError(
+                f"backfill {backfill.id} was already rolled back to {backfill.source_space!r} by "
+                f"{last.actor}",
+                hint="`modelupgrade cutover` moves to the new space again",
+            )
+        with store.db.read() as db:
+            slots = [
+                row[0]
+                for row in db.execute(
+                    "SELECT slot FROM items WHERE backfill_id = ? AND space = ?",
+                    (backfill.id, backfill.target_space),
+                )
+            ]
+        # The old vectors are what queries will meet: they must be whole before anything moves.
+        store.verify_vectors(backfill.source_space, np.asarray(slots, dtype=np.int64))
+        pointed = store.vectors.serve(store.space(backfill.source_space))
+        with store.db.write() as db:
+            moved = _point_items(db, backfill, backfill.target_space, backfill.source_space)
+            Database.set_meta(db, "serving_space", backfill.source_space)
+            return _record(
+                db,
+                backfill,
+                "rollback",
+                backfill.target_space,
+                backfill.source_space,
+                reason,
+                {"items_moved": moved, "backend": pointed},
+            )
+
+
+def cleanup(
+    store: GalleryStore, reason: str, force: bool = False, now: float | None = None
+) -> ServingStep:
+    """Drop the old space's vectors of a cut-over backfill once its rollback window has passed
+    (``force``: before)."""
+    reason = _reason(reason, "cleanup")
+    with store.writing("clean up"):
+        backfill, steps = _completed(store, "clean up")
+        last = steps[-1] if steps else None
+        if last is not None and last.step == "cleanup":
+            # A re-run after a crash between the record and the drop finishes the drop.
+            store.vectors.discard(backfill.source_space)
+            return last
+        if last is None or last.step != "cutover":
+            state = "was rolled back" if last is not None else "has not been cut over"
+            raise UserError(
+                f"cannot clean up: backfill {backfill.id} into {backfill.target_space!r} {state}, "
+                f"so the vectors of {backfill.source_space!r} may still serve",
+                hint="cleanup follows a cutover (`modelupgrade cutover`) and its rollback window",
+            )
+        ends = window_ends(last)
+        current = time.time() if now is None else now
+        if current < ends and not force:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ends))
+            raise UserError(
+                f"the rollback window of backfill {backfill.id} is open until {stamp} "
+                f"({(ends - current) / 3600:.1f} h left); the vectors of "
+                f"{backfill.source_space!r} are kept for a rollback until then",
+                hint="run cleanup after it, or now with --force (the --reason says why)",
+            )
+        with store.db.read() as db:
+            still = db.execute(
+                "SELECT COUNT(*) FROM items WHERE space = ?", (backfill.source_space,)
+            ).fetchone()[0]
+        if still:
+            raise UserError(
+                f"cannot clean up: {still} item(s) are still served from {backfill.source_space!r}",
+                hint="backfill them into the new space first",
+            )
+        with store.db.write() as db:
+            step = _record(
+                db,
+                backfill,
+                "cleanup",
+                backfill.source_space,
+                backfill.target_space,
+                reason,
+                {
+                    "dropped_space": backfill.source_space,
+                    "forced": bool(force and current < ends),
+                    "window_ended_at": ends,
+                },
+            )
+        store.vectors.discard(backfill.source_space)
+        return step
