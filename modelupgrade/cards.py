@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from modelupgrade.config.errors import validation_problems
 from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path, file_sha256, write_json
 
@@ -93,9 +94,7 @@ def read_card(directory: str | Path, card_class: type[C]) -> C:
     try:
         return card_class.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:5]
-        )
+        problems = "; ".join(validation_problems(err)[:5])
         raise UserError(
             f"{path} is not a valid {what} card: {problems}",
             hint=f"the {what} directory is damaged or was written by another version",
