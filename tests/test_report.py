@@ -695,3 +695,24 @@ def test_a_skipped_cycle_writes_its_report_and_says_so(tmp_path: Path) -> None:
     assert CycleOutcome(report.record).describe() == (
         "gen3: no new data snapshot, nothing trained or registered"
     )
+
+
+def test_the_report_leads_with_the_best_option_per_scenario(tmp_path: Path) -> None:
+    """The best search of the old gallery over every strategy and head (not the self-test), and
+    the best deployable backfill (the oracle's larger AUC is not one)."""
+    write_study(tmp_path)
+    study = collect_results(
+        study_params(),
+        StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots"),
+    )
+    write_report(study, {}, {}, tmp_path / "out")
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert markdown.index("## What to use, per scenario") < markdown.index("## Do the papers'")
+    assert (
+        "| sc | 0.4000 | 0.7000 | gen1-dmu → dmu(gen0) | 0.5500 | +37.5 | ψ over every stored "
+        "vector, once (no image) | fastfill-independent · fastfill-uncertainty · mixed | 0.6000 |"
+    ) in markdown
+    assert (
+        "| other | 0.3000 | 0.6000 | gen1-bct → gen0 | 0.3500 | +16.7 | nothing: new queries on "
+        "the stored vectors | – | – |"
+    ) in markdown

@@ -306,6 +306,82 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
     return blocks
 
 
+# What a search of the old gallery costs before any backfill, by how it searches it.
+_NO_BACKFILL_COST = {
+    BACKWARD: "nothing: new queries on the stored vectors",
+    "forward-head": "ψ over every stored vector, once (no image)",
+    "forward-adapter": "the adapter over every stored vector, once (no image)",
+    REVERSE_HEAD: "ψ_rev on every query",
+    REVERSE_ADAPTER: "the adapter on every query",
+}
+
+
+def lead_blocks(study: StudyResults) -> list[Block]:
+    """What a team deciding an upgrade reads first: per scenario, the best way to serve the new
+    model before any backfill, the best way to backfill, and the levels they sit between."""
+    rows = []
+    for sc in study.scenarios:
+        searches = [
+            row
+            for strategy in sc.evaluation.strategies
+            for row in sc.rows(strategy)
+            if row.comparison != SELF and math.isfinite(row.value)
+        ]
+        best = max(searches, key=lambda row: row.value, default=None)
+        primary = sc.primary_auc
+        curves = [
+            c
+            for c in sc.backfill_curves()
+            if c.deployable and math.isfinite(c.auc(primary).get(CURVE_METRIC, math.nan))
+        ]
+        curve = max(curves, key=lambda c: c.auc(primary)[CURVE_METRIC], default=None)
+        rows.append(
+            [
+                sc.name,
+                sc.evaluation.old_self,
+                sc.evaluation.oracle_self,
+                MISSING if best is None else f"{best.query_set} → {best.gallery_set}",
+                None if best is None else best.value,
+                MISSING if best is None else f"{best.delta_up_pct:+.1f}",
+                MISSING
+                if best is None
+                else _NO_BACKFILL_COST.get(best.comparison, MISSING)
+                if best.value > sc.evaluation.old_self
+                else "none beats the old system: keep it serving until a backfill",
+                MISSING if curve is None else f"{curve.strategy} · {curve.policy} · {curve.mode}",
+                None if curve is None else curve.auc(primary)[CURVE_METRIC],
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        Heading("What to use, per scenario", 2),
+        Paragraph(
+            "Read this first. For each scenario: the old system's level M(old, old) and the "
+            "independently trained new model's M(new, new); the best way to serve the new model "
+            "before any backfill (the search of the old gallery with the highest M, over every "
+            "strategy, head and training-free adapter, with its Δ↑ over M(old, old) and what it "
+            "costs); and the best deployable backfill (system · ordering · serving mode) by the "
+            f"area under its {CURVE_METRIC} curve. One training seed: small differences decide "
+            "nothing. The tables and curves below give every option."
+        ),
+        Table(
+            [
+                "scenario",
+                "M(old, old)",
+                "independent M(new, new)",
+                "best without backfill",
+                "M",
+                "Δ↑ %",
+                "it costs",
+                "best backfill",
+                "AUC",
+            ],
+            rows,
+        ),
+    ]
+
+
 def claim_blocks(claims: Sequence[Claim]) -> list[Block]:
     counts = sorted({c.seeds for c in claims})
     seeds, plural = "/".join(map(str, counts)), "" if counts == [1] else "s"
@@ -401,6 +477,7 @@ def write_report(
             "heads, Δ↑ and Δ↓ as the DMU paper defines them), the online-backfilling curves, the "
             "sequential-upgrade matrices, and whether the papers' claims hold on this data."
         ),
+        *lead_blocks(study),
         *claim_blocks(claims),
     ]
     for sc in study.scenarios:
