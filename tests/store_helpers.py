@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Collection, Iterator
@@ -161,3 +162,32 @@ def milvus_lite_held(store: Path) -> Iterator[None]:
     finally:
         holder.kill()  # the kernel drops its lock on the file when it dies
         holder.wait(timeout=30)
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
+    """``script STORE DELAY`` in a child process of this project (to be SIGKILLed mid-backfill)."""
+    return subprocess.Popen(
+        [sys.executable, str(script), str(store), str(delay)],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
+    """What a finished backfill into ``NEW`` left: item states, NEW's vectors, the chunk log."""
+    states = [
+        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
+        for s in store.backfills.item_states()
+    ]
+    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
+    chunks = [
+        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
+        for c in store.backfills.chunk_log()
+    ]
+    return states, vectors, chunks

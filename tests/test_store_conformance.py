@@ -42,7 +42,17 @@ from modelupgrade.store import (
 )
 from modelupgrade.store.backends.milvus import MilvusVectors
 from modelupgrade.store.vectors import vector_checksums
-from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, psi, psi_job, reverse
+from tests.store_helpers import (
+    NEW,
+    OLD,
+    PROJECT_PARAMS,
+    build_gallery,
+    final_state,
+    psi,
+    psi_job,
+    reverse,
+    spawn_backfill_worker,
+)
 
 pytest.importorskip("pymilvus")
 
@@ -144,29 +154,6 @@ def test_vectors_of_the_wrong_dimension_or_space_are_refused(
 
 
 # ----- crash safety ------------------------------------------------------------------------------
-def _spawn(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
-    states = [
-        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
-        for s in store.backfills.item_states()
-    ]
-    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
-    chunks = [
-        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
-        for c in store.backfills.chunk_log()
-    ]
-    return states, vectors, chunks
 
 
 def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
@@ -174,7 +161,7 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
 ) -> None:
     with build_gallery(tmp_path / "reference", N_ITEMS, backend=backend) as store:
         assert psi_job(store, chunk=CHUNK, seed=0).run().status == "complete"
-        expected = _final_state(store)
+        expected = final_state(store)
 
     store_path = tmp_path / "crashed"
     with build_gallery(store_path, N_ITEMS, backend=backend) as store:
@@ -186,7 +173,7 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
     for _ in range(3):
         with GalleryStore.open(store_path) as watcher:
             before = len(watcher.backfills.chunk_log())
-            process = _spawn(store_path, script, delay=0.02)
+            process = spawn_backfill_worker(store_path, script, delay=0.02)
             # Killed only after this run committed something, at a random moment after that:
             # inside ψ, between the vector write and the commit, or inside the transaction.
             deadline = time.monotonic() + 60
@@ -204,7 +191,7 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
             progress.append(len(watcher.backfills.chunk_log()))
             # The killed job's store answers every query, half in one space, half in the other.
             answered += _check_answers(watcher, rng, seen)
-    process = _spawn(store_path, script, delay=0.0)
+    process = spawn_backfill_worker(store_path, script, delay=0.0)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert out.split()[0] == "complete"
@@ -213,7 +200,7 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
     assert answered > 0 and seen == {OLD.name, NEW.name}
 
     with GalleryStore.open(store_path) as store:
-        states, vectors, chunks = _final_state(store)
+        states, vectors, chunks = final_state(store)
         assert store.verify_vectors(NEW.name) == N_ITEMS
     assert states == expected[0]
     np.testing.assert_array_equal(vectors, expected[1])

@@ -8,10 +8,7 @@ chunk for chunk, and every query must return k distinct items.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -28,7 +25,15 @@ from modelupgrade.store import (
     Searcher,
     start_or_resume,
 )
-from tests.store_helpers import NEW, build_gallery, psi, psi_job, reverse
+from tests.store_helpers import (
+    NEW,
+    build_gallery,
+    final_state,
+    psi,
+    psi_job,
+    reverse,
+    spawn_backfill_worker,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS = 3000
@@ -55,36 +60,11 @@ WORKER = textwrap.dedent(
 ).format(chunk=CHUNK)
 
 
-def _spawn(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
-    states = [
-        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
-        for s in store.backfills.item_states()
-    ]
-    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
-    chunks = [
-        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
-        for c in store.backfills.chunk_log()
-    ]
-    return states, vectors, chunks
-
-
 def _reference(tmp_path: Path) -> tuple[list, np.ndarray, list]:
     with build_gallery(tmp_path / "reference", N_ITEMS) as store:
         report = psi_job(store, chunk=CHUNK, seed=0).run()
         assert report.status == "complete"
-        return _final_state(store)
+        return final_state(store)
 
 
 class _Querier(threading.Thread):
@@ -142,7 +122,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     with GalleryStore.open(store_path) as watcher:
         for _ in range(5):
             before = len(watcher.backfills.chunk_log())
-            process = _spawn(store_path, script, delay=0.01)
+            process = spawn_backfill_worker(store_path, script, delay=0.01)
             # Kill only after this run has committed something, at a random moment after that:
             # inside ψ, between the vector write and the commit, or inside the transaction.
             deadline = time.monotonic() + 30
@@ -158,7 +138,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
                 kills += 1
             process.wait(timeout=30)
             progress.append(len(watcher.backfills.chunk_log()))
-    process = _spawn(store_path, script, delay=0.0)
+    process = spawn_backfill_worker(store_path, script, delay=0.0)
     out, err = process.communicate(timeout=60)
     querier.stop.set()
     querier.join(timeout=30)
@@ -171,7 +151,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     assert querier.spaces_seen == {"gen0", "gen1"}
 
     with GalleryStore.open(store_path) as store:
-        states, vectors, chunks = _final_state(store)
+        states, vectors, chunks = final_state(store)
     assert states == expected_states
     np.testing.assert_array_equal(vectors, expected_vectors)
     # Every chunk committed exactly once with the same items and bit-identical vectors.
@@ -199,7 +179,7 @@ def test_crash_between_vector_write_and_commit_redoes_the_chunk(
         assert len(store.backfills.chunk_log()) == 3
         assert store.status().backfill["done"] == 3 * CHUNK
         assert job.run().status == "complete"
-        states, vectors, chunks = _final_state(store)
+        states, vectors, chunks = final_state(store)
     assert states == expected_states
     np.testing.assert_array_equal(vectors, expected_vectors)
     assert chunks == expected_chunks
@@ -210,7 +190,7 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
     build_gallery(store_path, N_ITEMS).close()
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    process = _spawn(store_path, script, delay=0.02)
+    process = spawn_backfill_worker(store_path, script, delay=0.02)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with GalleryStore.open(store_path) as store:

@@ -29,7 +29,7 @@ import pytest
 from modelupgrade.errors import UserError
 from modelupgrade.ordering import build_ordering
 from modelupgrade.store import BackendSettings, GalleryStore, start_or_resume
-from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, psi_job
+from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, final_state, psi_job
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS, CHUNK, CLIENTS, KILLS = 3000, 64, 3, 2
@@ -61,18 +61,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
-    states = [
-        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
-        for s in store.backfills.item_states()
-    ]
-    chunks = [
-        (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
-        for c in store.backfills.chunk_log()
-    ]
-    return states, store.read_vectors(NEW.name, np.arange(store.item_count())), chunks
 
 
 class _Client(threading.Thread):
@@ -160,7 +148,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     began = time.monotonic()
     with build_gallery(tmp_path / "reference", N_ITEMS, backend=backend) as reference:
         assert psi_job(reference, chunk=CHUNK, seed=0).run().status == "complete"
-        expected_states, expected_vectors, expected_chunks = _final_state(reference)
+        expected_states, expected_vectors, expected_chunks = final_state(reference)
 
     path = tmp_path / "store"
     with build_gallery(path, N_ITEMS, backend=backend) as store:
@@ -229,7 +217,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     assert kills == KILLS and 0 < progress[0] < progress[-1] < len(expected_chunks), progress
     assert seconds < BUDGET_S
     with GalleryStore.open(path) as store:
-        states, vectors, chunks = _final_state(store)
+        states, vectors, chunks = final_state(store)
         assert store.status().items_by_space == {NEW.name: N_ITEMS}
         assert store.status().backfill["status"] == "complete"
     assert states == expected_states
