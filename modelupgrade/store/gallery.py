@@ -9,13 +9,13 @@ machine is ``store.backfills`` (``modelupgrade.store.ledger``); a consistent vie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -69,7 +69,9 @@ class GalleryStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GalleryStore:
-        return cls(Database.open(Path(path)))
+        store = cls(Database.open(Path(path)))
+        store._recover_if_left()
+        return store
 
     def close(self) -> None:
         with self.db.lock:
@@ -82,10 +84,34 @@ class GalleryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def writing(self, operation: str) -> AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def writing(self, operation: str) -> Iterator[None]:
         """Hold the store's writer lock for the block: one writing process at a time
-        (``modelupgrade.store.lock``); ``operation`` is what a refused writer is told it does."""
-        return self.writer.hold(operation)
+        (``modelupgrade.store.lock``); ``operation`` is what a refused writer is told it does.
+
+        Taking the lock first redoes what a writer that crashed left in the vector backend's
+        journal; letting go of it checkpoints what this one wrote (``VectorBackend.recover`` and
+        ``checkpoint``). A block that raises leaves its journal for the next writer to redo.
+        """
+        outermost = not self.writer.held
+        with self.writer.hold(operation):
+            if outermost:
+                self.vectors.recover()
+            yield
+            if outermost:
+                self.vectors.checkpoint()
+
+    def _recover_if_left(self) -> None:
+        """A writer that crashed (or lost power) before its checkpoint left vectors in the journal
+        that committed items may point at: redo them before anything reads, unless a writer holds
+        the store (it redid them when it took it)."""
+        if not self.vectors.journals_left():
+            return
+        try:
+            with self.writing("recover the vectors a crashed writer left"):
+                pass
+        except (UserError, OSError):
+            pass
 
     # ----- spaces -----------------------------------------------------------------------------
     def spaces(self) -> dict[str, SpaceSpec]:

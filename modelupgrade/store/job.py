@@ -639,10 +639,9 @@ class BackfillJob:
         restore = self._install_sigterm()
         started = time.perf_counter()
         tally = {"chunks": 0, "written": 0, "failed": 0}
-        before = self.store.status().backfill or {}
         bar = tqdm(
             total=backfill.total,
-            initial=before.get("done", 0) + before.get("failed", 0),
+            initial=self.store.backfills.settled(backfill),
             unit="item",
             desc=f"backfill → {self.target.name}",
             disable=not self.progress,

@@ -356,6 +356,20 @@ class BackfillLedger:
         return None if found is None else json.loads(found)
 
     # ----- audit --------------------------------------------------------------------------------
+    def settled(self, backfill: Backfill) -> int:
+        """Items of ``backfill`` that no longer wait: written (the chunk log's counts, a few rows
+        a chunk, not a pass over the items) or failed."""
+        with self.db.read() as db:
+            written = db.execute(
+                "SELECT COALESCE(SUM(written), 0) FROM chunk_log WHERE backfill_id = ?",
+                (backfill.id,),
+            ).fetchone()[0]
+            failed = db.execute(
+                "SELECT COUNT(*) FROM items WHERE state = 'failed' AND backfill_id = ?",
+                (backfill.id,),
+            ).fetchone()[0]
+        return int(written) + int(failed)
+
     def failed_items(self) -> list[dict[str, str]]:
         rows = self.db.query(
             "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"

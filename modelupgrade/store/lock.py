@@ -184,13 +184,13 @@ class WriterLock:
 
 
 def writes(operation: str) -> Callable[[F], F]:
-    """Decorate a method of an object with a ``writer`` (``WriterLock``): the method runs holding
-    the lock, as ``operation``."""
+    """Decorate a method of an object whose ``writing(operation)`` holds its ``WriterLock`` (a
+    ``GalleryStore``): the method runs inside it, as ``operation``."""
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
         def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with self.writer.hold(operation):
+            with self.writing(operation):
                 return method(self, *args, **kwargs)
 
         return locked  # type: ignore[return-value]

@@ -5,6 +5,8 @@ A store is a directory::
     store.sqlite            items, their ordering scores, spaces, backfills, chunk_log,
                             serving_steps, meta
     vectors/<space>.f32     float32 rows, shape (capacity, dim); item ``slot`` s lives in row s
+    vectors/<space>.sum     one uint64 checksum per row (``vectors.vector_checksums``)
+    vectors/<space>.journal the rows written since the last checkpoint (``vectors.VectorJournal``)
 
 Every item has one fixed row slot, the same in every space file, and one ``space`` column naming the
 space that holds its authoritative vector. Ordering scores are kept per kind (``item_scores``), and

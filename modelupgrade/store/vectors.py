@@ -5,14 +5,27 @@ Rows are written to their slots and made durable *before* the SQLite transaction
 at them commits, so a reader that follows the item table never reaches a row that is not fully on
 disk, and a crash between the two steps only leaves unreferenced bytes that the next attempt
 overwrites.
+
+What makes them durable is a journal (``VectorJournal``), not a sync of the rows in place: a
+backfill writes its chunks' rows to slots spread over the whole file (the ordering policy decides
+which items go first), so syncing a chunk in place writes every page it touches, several times the
+chunk's bytes, and a group commit's sync rewrites most of the checksum file. Appending the same rows
+to the journal and syncing it writes them once, sequentially; the rows in place are synced once, at
+a checkpoint (when the writer lets go of the store, or when the journal has grown past
+``JOURNAL_CHECKPOINT_BYTES``), after which the journal is emptied. A writer that takes the store
+replays whatever journal is left (a crash before a checkpoint) into the rows first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import sys
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -88,6 +101,89 @@ class VectorFile:
     def close(self) -> None:
         self._map = None
         self._mapped_rows = -1
+
+
+JOURNAL_SUFFIX = ".journal"
+# The journal is checkpointed (rows synced in place, journal emptied) once it holds this much.
+JOURNAL_CHECKPOINT_BYTES = 256 << 20
+
+# A record: magic, row count, dimension, CRC-32 of the payload; then the payload: the slots
+# (int64), the vectors (float32, rows × dim) and their checksums (uint64).
+_RECORD_HEADER = struct.Struct("<4sIII")
+_RECORD_MAGIC = b"MUJ1"
+
+
+def _crc32(parts: Iterable[bytes | memoryview]) -> int:
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return crc
+
+
+class VectorJournal:
+    """Append-only records of the rows written to one space since its last checkpoint.
+
+    A record is durable once ``sync`` returns; one torn by a crash (short, or not matching its
+    CRC) can only be the last, was never synced, so nothing was committed on it, and replay
+    stops there.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: BinaryIO | None = None
+
+    def size(self) -> int:
+        return os.path.getsize(self.path) if self.path.exists() else 0
+
+    def append(self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray) -> None:
+        parts = [
+            memoryview(np.ascontiguousarray(part, dtype=dtype)).cast("B")
+            for part, dtype in ((slots, np.int64), (vectors, np.float32), (sums, np.uint64))
+        ]
+        header = _RECORD_HEADER.pack(_RECORD_MAGIC, len(slots), vectors.shape[1], _crc32(parts))
+        if self._file is None:
+            self._file = open(self.path, "ab")  # noqa: SIM115 - held open across appends
+        self._file.write(header)
+        for part in parts:
+            self._file.write(part)
+
+    def sync(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fdatasync(self._file.fileno())
+
+    def records(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(slots, vectors, checksums) of each whole record, in the order they were written."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        at = 0
+        while at + _RECORD_HEADER.size <= len(data):
+            magic, rows, dim, crc = _RECORD_HEADER.unpack_from(data, at)
+            start, end = at + _RECORD_HEADER.size, at + _RECORD_HEADER.size + rows * (16 + 4 * dim)
+            if magic != _RECORD_MAGIC or end > len(data):
+                return
+            payload = data[start:end]
+            if _crc32([payload]) != crc:
+                return
+            slots = np.frombuffer(payload, np.int64, rows)
+            vectors = np.frombuffer(payload, np.float32, rows * dim, 8 * rows).reshape(rows, dim)
+            sums = np.frombuffer(payload, np.uint64, rows, (8 + 4 * dim) * rows)
+            yield slots, vectors, sums
+            at = end
+
+    def clear(self) -> None:
+        """Empty the journal (its rows are durable in place)."""
+        self.close()
+        if self.path.exists():
+            with open(self.path, "r+b") as fh:
+                fh.truncate(0)
+                os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def check_vectors(vectors: np.ndarray, space: SpaceSpec, what: str) -> np.ndarray:

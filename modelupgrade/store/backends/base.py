@@ -145,7 +145,8 @@ class VectorBackend(ABC):
 
     @abstractmethod
     def sync(self, spec: SpaceSpec) -> None:
-        """Make every vector written to ``spec`` durable (before anything points at it)."""
+        """Make every vector written to ``spec`` durable (before anything points at it): after a
+        crash, they are where readers find them once ``recover`` has run."""
 
     @abstractmethod
     def read(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
@@ -176,6 +177,21 @@ class VectorBackend(ABC):
         """Point whatever the backend's own readers follow at ``spec``'s vectors (a cutover or a
         rollback; idempotent); returns what now points where, for the record. The store's own
         readers follow its ``serving_space`` record instead."""
+
+    def checkpoint(self) -> None:
+        """Whatever ``sync`` made durable only in a log of the backend's own is made durable where
+        readers find it, and the log emptied. The store calls it when its writer lets go."""
+
+    def recover(self) -> int:
+        """Redo what a writer that crashed before its checkpoint left in such a log (idempotent);
+        returns the vectors redone. The store calls it when a writer takes the store, before it
+        writes anything."""
+        return 0
+
+    def journals_left(self) -> bool:
+        """Whether a crashed writer left anything for ``recover`` (cheap: a reader that opens the
+        store asks)."""
+        return False
 
     def reachable(self) -> None:
         """Raise ``VectorsUnavailable`` unless the vectors can be reached now. A writer whose

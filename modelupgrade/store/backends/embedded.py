@@ -17,6 +17,7 @@ space refilled after an abort) rebuilds the index.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,12 @@ from modelupgrade.store.backends.base import (
 )
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
-from modelupgrade.store.vectors import VectorFile
+from modelupgrade.store.vectors import (
+    JOURNAL_CHECKPOINT_BYTES,
+    JOURNAL_SUFFIX,
+    VectorFile,
+    VectorJournal,
+)
 
 
 class _ScannedPart(PartGallery):
@@ -156,26 +162,38 @@ def search_options(settings: BackendSettings) -> SearchOptions:
 _IVF_TRAIN_PER_CELL = 39
 
 
+@dataclass
+class _SpaceFiles:
+    vectors: VectorFile
+    sums: VectorFile
+    journal: VectorJournal
+    journaled: bool = False  # this process appended since the last checkpoint
+
+
 @VECTOR_BACKENDS.register("embedded")
 class EmbeddedVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
         super().__init__(store_path, settings)
         self.root = store_path / VECTORS_DIR
-        self._files: dict[str, tuple[VectorFile, VectorFile]] = {}
+        self._files: dict[str, _SpaceFiles] = {}
         self._lock = threading.Lock()
         self._options = search_options(settings)
         self._indexes: dict[str, _SpaceIndex] = {}
         self._index_lock = threading.Lock()
 
-    def _files_of(self, spec: SpaceSpec) -> tuple[VectorFile, VectorFile]:
+    def _files_of(self, spec: SpaceSpec) -> _SpaceFiles:
+        return self._files_named(spec.name, spec.dim)
+
+    def _files_named(self, space: str, dim: int) -> _SpaceFiles:
         with self._lock:
-            files = self._files.get(spec.name)
+            files = self._files.get(space)
             if files is None:
-                vectors = VectorFile(self.root / f"{spec.name}.f32", spec.dim)
-                sums = VectorFile(self.root / f"{spec.name}.sum", 1, np.uint64)
+                vectors = VectorFile(self.root / f"{space}.f32", dim)
+                sums = VectorFile(self.root / f"{space}.sum", 1, np.uint64)
                 # A store written before checksums were kept: its rows read as unrecorded (0).
                 sums.ensure_rows(vectors.rows_on_disk())
-                files = self._files[spec.name] = (vectors, sums)
+                journal = VectorJournal(self.root / f"{space}{JOURNAL_SUFFIX}")
+                files = self._files[space] = _SpaceFiles(vectors, sums, journal)
             return files
 
     def add_space(self, spec: SpaceSpec, rows: int) -> None:
@@ -183,25 +201,68 @@ class EmbeddedVectors(VectorBackend):
 
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
         for spec in specs:
-            for file in self._files_of(spec):
-                file.ensure_rows(rows)
+            files = self._files_of(spec)
+            files.vectors.ensure_rows(rows)
+            files.sums.ensure_rows(rows)
 
     def write(
         self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
     ) -> None:
-        vector_file, sums = self._files_of(spec)
-        vector_file.write(slots, vectors, durable=False)
-        sums.write(slots, checksums.reshape(-1, 1), durable=False)
+        files = self._files_of(spec)
+        files.vectors.write(slots, vectors, durable=False)
+        files.sums.write(slots, checksums.reshape(-1, 1), durable=False)
+        files.journal.append(slots, vectors, checksums)
+        files.journaled = True
 
     def sync(self, spec: SpaceSpec) -> None:
-        for file in self._files_of(spec):
-            file.sync()
+        files = self._files_of(spec)
+        files.journal.sync()
+        if files.journal.size() >= JOURNAL_CHECKPOINT_BYTES:
+            self._checkpoint(files)
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            journaled = [files for files in self._files.values() if files.journaled]
+        for files in journaled:
+            self._checkpoint(files)
+
+    def _checkpoint(self, files: _SpaceFiles) -> None:
+        # the rows in place are durable before the journal that also holds them is emptied
+        files.vectors.sync()
+        files.sums.sync()
+        files.journal.clear()
+        files.journaled = False
+
+    def journals_left(self) -> bool:
+        return any(path.stat().st_size > 0 for path in self.root.glob(f"*{JOURNAL_SUFFIX}"))
+
+    def recover(self) -> int:
+        """Replay each space's journal into its rows, make them durable and empty the journal;
+        returns the rows replayed. A journal whose space has no file left (a space discarded
+        after it was written) is dropped."""
+        replayed = 0
+        for path in sorted(self.root.glob(f"*{JOURNAL_SUFFIX}")):
+            space = path.name.removesuffix(JOURNAL_SUFFIX)
+            if not (self.root / f"{space}.f32").exists():
+                path.unlink(missing_ok=True)
+                continue
+            records = list(VectorJournal(path).records())
+            if not records:
+                VectorJournal(path).clear()
+                continue
+            files = self._files_named(space, records[0][1].shape[1])
+            for slots, vectors, sums in records:
+                files.vectors.write(slots, vectors, durable=False)
+                files.sums.write(slots, sums.reshape(-1, 1), durable=False)
+                replayed += len(slots)
+            self._checkpoint(files)
+        return replayed
 
     def read(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
-        return self._files_of(spec)[0].read(slots)
+        return self._files_of(spec).vectors.read(slots)
 
     def checksums(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
-        return self._files_of(spec)[1].read(slots).reshape(-1)
+        return self._files_of(spec).sums.read(slots).reshape(-1)
 
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """A space's file holds only that space's vectors: the spaces table records its model."""
@@ -240,9 +301,12 @@ class EmbeddedVectors(VectorBackend):
         with self._index_lock:
             self._indexes.pop(space, None)
         with self._lock:
-            for file in self._files.pop(space, ()):
-                file.close()
-            for suffix in (".f32", ".sum"):
+            files = self._files.pop(space, None)
+            if files is not None:
+                for file in (files.journal, files.vectors, files.sums):
+                    file.close()
+            # the journal first: a journal without its space's file is dropped, never replayed
+            for suffix in (JOURNAL_SUFFIX, ".f32", ".sum"):
                 (self.root / f"{space}{suffix}").unlink(missing_ok=True)
 
     def serve(self, spec: SpaceSpec) -> str:
@@ -252,6 +316,6 @@ class EmbeddedVectors(VectorBackend):
     def close(self) -> None:
         with self._lock:
             for files in self._files.values():
-                for file in files:
+                for file in (files.journal, files.vectors, files.sums):
                     file.close()
             self._files.clear()
