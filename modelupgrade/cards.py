@@ -19,8 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from modelupgrade.config.errors import validation_problems
-from modelupgrade.errors import UserError
+from modelupgrade.errors import UserError, not_valid
 from modelupgrade.io import atomic_path, file_sha256, write_json
 
 CARD_FILE = "card.json"
@@ -94,9 +93,9 @@ def read_card(directory: str | Path, card_class: type[C]) -> C:
     try:
         return card_class.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(validation_problems(err)[:5])
-        raise UserError(
-            f"{path} is not a valid {what} card: {problems}",
+        raise not_valid(
+            err,
+            f"{path} is not a valid {what} card",
             hint=f"the {what} directory is damaged or was written by another version",
         ) from None
 

@@ -14,7 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from modelupgrade.config.errors import HintedError
+from pydantic import ValidationError
+
+from modelupgrade.config.errors import HintedError, validation_problems
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,11 @@ class UserError(HintedError):
 
     ``hint`` tells the user what to do about it.
     """
+
+
+def not_valid(err: ValidationError, what: str, hint: str) -> UserError:
+    """``what`` (a sentence without its end) failed ``err``'s validation: its first problems."""
+    return UserError(f"{what}: {'; '.join(validation_problems(err)[:5])}", hint=hint)
 
 
 class DataValidationError(UserError):

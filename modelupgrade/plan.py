@@ -603,14 +603,8 @@ class CurveSettings:
     topk: tuple[int, ...]
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "policy": self.policy,
-            "metric": self.metric,
-            "points": self.points,
-            "auc": self.auc,
-            "distance": self.distance,
-        }
+        """The settings that shape the curve (the seed and top-k do not)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("seed", "topk")}
 
 
 def backfill_curve_of(
@@ -754,18 +748,19 @@ def measure_plan(
     new: Path,
     sample: Path,
     *,
-    query: Path | None = None,
-    gallery: Path | None = None,
-    compatible_model: Path | None = None,
-    compatible_architecture: str | None = None,
-    compatible_strategy: str = "bct",
-    compatible_training_images: int | None = None,
-    adapters: Sequence[str] = DEFAULT_ADAPTERS,
-    fit_fraction: float = 0.5,
-    backfill_mode: str = "rank-merge",
-    backfill_policy: str = "random",
+    query: Path | None,
+    gallery: Path | None,
+    compatible_model: Path | None,
+    compatible_architecture: str | None,
+    compatible_strategy: str,
+    compatible_training_images: int | None,
+    adapters: Sequence[str],
+    fit_fraction: float,
+    backfill_mode: str,
+    backfill_policy: str,
 ) -> PlanMeasurements:
-    """Measure every option on the sample (module docstring); ``plan_table`` costs them."""
+    """Measure every option on the sample (module docstring); ``plan_table`` costs them. The
+    options' defaults are the ``plan`` command's (``modelupgrade.commands.plan``)."""
     from modelupgrade.heads.inference import FrozenHead
     from modelupgrade.models import classifier_logits, load_model, read_model_card
     from modelupgrade.ordering import ORDERINGS

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from modelupgrade.store import (
     BackendSettings,
@@ -179,6 +180,34 @@ def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess
     )
 
 
+# ``SCRIPT STORE DELAY``: backfill STORE into NEW in chunks of {chunk} with a ψ that sleeps DELAY s
+# per chunk, to be queried and killed part-way; {job_options} go to the job, {then} ends the script.
+_SLOW_BACKFILL = """\
+import sys, time
+from modelupgrade.ordering import build_ordering
+from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
+from tests.store_helpers import NEW, psi
+
+def slow_psi(vectors):
+    time.sleep(float(sys.argv[2]))
+    return psi(vectors)
+
+with GalleryStore.open(sys.argv[1]) as store:
+    report = BackfillJob(
+        store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
+        progress=False,{job_options}
+    ).run()
+{then}
+"""
+PRINT_REPORT = "print(report.status, report.chunks_committed, flush=True)"
+
+
+def slow_backfill_script(chunk: int, job_options: str = "", then: str = PRINT_REPORT) -> str:
+    """The source of a backfill worker for ``spawn_backfill_worker`` (see ``_SLOW_BACKFILL``)."""
+    options = f" {job_options}," if job_options else ""
+    return _SLOW_BACKFILL.format(chunk=chunk, job_options=options, then=then)
+
+
 def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
     """What a finished backfill into ``NEW`` left: item states, NEW's vectors, the chunk log."""
     states = [
@@ -191,3 +220,28 @@ def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
         for c in store.backfills.chunk_log()
     ]
     return states, vectors, chunks
+
+
+def exit_code_and_output(
+    capsys: pytest.CaptureFixture[str], command_line: Callable[[], object]
+) -> tuple[int, str, str]:
+    """Run ``command_line`` (one that exits through SystemExit on errors): its exit code, stdout
+    and stderr."""
+    try:
+        command_line()
+        code = 0
+    except SystemExit as stop:
+        code = int(stop.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def command_output(
+    capsys: pytest.CaptureFixture[str], function: Callable[..., object], *argv: str
+) -> tuple[int, str, str]:
+    """``exit_code_and_output`` of ``function``'s command line with the project's params file."""
+    from modelupgrade.cli.arguments import run_command
+
+    return exit_code_and_output(
+        capsys, lambda: run_command(function, ["--params", str(PROJECT_PARAMS), *argv])
+    )

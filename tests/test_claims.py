@@ -145,6 +145,18 @@ LEFT_OUT: dict[int, tuple[dict[str, Any], str]] = {
 # The naive rank merge's curve is also the full method's reference: leaving it out leaves both
 # claims untested.
 ALSO_LEFT_OUT = {RANK_MERGE_MONOTONE: {FULL_METHOD_BEATS_NAIVE}}
+# A claim's record in claims.json, in this order (``holds`` beside ``verdict`` for old readers).
+CLAIM_RECORD_KEYS = [
+    "statement",
+    "source",
+    "scope",
+    "paper",
+    "ours",
+    "seeds",
+    "verdict",
+    "holds",
+    "evidence",
+]
 
 
 # -- hand-made results -----------------------------------------------------------------------------
@@ -407,17 +419,7 @@ def test_each_claim_names_its_source_scope_and_the_papers_numbers() -> None:
 def test_the_json_form_of_a_claim() -> None:
     claim = check_claims(study(scenario(), seeds=3))[BCT_BACKWARD_COMPATIBLE]
     record = claim.as_dict()
-    assert list(record) == [
-        "statement",
-        "source",
-        "scope",
-        "paper",
-        "ours",
-        "seeds",
-        "verdict",
-        "holds",
-        "evidence",
-    ]
+    assert list(record) == CLAIM_RECORD_KEYS
     assert record["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]
     assert (record["ours"], record["seeds"], record["verdict"]) == (
         "sc: 0.4500 vs 0.4000",

@@ -218,6 +218,33 @@ def test_evaluate_stage_missing_embeddings_is_a_clean_error(
     assert "run the embed stage first" in capsys.readouterr().err
 
 
+def _write_sequential_study(
+    root: Path,
+    rng: np.random.Generator,
+    spaces: dict[str, float],
+    gallery_only: dict[str, float] | None = None,
+) -> None:
+    """Query and gallery splits of five classes under ``root``/data/splits/sequential, and each
+    model's embeddings of them under embeddings/sequential/<model>: the class centres plus noise
+    of the model's scale (``spaces``; ``gallery_only``: models that embed the gallery alone)."""
+    classes, dim = 5, 12
+    centres = rng.standard_normal((classes, dim))
+    gallery_only = gallery_only or {}
+    for split, n in (("query", 40), ("gallery", 150)):
+        labels = np.arange(n) % classes
+        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
+        (root / "data/splits/sequential").mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(root / f"data/splits/sequential/{split}.parquet")
+        for model, noise in {
+            **spaces,
+            **(gallery_only or {} if split == "gallery" else {}),
+        }.items():
+            out = root / "embeddings/sequential" / model
+            out.mkdir(parents=True, exist_ok=True)
+            vectors = centres[labels] + noise * rng.standard_normal((n, dim))
+            np.save(out / f"{split}.npy", vectors.astype(np.float32))
+
+
 def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gates_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,20 +255,8 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
     from modelupgrade.registry.sources import load_evidence
 
     monkeypatch.chdir(tmp_path)
-    rng = np.random.default_rng(2)
-    classes, dim = 5, 12
-    centres = rng.standard_normal((classes, dim))
     spaces = {"gen0": 1.4, "bct/gen1": 1.1, "independent/gen1": 0.7, "bct/gen2": 0.9}
-    for split, n in (("query", 40), ("gallery", 150)):
-        labels = np.arange(n) % classes
-        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
-        (tmp_path / "data/splits/sequential").mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(tmp_path / f"data/splits/sequential/{split}.parquet")
-        for model, noise in spaces.items():
-            out = tmp_path / "embeddings/sequential" / model
-            out.mkdir(parents=True, exist_ok=True)
-            vectors = centres[labels] + noise * rng.standard_normal((n, dim))
-            np.save(out / f"{split}.npy", vectors.astype(np.float32))
+    _write_sequential_study(tmp_path, np.random.default_rng(2), spaces)
     params = parse_params(
         {
             "scenarios": {},
@@ -314,22 +329,10 @@ def test_a_chain_with_a_forward_head_is_evaluated_on_the_gallery_each_generation
     from modelupgrade.layout import StudyLayout
 
     monkeypatch.chdir(tmp_path)
-    rng = np.random.default_rng(4)
-    classes, dim = 5, 12
-    centres = rng.standard_normal((classes, dim))
     # The refreshed galleries are the cleanest: searching them must score highest.
     spaces = {"gen0": 1.6, "bict/gen1": 1.0, "bict/gen2": 0.9, "bct/gen1": 1.0, "bct/gen2": 0.9}
     refreshed = {"bict/gen1-psi": 0.3, "bict/gen2-psi": 0.2}
-    for split, n in (("query", 40), ("gallery", 150)):
-        labels = np.arange(n) % classes
-        frame = pd.DataFrame({"item_id": [f"{split}{i}" for i in range(n)], "label": labels})
-        (tmp_path / "data/splits/sequential").mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(tmp_path / f"data/splits/sequential/{split}.parquet")
-        for model, noise in {**spaces, **(refreshed if split == "gallery" else {})}.items():
-            out = tmp_path / "embeddings/sequential" / model
-            out.mkdir(parents=True, exist_ok=True)
-            vectors = centres[labels] + noise * rng.standard_normal((n, dim))
-            np.save(out / f"{split}.npy", vectors.astype(np.float32))
+    _write_sequential_study(tmp_path, np.random.default_rng(4), spaces, gallery_only=refreshed)
     params = parse_params(
         {
             "scenarios": {},

@@ -26,6 +26,7 @@ from modelupgrade.report.upgrade import (
     write_skipped_upgrade_report,
     write_upgrade_report,
 )
+from tests.test_claims import CLAIM_RECORD_KEYS
 
 # -- the renderer ----------------------------------------------------------------------------------
 
@@ -385,18 +386,7 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert "![sc: backfill curves](plots/sc_backfill_curves.png)" in markdown
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
     assert [c["verdict"] for c in claims] == ["holds"] * 7 + ["not tested"] * 2
-    keys = [
-        "statement",
-        "source",
-        "scope",
-        "paper",
-        "ours",
-        "seeds",
-        "verdict",
-        "holds",
-        "evidence",
-    ]
-    assert all(list(c) == keys for c in claims)
+    assert all(list(c) == CLAIM_RECORD_KEYS for c in claims)
     dmu = claims[2]
     assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 1)
     assert dmu["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]

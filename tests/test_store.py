@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from modelupgrade.cli.arguments import run_command
 from modelupgrade.commands.store import search as search_command
 from modelupgrade.errors import UserError
 from modelupgrade.ordering import build_ordering
@@ -34,8 +33,8 @@ from modelupgrade.store import (
 from tests.store_helpers import (
     NEW,
     OLD,
-    PROJECT_PARAMS,
     build_gallery,
+    command_output,
     image_gallery,
     psi,
     reverse,
@@ -402,13 +401,7 @@ def test_backward_compatible_space_serves_old_vectors_as_they_are(tmp_path: Path
 
 # ----- the search command ------------------------------------------------------------------------
 def _search(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        run_command(search_command, ["--params", str(PROJECT_PARAMS), *argv])
-        code = 0
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return command_output(capsys, search_command, *argv)
 
 
 def test_search_command_prints_hits_with_their_space(

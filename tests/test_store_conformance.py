@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -51,6 +50,7 @@ from tests.store_helpers import (
     psi,
     psi_job,
     reverse,
+    slow_backfill_script,
     spawn_backfill_worker,
 )
 
@@ -61,25 +61,7 @@ N_ITEMS = 1200
 CHUNK = 48
 K = 10
 
-WORKER = textwrap.dedent(
-    """
-    import sys, time
-    from modelupgrade.ordering import build_ordering
-    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
-    from tests.store_helpers import NEW, psi
-
-    def slow_psi(vectors):
-        time.sleep(float(sys.argv[2]))  # keeps the job long enough to be killed part-way
-        return psi(vectors)
-
-    with GalleryStore.open(sys.argv[1]) as store:
-        report = BackfillJob(
-            store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
-            progress=False, max_group=1,
-        ).run()
-    print(report.status, report.chunks_committed, flush=True)
-    """
-).format(chunk=CHUNK)
+WORKER = slow_backfill_script(CHUNK, job_options="max_group=1")
 
 
 def _searchers(store: GalleryStore) -> list[Searcher]:
@@ -289,20 +271,27 @@ def test_both_backends_give_the_same_answers_in_every_serving_mode(tmp_path: Pat
 
 
 # ----- the commands ------------------------------------------------------------------------------
+def _gallery_and_its_new_vectors(tmp_path: Path, n: int, backend: BackendSettings) -> np.ndarray:
+    """A store ``tmp_path``/s of ``n`` items, and what ``store backfill --vectors --items`` reads:
+    their NEW vectors (new.npy, ψ of the stored ones, returned) and ids (items.parquet)."""
+    import pandas as pd
+
+    with build_gallery(tmp_path / "s", n, backend=backend) as store:
+        new_vectors = psi(store.read_vectors(OLD.name, np.arange(n)))
+    np.save(tmp_path / "new.npy", new_vectors)
+    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(n)]}).to_parquet(
+        tmp_path / "items.parquet"
+    )
+    return new_vectors
+
+
 def test_the_store_commands_backfill_search_and_report_on_either_backend(
     backend: BackendSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pandas as pd
-
     from modelupgrade.cli.arguments import run_command
     from modelupgrade.commands.store import backfill, search, store_status
 
-    with build_gallery(tmp_path / "s", 200, backend=backend) as store:
-        new_vectors = psi(store.read_vectors(OLD.name, np.arange(200)))
-    np.save(tmp_path / "new.npy", new_vectors)
-    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(200)]}).to_parquet(
-        tmp_path / "items.parquet"
-    )
+    new_vectors = _gallery_and_its_new_vectors(tmp_path, 200, backend)
     common = ["--params", str(PROJECT_PARAMS), "--store", str(tmp_path / "s")]
     run_command(
         backfill,
@@ -645,18 +634,11 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_the_dry_run_previews_items_rate_and_time_and_writes_nothing(
     backend: BackendSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pandas as pd
-
     from modelupgrade.cli.arguments import run_command
     from modelupgrade.commands.store import backfill
     from modelupgrade.store.job import preview_backfill
 
-    with build_gallery(tmp_path / "s", 400, backend=backend) as store:
-        new_vectors = psi(store.read_vectors(OLD.name, np.arange(400)))
-    np.save(tmp_path / "new.npy", new_vectors)
-    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(400)]}).to_parquet(
-        tmp_path / "items.parquet"
-    )
+    _gallery_and_its_new_vectors(tmp_path, 400, backend)
     before = _files(tmp_path / "s")
     with GalleryStore.open(tmp_path / "s") as store:
         preview = preview_backfill(store, NEW, TransformStored(psi))

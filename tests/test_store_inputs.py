@@ -24,9 +24,14 @@ from modelupgrade.errors import UserError
 from modelupgrade.models import save_model
 from modelupgrade.store import BackendSettings, GalleryStore
 from tests.model_fixtures import tiny_model
-from tests.store_helpers import PROJECT_PARAMS, backend_params, stored_spaces
+from tests.store_helpers import (
+    PROJECT_PARAMS,
+    PROJECT_ROOT,
+    backend_params,
+    exit_code_and_output,
+    stored_spaces,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DIM = 8
 ITEMS = 6
 
@@ -75,13 +80,7 @@ def _vectors(path: Path, array: np.ndarray | None = None) -> Path:
 def _run(
     capsys: pytest.CaptureFixture[str], *argv: str, params: Path = PROJECT_PARAMS
 ) -> tuple[int, str, str]:
-    try:
-        main([argv[0], "--params", str(params), *argv[1:]])
-        code = 0
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return exit_code_and_output(capsys, lambda: main([argv[0], "--params", str(params), *argv[1:]]))
 
 
 def _refused(
@@ -467,7 +466,7 @@ def _cli_options() -> set[str]:
     """Every option of every command, stage and flow: their functions' parameters."""
     options = {"--params", "--json", "--help"}
     for root in ("modelupgrade/commands", "stages", "flows"):
-        for source in sorted((ROOT / root).rglob("*.py")):
+        for source in sorted((PROJECT_ROOT / root).rglob("*.py")):
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                     for argument in node.args.args + node.args.kwonlyargs:
@@ -484,7 +483,7 @@ def test_every_option_an_error_or_hint_names_exists() -> None:
     options = _cli_options()
     wrong = []
     for root in ("modelupgrade", "stages", "flows"):
-        for source in sorted((ROOT / root).rglob("*.py")):
+        for source in sorted((PROJECT_ROOT / root).rglob("*.py")):
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Call):
                     name = getattr(node.func, "id", getattr(node.func, "attr", ""))
@@ -505,7 +504,7 @@ def test_every_option_an_error_or_hint_names_exists() -> None:
                 for string in strings:
                     for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", string):
                         if flag not in options:
-                            wrong.append(f"{source.relative_to(ROOT)}: {flag}")
+                            wrong.append(f"{source.relative_to(PROJECT_ROOT)}: {flag}")
     assert not wrong, wrong
 
 

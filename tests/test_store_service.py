@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from modelupgrade.config.store import StoreParams
@@ -39,16 +41,22 @@ def _half_backfilled(path: Path, backend: BackendSettings) -> None:
         ).run(max_chunks=4)
 
 
+def _half_backfilled_rqt_app(path: Path, backend: BackendSettings, **settings: Any) -> FastAPI:
+    """The service of a half-backfilled store at ``path`` in rank-merge-rqt mode (``settings``:
+    more of ``create_app``'s)."""
+    _half_backfilled(path, backend)
+    return create_app(
+        path,
+        build_serving_mode("rank-merge-rqt"),
+        heads=HeadTransforms(reverse=reverse),
+        **settings,
+    )
+
+
 def test_search_health_and_status_during_a_backfill(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    _half_backfilled(tmp_path / "store", backend)
-    app = create_app(
-        tmp_path / "store",
-        build_serving_mode("rank-merge-rqt"),
-        top_k=7,
-        heads=HeadTransforms(reverse=reverse),
-    )
+    app = _half_backfilled_rqt_app(tmp_path / "store", backend, top_k=7)
     with TestClient(app) as client:
         health = client.get("/health").json()
         assert health == {
@@ -91,13 +99,7 @@ def test_bad_queries_get_a_400_with_a_hint(tmp_path: Path, backend: BackendSetti
 def test_a_token_guards_search_and_status_but_not_health(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    _half_backfilled(tmp_path / "store", backend)
-    app = create_app(
-        tmp_path / "store",
-        build_serving_mode("rank-merge-rqt"),
-        heads=HeadTransforms(reverse=reverse),
-        token="s3cret",
-    )
+    app = _half_backfilled_rqt_app(tmp_path / "store", backend, token="s3cret")
     query = {"vectors": np.ones((1, NEW.dim)).tolist(), "k": 2}
     with TestClient(app) as client:
         assert client.get("/health").status_code == 200
@@ -142,14 +144,7 @@ def test_serve_warns_when_reachable_from_other_machines_without_a_token(
 def test_requests_beyond_the_limits_get_a_400_naming_them(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    _half_backfilled(tmp_path / "store", backend)
-    app = create_app(
-        tmp_path / "store",
-        build_serving_mode("rank-merge-rqt"),
-        heads=HeadTransforms(reverse=reverse),
-        max_query_vectors=3,
-        max_k=20,
-    )
+    app = _half_backfilled_rqt_app(tmp_path / "store", backend, max_query_vectors=3, max_k=20)
     with TestClient(app) as client:
         four = client.post("/search", json={"vectors": np.ones((4, NEW.dim)).tolist()})
         assert four.status_code == 400
@@ -182,12 +177,7 @@ def test_a_service_whose_milvus_is_out_of_reach_answers_503_until_it_is_back(
     is the server's fault, not the request's: /health and /search answer 503, then 200 again once
     the vectors are back."""
     pytest.importorskip("milvus_lite")
-    _half_backfilled(tmp_path / "store", BackendSettings(kind="milvus"))
-    app = create_app(
-        tmp_path / "store",
-        build_serving_mode("rank-merge-rqt"),
-        heads=HeadTransforms(reverse=reverse),
-    )
+    app = _half_backfilled_rqt_app(tmp_path / "store", BackendSettings(kind="milvus"))
     query = {"vectors": np.ones((1, NEW.dim)).tolist(), "k": 3}
     with TestClient(app) as client:
         with milvus_lite_held(tmp_path / "store"):

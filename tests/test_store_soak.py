@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -29,32 +28,23 @@ import pytest
 from modelupgrade.errors import UserError
 from modelupgrade.ordering import build_ordering
 from modelupgrade.store import BackendSettings, GalleryStore, start_or_resume
-from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, final_state, psi_job
+from tests.store_helpers import (
+    NEW,
+    OLD,
+    PROJECT_PARAMS,
+    build_gallery,
+    final_state,
+    psi_job,
+    slow_backfill_script,
+    spawn_backfill_worker,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS, CHUNK, CLIENTS, KILLS = 3000, 64, 3, 2
 # The soak's own limit: it must end well within it, or it fails rather than run on.
 BUDGET_S = 110.0
 
-WORKER = textwrap.dedent(
-    """
-    import sys, time
-    from modelupgrade.ordering import build_ordering
-    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
-    from tests.store_helpers import NEW, psi
-
-    def slow_psi(vectors):
-        time.sleep(float(sys.argv[2]))  # a backfill long enough to be queried and killed
-        return psi(vectors)
-
-    with GalleryStore.open(sys.argv[1]) as store:
-        report = BackfillJob(
-            store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
-            progress=False,
-        ).run()
-    raise SystemExit(report.exit_code)
-    """
-).format(chunk=CHUNK)
+WORKER = slow_backfill_script(CHUNK, then="raise SystemExit(report.exit_code)")
 
 
 def _free_port() -> int:
@@ -126,17 +116,6 @@ def _serve(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     raise AssertionError("the service did not listen within 60 s")
 
 
-def _backfill(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_backfill_under_queries_kills_and_a_second_writer(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
@@ -167,7 +146,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
         with GalleryStore.open(path) as watcher:
             for _ in range(KILLS):
                 before = len(watcher.backfills.chunk_log())
-                worker = _backfill(path, script, delay=0.02)
+                worker = spawn_backfill_worker(path, script, delay=0.02)
                 deadline = time.monotonic() + 30
                 while (
                     len(watcher.backfills.chunk_log()) < before + 3
@@ -187,7 +166,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
                 worker.wait(timeout=30)
                 kills += 1
                 progress.append(len(watcher.backfills.chunk_log()))
-            worker = _backfill(path, script, delay=0.0)
+            worker = spawn_backfill_worker(path, script, delay=0.0)
             _, err = worker.communicate(timeout=60)
             assert worker.returncode == 0, err[-3000:]
     finally:

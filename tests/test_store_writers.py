@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -54,19 +53,20 @@ from tests.model_fixtures import tiny_model
 from tests.store_helpers import (
     NEW,
     OLD,
-    PROJECT_PARAMS,
     backend_params,
     build_gallery,
+    command_output,
+    exit_code_and_output,
     image_gallery,
     milvus_lite_held,
     psi,
     psi_job,
     reverse,
+    spawn_backfill_worker,
     stored_spaces,
     write_images,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 16
 
 # A backfill run through the command-line runner, with a ψ slow enough to meet it while it runs.
@@ -98,14 +98,7 @@ SLOW_BACKFILL = textwrap.dedent(
 def _spawn(store: Path, tmp_path: Path, delay: float) -> subprocess.Popen[str]:
     script = tmp_path / "slow_backfill.py"
     script.write_text(SLOW_BACKFILL)
-    return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return spawn_backfill_worker(store, script, delay)
 
 
 def _wait_for_commits(store: Path, process: subprocess.Popen[str], chunks: int) -> None:
@@ -115,16 +108,6 @@ def _wait_for_commits(store: Path, process: subprocess.Popen[str], chunks: int) 
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the backfill committed nothing in 60 s"
             time.sleep(0.02)
-
-
-def _run(capsys: pytest.CaptureFixture[str], function: object, *argv: str) -> tuple[int, str, str]:
-    try:
-        run_command(function, ["--params", str(PROJECT_PARAMS), *argv])  # type: ignore[arg-type]
-        code = 0
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _assert_as_before_any_backfill(store: GalleryStore) -> None:
@@ -240,14 +223,16 @@ def test_a_head_that_does_not_take_the_store_s_vectors_is_refused_before_anythin
     build_gallery(path, 60, backend=backend).close()
     wide = _bict_head(tmp_path / "wide", 32, NEW.dim)
     store_arguments = ["--store", str(path), "--space", "gen1", "--no-progress"]
-    code, _, err = _run(capsys, backfill_command, *store_arguments, "--transform-head", str(wide))
+    code, _, err = command_output(
+        capsys, backfill_command, *store_arguments, "--transform-head", str(wide)
+    )
     assert code == 2, err
     assert "takes 32-d vectors, but the store's vectors to backfill (space 'gen0') are 16-d" in err
     assert "nothing was changed" in err and "Traceback" not in err
     with GalleryStore.open(path) as store:
         _assert_as_before_any_backfill(store)
     fitting = _bict_head(tmp_path / "fitting", OLD.dim, NEW.dim)
-    code, out, err = _run(
+    code, out, err = command_output(
         capsys, backfill_command, *store_arguments, "--transform-head", str(fitting), "--json"
     )
     assert code == 0, err
@@ -286,9 +271,13 @@ def test_abort_returns_the_store_to_its_state_before_the_backfill(
         stored = store.read_vectors("gen0", np.arange(100))
         assert psi_job(store, chunk=20).run(max_chunks=2).status == "paused"
         assert store.serving_space() == "gen1"
-    code, _, err = _run(capsys, backfill_command, "--store", str(path), "--abort", "--model", "m")
+    code, _, err = command_output(
+        capsys, backfill_command, "--store", str(path), "--abort", "--model", "m"
+    )
     assert code == 2 and "--abort undoes the running backfill; it takes no --model" in err
-    code, out, err = _run(capsys, backfill_command, "--store", str(path), "--abort", "--json")
+    code, out, err = command_output(
+        capsys, backfill_command, "--store", str(path), "--abort", "--json"
+    )
     assert code == 0, err
     undone = json.loads(out)
     assert (undone["items_moved_back"], undone["serving_space"]) == (40, "gen0")
@@ -311,7 +300,7 @@ def test_abort_returns_the_store_to_its_state_before_the_backfill(
         )
         assert job.run().status == "complete"
         assert store.status().items_by_space == {"gen1": 100}
-    code, _, err = _run(capsys, backfill_command, "--store", str(path), "--abort")
+    code, _, err = command_output(capsys, backfill_command, "--store", str(path), "--abort")
     assert code == 2 and "nothing to abort" in err
 
 
@@ -327,7 +316,7 @@ def test_an_abort_that_cannot_reach_milvus_changes_nothing(
     with build_gallery(path, 60, backend=BackendSettings(kind="milvus")) as store:
         assert psi_job(store, chunk=20).run(max_chunks=1).status == "paused"
     with milvus_lite_held(path):
-        code, _, err = _run(capsys, backfill_command, "--store", str(path), "--abort")
+        code, _, err = command_output(capsys, backfill_command, "--store", str(path), "--abort")
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 2, err  # no traceback logged by Milvus Lite before the error
@@ -338,7 +327,7 @@ def test_an_abort_that_cannot_reach_milvus_changes_nothing(
         status = store.status()
         assert (status.serving_space, status.backfill["status"]) == ("gen1", "running")
         assert stored_spaces(store) == {"gen0", "gen1"}
-    code, _, err = _run(capsys, backfill_command, "--store", str(path), "--abort")
+    code, _, err = command_output(capsys, backfill_command, "--store", str(path), "--abort")
     assert code == 0, err
     with GalleryStore.open(path) as store:
         _assert_as_before_any_backfill(store)
@@ -360,7 +349,7 @@ def test_a_backfill_with_failed_items_is_not_complete_and_exits_1(
         *("--store", str(path), "--space", "gen1", "--chunk-size", "10", "--no-progress"),
         *("--vectors", str(table), "--items", str(items), "--json"),
     ]
-    code, out, err = _run(capsys, backfill_command, *arguments)
+    code, out, err = command_output(capsys, backfill_command, *arguments)
     assert code == EXIT_INCOMPLETE == 1, err
     assert "Traceback" not in err and " ERROR " not in err, err  # only the command's own error
     assert "error: 3 item(s) failed and are still served from space 'gen0'" in err
@@ -374,7 +363,7 @@ def test_a_backfill_with_failed_items_is_not_complete_and_exits_1(
     # The table completed, the failed items retried: complete, exit 0.
     pd.DataFrame({"item_id": ids}).to_parquet(items)
     np.save(table, vectors)
-    code, out, err = _run(capsys, backfill_command, *arguments, "--retry-failed")
+    code, out, err = command_output(capsys, backfill_command, *arguments, "--retry-failed")
     assert code == 0, err
     assert json.loads(out)["status"] == "complete"
     with GalleryStore.open(path) as store:
@@ -406,7 +395,9 @@ def test_a_model_the_serving_mode_cannot_serve_meanwhile_is_refused_up_front(
     independent = tmp_path / "gen1-independent"
     save_model(tiny_model(NEW.dim).eval(), independent, {"generation": 1})
     # params.yaml serves in mixed mode, which compares new queries with the stored old vectors.
-    code, _, err = _run(capsys, backfill_command, "--store", str(path), "--model", str(independent))
+    code, _, err = command_output(
+        capsys, backfill_command, "--store", str(path), "--model", str(independent)
+    )
     assert code == 2, err
     assert (
         "model 'gen1-independent' is not backward compatible with the store's space 'gen0'" in err
@@ -454,7 +445,7 @@ def test_images_that_cannot_be_read_at_all_stop_the_command_before_it_plans(
     model = tmp_path / "gen1"
     save_model(tiny_model(NEW.dim).eval(), model, {"generation": 1})
     # params.yaml's dataset root holds none of these items' files.
-    code, _, err = _run(
+    code, _, err = command_output(
         capsys,
         backfill_command,
         *("--store", str(path), "--model", str(model), "--mode", "rank-merge"),
@@ -488,12 +479,7 @@ def test_an_ingest_that_skipped_items_exits_1_with_a_count(
         *("--params", str(params), "--store", str(tmp_path / "s"), "--model", str(model)),
         *("--items", str(tmp_path / "items.parquet"), "--score", "--json"),
     ]
-    try:
-        run_command(store_ingest, argv)
-        code = 0
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = exit_code_and_output(capsys, lambda: run_command(store_ingest, argv))
     assert code == EXIT_INCOMPLETE, err
     assert "error: 1 item(s) were skipped and are not in the store, e.g. it4" in err
     report = json.loads(out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,7 @@ class Manifest:
     images_per_split: dict[str, int]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "images": self.images,
-            "classes": self.classes,
-            "images_per_split": self.images_per_split,
-        }
+        return {**asdict(self), "path": str(self.path)}
 
     def describe(self) -> str:
         return (

@@ -33,8 +33,7 @@ from torch import nn
 
 from modelupgrade.cards import CARD_FILE, load_weights, verified_weights
 from modelupgrade.config.base import Section
-from modelupgrade.config.errors import validation_problems
-from modelupgrade.errors import UserError
+from modelupgrade.errors import UserError, not_valid
 from modelupgrade.io import atomic_path, file_sha256, write_json
 from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard, PreprocessingCard
 from modelupgrade.models.embedding import PIXEL_MEAN, PIXEL_STD, resized_unit_images
@@ -261,9 +260,9 @@ def build_source(kind: str, options: Mapping[str, Any]) -> ModelSource:
     try:
         return source_class(source_class.Options.model_validate(dict(options)))
     except ValidationError as err:
-        problems = "; ".join(validation_problems(err)[:5])
-        raise UserError(
-            f"options of model source {kind!r} are not valid: {problems}",
+        raise not_valid(
+            err,
+            f"options of model source {kind!r} are not valid",
             hint=f"see {source_class.Options.__name__} in modelupgrade/models/adopted.py",
         ) from None
 

@@ -9,7 +9,7 @@ their embeddings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from modelupgrade.errors import UserError
@@ -28,7 +28,7 @@ class ChainChampion:
     generation: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "model_key": self.model_key, "generation": self.generation}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,9 @@ class ChainState:
         return len(self.generations)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "registered_model": self.registered_model,
-            "tracking_uri": self.tracking_uri,
-            "generations": self.generations,
-            "next_generation": self.next_generation,
-            "champion": None if self.champion is None else self.champion.as_dict(),
-        }
+        fields = asdict(self)  # the champion too, as its own as_dict
+        champion = fields.pop("champion")
+        return {**fields, "next_generation": self.next_generation, "champion": champion}
 
 
 def read_chain(registry: ModelRegistry, strategy: str, layout: StudyLayout) -> ChainState:

@@ -115,9 +115,11 @@ class UpperBoundGate(Gate):
     measured: ClassVar[str]  # the GateInputs field
     limit: ClassVar[str]  # the GateParams field
     missing: ClassVar[str]  # what is unmeasured when the field is None
+    # The check's detail, from {value}, {limit} and {relation} (<= when it passes, > when not).
+    shown: ClassVar[str]
 
     def describe(self, value: float, passed: bool, limit: float) -> str:
-        raise NotImplementedError
+        return self.shown.format(value=value, limit=limit, relation="<=" if passed else ">")
 
     def check(self, inputs: GateInputs, params: GateParams) -> GateCheck:
         value = getattr(inputs, self.measured)
@@ -134,9 +136,7 @@ class DegradationGate(UpperBoundGate):
 
     measured, limit = "degradation_pct", "max_degradation_pct"
     missing = "Δ↓ (degradation against the independent model)"
-
-    def describe(self, value: float, passed: bool, limit: float) -> str:
-        return f"Δ↓={value:.2f}% {'<=' if passed else '>'} {limit:.2f}%"
+    shown = "Δ↓={value:.2f}% {relation} {limit:.2f}%"
 
 
 @GATES.register("negative_flips")
@@ -145,9 +145,7 @@ class NegativeFlipGate(UpperBoundGate):
 
     measured, limit = "negative_flip_rate", "max_negative_flip_rate"
     missing = "the negative-flip rate against the champion"
-
-    def describe(self, value: float, passed: bool, limit: float) -> str:
-        return f"negative flips {value:.4f} {'<=' if passed else '>'} {limit:.4f}"
+    shown = "negative flips {value:.4f} {relation} {limit:.4f}"
 
 
 def evaluate_gates(inputs: GateInputs, params: GateParams) -> GateReport:

@@ -96,6 +96,25 @@ def _point_items(db: sqlite3.Connection, backfill: Backfill, from_space: str, to
     ).rowcount
 
 
+def _serve(
+    store: GalleryStore,
+    backfill: Backfill,
+    step: str,
+    space: str,
+    reason: str,
+    detail: Callable[[int, Any], dict[str, Any]],
+) -> ServingStep:
+    """Serve ``space``, one of ``backfill``'s two: the backend first, then, in one transaction,
+    the items it moved and the store's serving space, recorded as ``step`` with ``detail(items
+    moved, what the backend did)``."""
+    other = backfill.source_space if space == backfill.target_space else backfill.target_space
+    pointed = store.vectors.serve(store.space(space))
+    with store.db.write() as db:
+        moved = _point_items(db, backfill, other, space)
+        Database.set_meta(db, "serving_space", space)
+        return _record(db, backfill, step, other, space, reason, detail(moved, pointed))
+
+
 def cutover(
     store: GalleryStore,
     reason: str,
@@ -140,24 +159,19 @@ def cutover(
                 hint="`modelupgrade rollback` serves the old space again while the new model is "
                 "fixed",
             )
-        pointed = store.vectors.serve(store.space(backfill.target_space))
-        with store.db.write() as db:
-            moved = _point_items(db, backfill, backfill.source_space, backfill.target_space)
-            Database.set_meta(db, "serving_space", backfill.target_space)
-            return _record(
-                db,
-                backfill,
-                "cutover",
-                backfill.source_space,
-                backfill.target_space,
-                reason,
-                {
-                    "shadow_evaluation": evaluation.as_dict(),
-                    "items_moved": moved,
-                    "backend": pointed,
-                    "rollback_window_hours": float(rollback_window_hours),
-                },
-            )
+        return _serve(
+            store,
+            backfill,
+            "cutover",
+            backfill.target_space,
+            reason,
+            lambda moved, backend: {
+                "shadow_evaluation": evaluation.as_dict(),
+                "items_moved": moved,
+                "backend": backend,
+                "rollback_window_hours": float(rollback_window_hours),
+            },
+        )
 
 
 def rollback(store: GalleryStore, reason: str) -> ServingStep:
@@ -188,19 +202,14 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
             ]
         # The old vectors are what queries will meet: they must be whole before anything moves.
         store.verify_vectors(backfill.source_space, np.asarray(slots, dtype=np.int64))
-        pointed = store.vectors.serve(store.space(backfill.source_space))
-        with store.db.write() as db:
-            moved = _point_items(db, backfill, backfill.target_space, backfill.source_space)
-            Database.set_meta(db, "serving_space", backfill.source_space)
-            return _record(
-                db,
-                backfill,
-                "rollback",
-                backfill.target_space,
-                backfill.source_space,
-                reason,
-                {"items_moved": moved, "backend": pointed},
-            )
+        return _serve(
+            store,
+            backfill,
+            "rollback",
+            backfill.source_space,
+            reason,
+            lambda moved, backend: {"items_moved": moved, "backend": backend},
+        )
 
 
 def cleanup(

@@ -17,7 +17,7 @@ space's answers against the new space's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,28 +75,9 @@ class ShadowEvaluation:
         return GateReport(self.checks).summary()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "new_space": self.new_space,
-            "old_space": self.old_space,
-            "queries": self.queries,
-            "gallery": self.gallery,
-            "new_metrics": self.new_metrics,
-            "old_metrics": self.old_metrics,
-            "negative_flip_rate": self.negative_flip_rate,
-            "passed": self.passed,
-            "checks": [
-                {
-                    "name": c.name,
-                    "passed": c.passed,
-                    "value": c.value,
-                    "threshold": c.threshold,
-                    "detail": c.detail,
-                }
-                for c in self.checks
-            ],
-            "source": self.source,
-        }
+        fields = asdict(self)  # each check too, as a dict of its fields
+        checks, source = fields.pop("checks"), fields.pop("source")
+        return {**fields, "passed": self.passed, "checks": checks, "source": source}
 
 
 def shadow_evaluate(
