@@ -1,4 +1,5 @@
-"""Small models the tests build and train: a narrow ResNet-10, one call to train a generation."""
+"""Small models the tests build and train: a narrow ResNet-10, one call to train a generation, the
+params of a toy scenario of adopted models and its BCT successor."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 import torch
 
+from modelupgrade.config import Params, parse_params
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.models import EmbeddingModel
+from modelupgrade.plugins import check_params
 from modelupgrade.training import train_model
 
 
@@ -85,3 +88,54 @@ def compatibility_strategies(*leave_out: str) -> list[tuple[str, dict[str, Any]]
         for kind in sorted(STRATEGIES.names())
         if kind not in ("independent", *leave_out)
     ]
+
+
+def toy_scenario_params(
+    architecture_name: str,
+    architecture: dict[str, Any],
+    adopted: dict[str, Any],
+    training: dict[str, Any],
+    **sections: Any,
+) -> Params:
+    """Checked params of one scenario, "toy" (extended data, BCT), whose old and new models are
+    both of ``architecture`` (named ``architecture_name``), with the ``adopted`` models and
+    ``training``, on the CPU; ``sections`` add to the others or replace them."""
+    return check_params(
+        parse_params(
+            {
+                "seed": 3,
+                "device": "cpu",
+                "scenarios": {
+                    "toy": {
+                        "kind": "extended-data",
+                        "old_architecture": architecture_name,
+                        "new_architecture": architecture_name,
+                        "strategies": ["bct"],
+                    }
+                },
+                "architectures": {architecture_name: architecture},
+                "adopted": adopted,
+                "training": training,
+                "strategies": {"bct": {"kind": "bct"}},
+                "sequential": {"strategies": ["bct"]},
+                "registry": {"tracking_uri": "sqlite:///:memory:"},
+                **sections,
+            }
+        )
+    )
+
+
+def train_toy_successor(params: Params, **options: Any) -> Any:
+    """The train command's BCT generation 1 of the "toy" scenario (on ``write_toy_splits``'s
+    splits in the working directory), quietly, into models/toy/gen1-bct."""
+    from modelupgrade.commands.training import train
+
+    return train(
+        params,
+        scenario="toy",
+        generation=1,
+        strategy="bct",
+        out=Path("models/toy/gen1-bct"),
+        progress=False,
+        **options,
+    )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,9 +18,12 @@ from modelupgrade.store import (
     BackendSettings,
     BackfillJob,
     GalleryStore,
+    HeadTransforms,
     ItemSources,
+    Searcher,
     SpaceSpec,
     TransformStored,
+    start_or_resume,
 )
 
 OLD = SpaceSpec("gen0", 16)
@@ -38,6 +43,19 @@ def psi(vectors: np.ndarray) -> np.ndarray:
 def reverse(queries: np.ndarray) -> np.ndarray:
     """A deterministic reverse map new → old, for rank-merge-rqt serving."""
     return queries @ psi_matrix().T
+
+
+def psi_searchers(store: GalleryStore) -> list[Searcher]:
+    """Searchers of ``store`` in the two serving modes that use the ψ heads: rank-merge-rqt (the
+    ``reverse`` map) and mixed (the forward ``psi``)."""
+    from modelupgrade.serving import build_serving_mode
+
+    return [
+        Searcher(
+            store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)
+        ),
+        Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
+    ]
 
 
 def build_gallery(
@@ -206,6 +224,44 @@ def slow_backfill_script(chunk: int, job_options: str = "", then: str = PRINT_RE
     """The source of a backfill worker for ``spawn_backfill_worker`` (see ``_SLOW_BACKFILL``)."""
     options = f" {job_options}," if job_options else ""
     return _SLOW_BACKFILL.format(chunk=chunk, job_options=options, then=then)
+
+
+def plan_psi_backfill(store: GalleryStore, chunk: int) -> None:
+    """Plan, without running it, the backfill into ``NEW`` by ψ in old-confidence order in chunks
+    of ``chunk`` that a ``slow_backfill_script`` worker runs and resumes: the store serves the new
+    space from then on, before the first chunk is written."""
+    from modelupgrade.ordering import build_ordering
+
+    start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), chunk)
+
+
+def kill_after_a_commit(
+    watcher: GalleryStore,
+    script: Path,
+    delay: float,
+    rng: np.random.Generator,
+    wait: float,
+    jitter: float,
+) -> bool:
+    """Run the backfill worker ``script`` with ``delay`` on the store ``watcher`` has open
+    (``spawn_backfill_worker``) and SIGKILL it only after this run has committed a chunk (waited
+    for ``wait`` s at most), at a random moment up to ``jitter`` s after that: inside ψ, between the
+    vector write and the commit, or inside the transaction. Whether it was still running to kill."""
+    before = len(watcher.backfills.chunk_log())
+    process = spawn_backfill_worker(watcher.path, script, delay)
+    deadline = time.monotonic() + wait
+    while (
+        process.poll() is None
+        and len(watcher.backfills.chunk_log()) == before
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.01)
+    time.sleep(float(rng.uniform(0.0, jitter)))
+    killed = process.poll() is None
+    if killed:
+        process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    return killed
 
 
 def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:

@@ -21,15 +21,14 @@ from modelupgrade.commands.adopt import adopt
 from modelupgrade.commands.heads import train_heads
 from modelupgrade.commands.store import backfill, store_ingest
 from modelupgrade.commands.training import embed, train
-from modelupgrade.config import ParamsError, parse_params
+from modelupgrade.config import ParamsError
 from modelupgrade.errors import UserError
 from modelupgrade.models import embed as embed_images
 from modelupgrade.models import load_model, read_model_card
-from modelupgrade.plugins import check_params
 from modelupgrade.store import GalleryStore
 from modelupgrade.training import build_model
 from tests.data_fixtures import TOY_PIXELS, TOY_SPLITS, write_toy_splits
-from tests.model_fixtures import resnet10t
+from tests.model_fixtures import resnet10t, toy_scenario_params, train_toy_successor
 
 TIMM_KWARGS = {"channels": [8, 8, 16, 16], "stem_width": 8}
 GREY_16 = {"input_size": 16, "channels": 1, "mean": [0.25], "std": [0.5]}
@@ -41,31 +40,13 @@ def sha256(path: Path) -> str:
 
 def params_for(adopted: dict[str, Any], dim: int, **architecture: Any) -> Any:
     """A toy scenario whose new architecture has the adopted model's embedding dimension."""
-    return check_params(
-        parse_params(
-            {
-                "seed": 3,
-                "device": "cpu",
-                "scenarios": {
-                    "toy": {
-                        "kind": "extended-data",
-                        "old_architecture": "new",
-                        "new_architecture": "new",
-                        "strategies": ["bct"],
-                    }
-                },
-                "architectures": {"new": {**resnet10t(embedding_dim=dim), **architecture}},
-                "adopted": {"old": adopted},
-                "training": {"epochs": 1, "batch_size": 16, "cpu_threads": 1},
-                "strategies": {
-                    "bct": {"kind": "bct"},
-                    "regression": {"kind": "regression"},
-                },
-                "heads": {"fct": {"kind": "fct", "hidden_dim": 16, "epochs": 2}},
-                "sequential": {"strategies": ["bct"]},
-                "registry": {"tracking_uri": "sqlite:///:memory:"},
-            }
-        )
+    return toy_scenario_params(
+        "new",
+        {**resnet10t(embedding_dim=dim), **architecture},
+        {"old": adopted},
+        {"epochs": 1, "batch_size": 16, "cpu_threads": 1},
+        strategies={"bct": {"kind": "bct"}, "regression": {"kind": "regression"}},
+        heads={"fct": {"kind": "fct", "hidden_dim": 16, "epochs": 2}},
     )
 
 
@@ -185,13 +166,8 @@ def test_an_adopted_model_embeds_trains_a_successor_trains_a_head_and_backfills_
 
     # A compatible successor, BCT against the synthesised old classifier (said in the log).
     with caplog.at_level(logging.INFO, logger="modelupgrade.strategies.base"):
-        successor = train(
+        successor = train_toy_successor(
             params,
-            scenario="toy",
-            generation=1,
-            strategy="bct",
-            out=Path("models/toy/gen1-bct"),
-            progress=False,
             embed_split=[splits / "new_train.parquet"],
             embed_dir=Path("embeddings/toy/gen1-bct"),
         ).card

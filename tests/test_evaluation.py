@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from modelupgrade.config import parse_params
+from modelupgrade.config import Params, parse_params
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import RetrievalEvaluator, resolve_protocol
 from modelupgrade.metrics import cmc_topk, mean_average_precision, pairwise_scores
+
+if TYPE_CHECKING:
+    from modelupgrade.layout import StudyLayout
 
 
 def _clustered(
@@ -245,13 +249,38 @@ def _write_sequential_study(
             np.save(out / f"{split}.npy", vectors.astype(np.float32))
 
 
+def _evaluate_sequential(root: Path, params: Params, **options: Any) -> StudyLayout:
+    """The sequential evaluation of the study ``_write_sequential_study`` wrote under ``root``, in
+    the study's own layout there (returned)."""
+    from modelupgrade.commands.evaluation import evaluate
+    from modelupgrade.layout import StudyLayout
+
+    layout = StudyLayout(root)
+    evaluate(
+        params,
+        "sequential",
+        embeddings_root=layout.embeddings_root,
+        splits_root=layout.splits_root,
+        metrics_root=layout.metrics_root,
+        plots_root=layout.plots_root,
+        **options,
+    )
+    return layout
+
+
+def _map(table: pd.DataFrame, query: str, gallery: str) -> float:
+    """The mAP of ``query``'s queries on ``gallery``'s gallery in a cross-model table."""
+    row = table[
+        (table.query_set == query) & (table.gallery_set == gallery) & (table.metric == "mAP")
+    ]
+    return float(row.value.iloc[0])
+
+
 def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gates_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one path of Δ↓: the evaluation writes it into each chain's summary, the registry's
     gate evidence reads it from there (and nowhere else) under the chain's model keys."""
-    from modelupgrade.commands.evaluation import evaluate
-    from modelupgrade.layout import StudyLayout
     from modelupgrade.registry.sources import load_evidence
 
     monkeypatch.chdir(tmp_path)
@@ -265,17 +294,9 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
             "sequential": {"strategies": ["bct"], "fractions": [0.25, 0.5, 1.0]},
         }
     )
-    layout = StudyLayout(tmp_path)
     # Two generations of three planned: bct/gen2 exists but is not part of this evaluation.
-    evaluate(
-        params,
-        "sequential",
-        embeddings_root=layout.embeddings_root,
-        splits_root=layout.splits_root,
-        metrics_root=layout.metrics_root,
-        plots_root=layout.plots_root,
-        strategies=["bct", "independent"],
-        generations=2,
+    layout = _evaluate_sequential(
+        tmp_path, params, strategies=["bct", "independent"], generations=2
     )
     import json
 
@@ -283,14 +304,7 @@ def test_sequential_chains_get_delta_down_against_the_oracle_chain_which_the_gat
     assert summary["compatibility"]["mAP"]["generations"] == ["gen0", "gen1"]
     table = pd.read_parquet(tmp_path / "metrics/sequential/bct/cross_model.parquet")
     oracle = pd.read_parquet(tmp_path / "metrics/sequential/independent/cross_model.parquet")
-
-    def self_map(frame: pd.DataFrame, name: str) -> float:
-        row = frame[
-            (frame.query_set == name) & (frame.gallery_set == name) & (frame.metric == "mAP")
-        ]
-        return float(row.value.iloc[0])
-
-    ours, theirs = self_map(table, "gen1"), self_map(oracle, "gen1")
+    ours, theirs = _map(table, "gen1", "gen1"), _map(oracle, "gen1", "gen1")
     assert summary["oracle"] == "independent"
     # gen0 is shared by both chains: no degradation.
     assert summary["delta_down_pct"] == pytest.approx(
@@ -325,9 +339,6 @@ def test_a_chain_with_a_forward_head_is_evaluated_on_the_gallery_each_generation
     """BiCT's sequential reading (Table 6): generation i's queries on the gallery the chain held
     when it went live (F_{i−1}, M_BCT), then on the gallery its ψ_i refreshed (F_i, M_FCT); a
     chain without heads keeps gen0's gallery."""
-    from modelupgrade.commands.evaluation import evaluate
-    from modelupgrade.layout import StudyLayout
-
     monkeypatch.chdir(tmp_path)
     # The refreshed galleries are the cleanest: searching them must score highest.
     spaces = {"gen0": 1.6, "bict/gen1": 1.0, "bict/gen2": 0.9, "bct/gen1": 1.0, "bct/gen2": 0.9}
@@ -342,23 +353,12 @@ def test_a_chain_with_a_forward_head_is_evaluated_on_the_gallery_each_generation
             "sequential": {"strategies": ["bct", "bict"], "heads": {"bict": "bict_momentum"}},
         }
     )
-    layout = StudyLayout(tmp_path)
-    evaluate(
-        params,
-        "sequential",
-        embeddings_root=layout.embeddings_root,
-        splits_root=layout.splits_root,
-        metrics_root=layout.metrics_root,
-        plots_root=layout.plots_root,
-    )
+    _evaluate_sequential(tmp_path, params)
     import json
 
     def value(strategy: str, query: str, gallery: str) -> float:
         table = pd.read_parquet(tmp_path / f"metrics/sequential/{strategy}/cross_model.parquet")
-        row = table[
-            (table.query_set == query) & (table.gallery_set == gallery) & (table.metric == "mAP")
-        ]
-        return float(row.value.iloc[0])
+        return _map(table, query, gallery)
 
     bict = json.loads((tmp_path / "metrics/sequential/bict/summary.json").read_text())
     steps = bict["refreshes"]["mAP"]

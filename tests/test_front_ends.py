@@ -10,6 +10,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -77,11 +78,6 @@ def stage_shape_problems(source: str) -> list[str]:
     if guarded != 1:
         problems.append("no __main__ guard")
     return problems
-
-
-@pytest.mark.parametrize("path", STAGES, ids=lambda p: p.stem)
-def test_a_stage_module_is_only_its_command_functions_main(path: Path) -> None:
-    assert stage_shape_problems(path.read_text(encoding="utf-8")) == []
 
 
 def test_the_shape_check_refuses_a_stage_that_does_work() -> None:
@@ -224,9 +220,18 @@ def flow_module_problems(source: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("path", FLOWS, ids=lambda p: p.stem)
-def test_a_flow_module_holds_flows_tasks_of_one_library_call_and_main(path: Path) -> None:
-    assert flow_module_problems(path.read_text(encoding="utf-8")) == []
+@pytest.mark.parametrize(
+    ("path", "problems"),
+    [pytest.param(path, stage_shape_problems, id=f"stage-{path.stem}") for path in STAGES]
+    + [pytest.param(path, flow_module_problems, id=f"flow-{path.stem}") for path in FLOWS],
+)
+def test_a_stage_or_flow_module_holds_only_what_its_kind_may(
+    path: Path, problems: Callable[[str], list[str]]
+) -> None:
+    """A stage module is only its command function's ``main`` (``stage_shape_problems``); a
+    flow module holds flows, tasks of one library call each, and its ``main``
+    (``flow_module_problems``)."""
+    assert problems(path.read_text(encoding="utf-8")) == []
 
 
 def test_the_flow_check_refuses_domain_logic_in_a_flow_module() -> None:

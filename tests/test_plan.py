@@ -20,7 +20,6 @@ from torch import nn
 from modelupgrade.cli import main
 from modelupgrade.commands.adopt import adopt
 from modelupgrade.commands.plan import plan
-from modelupgrade.config import parse_params
 from modelupgrade.evaluation import RetrievalEvaluator
 from modelupgrade.metrics import negative_flip_rate
 from modelupgrade.models import embed, load_model
@@ -29,11 +28,10 @@ from modelupgrade.plan import (
     PlanMeasurements,
     plan_table,
 )
-from modelupgrade.plugins import check_params
 from modelupgrade.registry.stage_log import StageRecord
 from modelupgrade.training import train_model
 from tests.data_fixtures import write_params_yaml
-from tests.model_fixtures import resnet10t
+from tests.model_fixtures import resnet10t, toy_scenario_params
 
 CLASSES, IMAGES, SIZE, DIM = 4, 240, 16, 8
 COLUMNS = {
@@ -122,27 +120,11 @@ def write_models(root: Path, monkeypatch: Any, old_noise: float | None) -> dict[
             "kind": "torchscript",
             "options": {"path": str(path), "embedding_dim": DIM, "preprocessing": preprocessing},
         }
-    params = check_params(
-        parse_params(
-            {
-                "seed": 3,
-                "device": "cpu",
-                "scenarios": {
-                    "toy": {
-                        "kind": "extended-data",
-                        "old_architecture": "tiny",
-                        "new_architecture": "tiny",
-                        "strategies": ["bct"],
-                    }
-                },
-                "architectures": {"tiny": resnet10t(embedding_dim=DIM)},
-                "adopted": sources,
-                "training": {"epochs": 2, "batch_size": 32, "cpu_threads": 1},
-                "strategies": {"bct": {"kind": "bct"}},
-                "sequential": {"strategies": ["bct"]},
-                "registry": {"tracking_uri": "sqlite:///:memory:"},
-            }
-        )
+    params = toy_scenario_params(
+        "tiny",
+        resnet10t(embedding_dim=DIM),
+        sources,
+        {"epochs": 2, "batch_size": 32, "cpu_threads": 1},
     )
     for name in ("old", "new"):
         adopt(params, name, out=root / "models" / name)

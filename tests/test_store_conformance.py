@@ -37,7 +37,6 @@ from modelupgrade.store import (
     Searcher,
     SpaceSpec,
     TransformStored,
-    start_or_resume,
 )
 from modelupgrade.store.backends.milvus import MilvusVectors
 from modelupgrade.store.vectors import vector_checksums
@@ -47,8 +46,11 @@ from tests.store_helpers import (
     PROJECT_PARAMS,
     build_gallery,
     final_state,
+    kill_after_a_commit,
+    plan_psi_backfill,
     psi,
     psi_job,
+    psi_searchers,
     reverse,
     slow_backfill_script,
     spawn_backfill_worker,
@@ -64,20 +66,11 @@ K = 10
 WORKER = slow_backfill_script(CHUNK, job_options="max_group=1")
 
 
-def _searchers(store: GalleryStore) -> list[Searcher]:
-    return [
-        Searcher(
-            store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)
-        ),
-        Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
-    ]
-
-
 def _check_answers(store: GalleryStore, rng: np.random.Generator, seen: set[str]) -> int:
     """Query ``store`` in two serving modes; every query gets K distinct hits, each in a space of
     the store. Returns the queries answered."""
     answered = 0
-    for searcher in _searchers(store):
+    for searcher in psi_searchers(store):
         hits = searcher.search(rng.normal(size=(3, NEW.dim)).astype(np.float32), K)
         for ids, spaces in zip(hits.item_ids, hits.spaces, strict=True):
             assert len(set(ids)) == K, ids
@@ -147,29 +140,14 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(
 
     store_path = tmp_path / "crashed"
     with build_gallery(store_path, N_ITEMS, backend=backend) as store:
-        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+        plan_psi_backfill(store, CHUNK)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     rng = np.random.default_rng(2024)
     kills, progress, answered, seen = 0, [], 0, set()
     for _ in range(3):
         with GalleryStore.open(store_path) as watcher:
-            before = len(watcher.backfills.chunk_log())
-            process = spawn_backfill_worker(store_path, script, delay=0.02)
-            # Killed only after this run committed something, at a random moment after that:
-            # inside ψ, between the vector write and the commit, or inside the transaction.
-            deadline = time.monotonic() + 60
-            while (
-                process.poll() is None
-                and len(watcher.backfills.chunk_log()) == before
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.01)
-            time.sleep(float(rng.uniform(0.0, 0.1)))
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-            process.wait(timeout=30)
+            kills += kill_after_a_commit(watcher, script, 0.02, rng, wait=60, jitter=0.1)
             progress.append(len(watcher.backfills.chunk_log()))
             # The killed job's store answers every query, half in one space, half in the other.
             answered += _check_answers(watcher, rng, seen)
@@ -198,7 +176,7 @@ def test_every_query_is_answered_while_a_backfill_writes(
         return psi(vectors)
 
     with build_gallery(tmp_path / "s", N_ITEMS, backend=backend) as store:
-        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+        plan_psi_backfill(store, CHUNK)
         job = BackfillJob(
             store,
             NEW,

@@ -9,7 +9,6 @@ chunk for chunk, and every query must return k distinct items.
 from __future__ import annotations
 
 import signal
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -17,21 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modelupgrade.ordering import build_ordering
-from modelupgrade.serving import build_serving_mode
-from modelupgrade.store import (
-    GalleryStore,
-    HeadTransforms,
-    Searcher,
-    start_or_resume,
-)
+from modelupgrade.store import GalleryStore
 from tests.store_helpers import (
     NEW,
     build_gallery,
     final_state,
-    psi,
+    kill_after_a_commit,
+    plan_psi_backfill,
     psi_job,
-    reverse,
+    psi_searchers,
+    slow_backfill_script,
     spawn_backfill_worker,
 )
 
@@ -39,25 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS = 3000
 CHUNK = 64
 
-WORKER = textwrap.dedent(
-    """
-    import sys, time
-    from modelupgrade.ordering import build_ordering
-    from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
-    from tests.store_helpers import NEW, psi
-
-    def slow_psi(vectors):
-        time.sleep(float(sys.argv[2]))  # keeps the job long enough to be killed part-way
-        return psi(vectors)
-
-    with GalleryStore.open(sys.argv[1]) as store:
-        report = BackfillJob(
-            store, NEW, TransformStored(slow_psi), build_ordering("old-confidence"), {chunk},
-            progress=False,
-        ).run()
-    print(report.status, report.chunks_committed, flush=True)
-    """
-).format(chunk=CHUNK)
+WORKER = slow_backfill_script(CHUNK)
 
 
 def _reference(tmp_path: Path) -> tuple[list, np.ndarray, list]:
@@ -81,14 +57,7 @@ class _Querier(threading.Thread):
     def run(self) -> None:
         rng = np.random.default_rng(1)
         with GalleryStore.open(self.path) as store:
-            searchers = [
-                Searcher(
-                    store,
-                    build_serving_mode("rank-merge-rqt"),
-                    heads=HeadTransforms(reverse=reverse),
-                ),
-                Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi)),
-            ]
+            searchers = psi_searchers(store)
             while not self.stop.is_set():
                 for searcher in searchers:
                     try:
@@ -111,7 +80,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     store_path = tmp_path / "crashed"
     with build_gallery(store_path, N_ITEMS) as store:
         # Planned up front so that the querier sees the new serving space from its first query.
-        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+        plan_psi_backfill(store, CHUNK)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     querier = _Querier(store_path, k=10)
@@ -121,22 +90,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
     progress = []
     with GalleryStore.open(store_path) as watcher:
         for _ in range(5):
-            before = len(watcher.backfills.chunk_log())
-            process = spawn_backfill_worker(store_path, script, delay=0.01)
-            # Kill only after this run has committed something, at a random moment after that:
-            # inside ψ, between the vector write and the commit, or inside the transaction.
-            deadline = time.monotonic() + 30
-            while (
-                process.poll() is None
-                and len(watcher.backfills.chunk_log()) == before
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.01)
-            time.sleep(float(rng.uniform(0.0, 0.12)))
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-            process.wait(timeout=30)
+            kills += kill_after_a_commit(watcher, script, 0.01, rng, wait=30, jitter=0.12)
             progress.append(len(watcher.backfills.chunk_log()))
     process = spawn_backfill_worker(store_path, script, delay=0.0)
     out, err = process.communicate(timeout=60)

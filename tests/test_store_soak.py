@@ -26,14 +26,14 @@ import numpy as np
 import pytest
 
 from modelupgrade.errors import UserError
-from modelupgrade.ordering import build_ordering
-from modelupgrade.store import BackendSettings, GalleryStore, start_or_resume
+from modelupgrade.store import BackendSettings, GalleryStore
 from tests.store_helpers import (
     NEW,
     OLD,
     PROJECT_PARAMS,
     build_gallery,
     final_state,
+    plan_psi_backfill,
     psi_job,
     slow_backfill_script,
     spawn_backfill_worker,
@@ -132,7 +132,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     path = tmp_path / "store"
     with build_gallery(path, N_ITEMS, backend=backend) as store:
         # Planned before the clients start: they query the new serving space from the first.
-        start_or_resume(store, NEW, "transform", build_ordering("old-confidence"), CHUNK)
+        plan_psi_backfill(store, CHUNK)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = _free_port()

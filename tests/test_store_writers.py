@@ -110,6 +110,40 @@ def _wait_for_commits(store: Path, process: subprocess.Popen[str], chunks: int) 
             time.sleep(0.02)
 
 
+def _store(tmp_path: Path, backend: BackendSettings, n: int, images: bool = False) -> Path:
+    """A store of ``n`` items on ``backend`` at ``tmp_path``/s, closed: ``build_gallery``'s, or
+    with ``images`` ``image_gallery``'s."""
+    path = tmp_path / "s"
+    (image_gallery if images else build_gallery)(path, n, backend=backend).close()
+    return path
+
+
+def _backfill_running(
+    tmp_path: Path, backend: BackendSettings, chunks: int
+) -> tuple[Path, subprocess.Popen[str]]:
+    """A store of 400 items and the slow backfill of it running in a subprocess (``_spawn``), once
+    that has committed ``chunks`` chunks."""
+    path = _store(tmp_path, backend, 400)
+    process = _spawn(path, tmp_path, delay=0.05)
+    try:
+        _wait_for_commits(path, process, chunks)
+    except BaseException:
+        process.kill()
+        process.communicate(timeout=60)
+        raise
+    return path, process
+
+
+def _refused_backfill(capsys: pytest.CaptureFixture[str], path: Path, *argv: str) -> str:
+    """The error of the backfill command on the store at ``path`` with ``argv``, which it must
+    refuse (exit code 2) and leave as before any backfill."""
+    code, _, err = command_output(capsys, backfill_command, "--store", str(path), *argv)
+    assert code == 2, err
+    with GalleryStore.open(path) as store:
+        _assert_as_before_any_backfill(store)
+    return err
+
+
 def _assert_as_before_any_backfill(store: GalleryStore) -> None:
     """Every item in gen0 and idle, gen0 serving, no backfill, no gen1 space or vectors."""
     status = store.status()
@@ -124,6 +158,25 @@ def _assert_as_before_any_backfill(store: GalleryStore) -> None:
 def _bict_head(directory: Path, in_dim: int, out_dim: int) -> Path:
     torch.manual_seed(0)
     save_head(build_head("bict", in_dim, out_dim, hidden_dim=8, depth=2), directory)
+    return directory
+
+
+def _checked_psi_job(store: GalleryStore, serving: ServingCheck) -> BackfillJob:
+    """A backfill into ``NEW`` by ψ in ingest order, chunks of 10, checked with ``serving``."""
+    return BackfillJob(
+        store,
+        NEW,
+        TransformStored(psi),
+        build_ordering("ingest-order"),
+        10,
+        progress=False,
+        serving=serving,
+    )
+
+
+def _gen1_model(directory: Path) -> Path:
+    """An untrained generation-1 model of ``NEW``'s dimension, saved in ``directory``."""
+    save_model(tiny_model(NEW.dim).eval(), directory, {"generation": 1})
     return directory
 
 
@@ -144,11 +197,8 @@ def test_the_lock_is_reentrant_for_its_holder_and_exclusive_for_any_other(tmp_pa
 def test_a_second_writer_is_refused_naming_the_holder_while_readers_go_on(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 400, backend=backend).close()
-    process = _spawn(path, tmp_path, delay=0.05)
+    path, process = _backfill_running(tmp_path, backend, 1)
     try:
-        _wait_for_commits(path, process, 1)
         with GalleryStore.open(path) as store:
             # The issue's corruption: a second backfill into the same space with another model.
             other = BackfillJob(
@@ -200,10 +250,7 @@ def test_a_second_writer_is_refused_naming_the_holder_while_readers_go_on(
 def test_the_lock_of_a_killed_writer_is_taken_over(
     tmp_path: Path, backend: BackendSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 400, backend=backend).close()
-    process = _spawn(path, tmp_path, delay=0.05)
-    _wait_for_commits(path, process, 1)
+    path, process = _backfill_running(tmp_path, backend, 1)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
     record = json.loads((path / HOLDER_FILE).read_text())
@@ -219,21 +266,22 @@ def test_the_lock_of_a_killed_writer_is_taken_over(
 def test_a_head_that_does_not_take_the_store_s_vectors_is_refused_before_anything_changes(
     tmp_path: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 60, backend=backend).close()
+    path = _store(tmp_path, backend, 60)
     wide = _bict_head(tmp_path / "wide", 32, NEW.dim)
-    store_arguments = ["--store", str(path), "--space", "gen1", "--no-progress"]
-    code, _, err = command_output(
-        capsys, backfill_command, *store_arguments, "--transform-head", str(wide)
-    )
-    assert code == 2, err
+    options = ["--space", "gen1", "--no-progress"]
+    err = _refused_backfill(capsys, path, *options, "--transform-head", str(wide))
     assert "takes 32-d vectors, but the store's vectors to backfill (space 'gen0') are 16-d" in err
     assert "nothing was changed" in err and "Traceback" not in err
-    with GalleryStore.open(path) as store:
-        _assert_as_before_any_backfill(store)
     fitting = _bict_head(tmp_path / "fitting", OLD.dim, NEW.dim)
     code, out, err = command_output(
-        capsys, backfill_command, *store_arguments, "--transform-head", str(fitting), "--json"
+        capsys,
+        backfill_command,
+        "--store",
+        str(path),
+        *options,
+        "--transform-head",
+        str(fitting),
+        "--json",
     )
     assert code == 0, err
     assert json.loads(out)["status"] == "complete"
@@ -337,8 +385,7 @@ def test_an_abort_that_cannot_reach_milvus_changes_nothing(
 def test_a_backfill_with_failed_items_is_not_complete_and_exits_1(
     tmp_path: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 60, backend=backend).close()
+    path = _store(tmp_path, backend, 60)
     vectors = np.random.default_rng(3).normal(size=(60, NEW.dim)).astype(np.float32)
     ids = [f"item-{i:05d}" for i in range(60)]
     missing = {5, 30, 31}
@@ -374,10 +421,7 @@ def test_a_backfill_with_failed_items_is_not_complete_and_exits_1(
 def test_a_backfill_stopped_by_sigterm_exits_143_and_says_how_to_resume(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 400, backend=backend).close()
-    process = _spawn(path, tmp_path, delay=0.05)
-    _wait_for_commits(path, process, 2)
+    _, process = _backfill_running(tmp_path, backend, 2)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == EXIT_STOPPED == 143, err
@@ -390,15 +434,10 @@ def test_a_backfill_stopped_by_sigterm_exits_143_and_says_how_to_resume(
 def test_a_model_the_serving_mode_cannot_serve_meanwhile_is_refused_up_front(
     tmp_path: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "s"
-    build_gallery(path, 30, backend=backend).close()
-    independent = tmp_path / "gen1-independent"
-    save_model(tiny_model(NEW.dim).eval(), independent, {"generation": 1})
+    path = _store(tmp_path, backend, 30)
+    independent = _gen1_model(tmp_path / "gen1-independent")
     # params.yaml serves in mixed mode, which compares new queries with the stored old vectors.
-    code, _, err = command_output(
-        capsys, backfill_command, "--store", str(path), "--model", str(independent)
-    )
-    assert code == 2, err
+    err = _refused_backfill(capsys, path, "--model", str(independent))
     assert (
         "model 'gen1-independent' is not backward compatible with the store's space 'gen0'" in err
     )
@@ -406,32 +445,14 @@ def test_a_model_the_serving_mode_cannot_serve_meanwhile_is_refused_up_front(
     assert "serve with rank-merge or rank-merge-rqt while it runs" in err
     assert "--mode rank-merge" in err and "--forward-head" in err
     with GalleryStore.open(path) as store:
-        _assert_as_before_any_backfill(store)
         for check in (
             ServingCheck(build_serving_mode("rank-merge")),
             ServingCheck(build_serving_mode("rank-merge-rqt")),
             ServingCheck(build_serving_mode("mixed"), forward_head=True),
         ):
-            job = BackfillJob(
-                store,
-                NEW,
-                TransformStored(psi),
-                build_ordering("ingest-order"),
-                10,
-                progress=False,
-                serving=check,
-            )
-            assert job.run(max_chunks=1).status == "paused"
+            assert _checked_psi_job(store, check).run(max_chunks=1).status == "paused"
             abort_backfill(store)
-        full = BackfillJob(
-            store,
-            NEW,
-            TransformStored(psi),
-            build_ordering("ingest-order"),
-            10,
-            progress=False,
-            serving=ServingCheck(build_serving_mode("rank-merge-full")),
-        )
+        full = _checked_psi_job(store, ServingCheck(build_serving_mode("rank-merge-full")))
         with pytest.raises(UserError, match="'rank-merge-full' cannot search space 'gen1'"):
             full.run()
         _assert_as_before_any_backfill(store)
@@ -440,21 +461,12 @@ def test_a_model_the_serving_mode_cannot_serve_meanwhile_is_refused_up_front(
 def test_images_that_cannot_be_read_at_all_stop_the_command_before_it_plans(
     tmp_path: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "s"
-    image_gallery(path, 24, backend=backend).close()
-    model = tmp_path / "gen1"
-    save_model(tiny_model(NEW.dim).eval(), model, {"generation": 1})
+    path = _store(tmp_path, backend, 24, images=True)
+    model = _gen1_model(tmp_path / "gen1")
     # params.yaml's dataset root holds none of these items' files.
-    code, _, err = command_output(
-        capsys,
-        backfill_command,
-        *("--store", str(path), "--model", str(model), "--mode", "rank-merge"),
-    )
-    assert code == 2, err
+    err = _refused_backfill(capsys, path, "--model", str(model), "--mode", "rank-merge")
     assert "none of 16 items sampled across the ones to move could be computed" in err
     assert "dataset.root" in err
-    with GalleryStore.open(path) as store:
-        _assert_as_before_any_backfill(store)
 
 
 def test_an_ingest_that_skipped_items_exits_1_with_a_count(

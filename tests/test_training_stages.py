@@ -14,7 +14,7 @@ from modelupgrade.commands.training import train
 from modelupgrade.config import parse_params
 from modelupgrade.models import embed, load_model, read_model_card
 from tests.data_fixtures import TOY_PIXELS, write_toy_splits
-from tests.model_fixtures import resnet10t
+from tests.model_fixtures import resnet10t, train_toy_successor
 
 
 @pytest.fixture
@@ -45,15 +45,7 @@ def splits(tmp_path, monkeypatch):
 
 def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path):
     train(params, scenario="toy", generation=0, out=Path("models/toy/gen0"), progress=False)
-    card = train(
-        params,
-        scenario="toy",
-        generation=1,
-        strategy="bct",
-        old=Path("models/toy/gen0"),
-        out=Path("models/toy/gen1-bct"),
-        progress=False,
-    ).card
+    card = train_toy_successor(params, old=Path("models/toy/gen0")).card
     assert card.data["split"].endswith("new_train.parquet") and card.data["images"] == 64
     assert card.seed == 8 and read_model_card("models/toy/gen0").data["images"] == 32
     written = embed_splits(
