@@ -192,6 +192,40 @@ def test_stage_writes_curves_summary_plot_and_dvc_csvs(tmp_path, monkeypatch):
     assert BackfillSummary.read(tmp_path / "metrics/sc/backfill_summary.json") == summary
     assert (tmp_path / "plots/sc/backfill_curves.png").stat().st_size > 1000
     assert len(list((tmp_path / "metrics/sc/backfill_plots").glob("*.csv"))) == len(combos)
+    # A random order is one draw: its curve is the mean over backfill.random_permutations seeds
+    # (FastFill averages 5); a scored order is one order.
+    from modelupgrade.backfill import backfill_curve, uniform_grid
+    from modelupgrade.ordering import build_ordering
+
+    arrays = ServingArrays(
+        old_query=np.load(Path(old) / "query.npy"),
+        new_query=np.load(Path(new) / "query.npy"),
+        old_gallery=np.load(Path(old) / "gallery.npy"),
+        new_gallery=np.load(Path(new) / "gallery.npy"),
+    )
+    grid = uniform_grid(5, n)
+    seeded = [
+        backfill_curve(
+            systems_of("mixed", arrays),
+            q_labels,
+            g_labels,
+            build_ordering("random").order(n, seed=params.seed + draw),
+            grid.cutoffs,
+            grid.t,
+            distance=params.backfill.distance,
+            topk=(1, 5),
+        )
+        for draw in range(params.backfill.random_permutations)
+    ]
+    drawn = tidy[(tidy["strategy"] == "independent") & (tidy["mode"] == "mixed")]
+    random_rows = drawn[drawn["policy"] == "random"]
+    assert len(random_rows) == 5 and (random_rows["permutations"] == 5).all()
+    assert (drawn[drawn["policy"] == "old-confidence"]["permutations"] == 1).all()
+    for metric in ("top1", "mAP"):
+        draws = np.stack([getattr(curve, metric) for curve in seeded])
+        assert random_rows[metric].to_numpy() == pytest.approx(draws.mean(axis=0), abs=1e-12)
+        assert not np.allclose(draws[0], draws.mean(axis=0))  # the draws do differ
+    assert {c.permutations for c in summary.curves if c.policy == "random"} == {5}
     # Naive rank merge starts at old/old.
     merge = next(c for c in summary.curves if c.mode == "rank-merge")
     assert merge.start["mAP"] == pytest.approx(summary.old_old["mAP"], abs=1e-9)

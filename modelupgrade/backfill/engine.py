@@ -30,6 +30,7 @@ Queries without a positive count as misses for CMC, are left out of mAP and coun
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,19 @@ class CurveResult:
         if self.map_at_k is not None:
             out[f"mAP@{self.map_k}"] = self.map_at_k
         return out
+
+
+def mean_curve(curves: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The pointwise mean of curves taken at the same points (``CurveResult.as_dict()`` of several
+    orders of one policy): the expected curve of an order drawn from a seed."""
+    first = curves[0]
+    for curve in curves[1:]:
+        if curve.keys() != first.keys() or not np.array_equal(curve["cutoff"], first["cutoff"]):
+            raise ValueError("only curves of the same metrics at the same points can be averaged")
+    return {
+        key: first[key] if key in ("t", "cutoff") else np.mean([c[key] for c in curves], axis=0)
+        for key in first
+    }
 
 
 def first_new_step(ordering: np.ndarray, cutoffs: np.ndarray, n: int) -> np.ndarray:

@@ -8,9 +8,11 @@ method). The old classifier's logits (or probabilities) on the gallery split fee
 and entropy orders. Every configured combination whose inputs are present runs; the others are
 listed as skipped in the summary.
 
-Writes ``<metrics>/backfill_curves.{parquet,csv}`` (tidy: strategy, policy, mode, deployable, t,
-cutoff, top-k, mAP, [mAP@k], nfr, pfr), ``<metrics>/backfill_summary.json`` (AUCs both ways, Seo et
-al.'s conditions, end-point identities), ``<metrics>/backfill_plots/<curve>.csv`` (for dvc plots)
+Writes ``<metrics>/backfill_curves.{parquet,csv}`` (tidy: strategy, policy, mode, deployable,
+permutations, t, cutoff, top-k, mAP, [mAP@k], nfr, pfr; a policy that draws its order from the
+seed is the mean of ``backfill.random_permutations`` orders), ``<metrics>/backfill_summary.json``
+(AUCs both ways, Seo et al.'s conditions, end-point identities),
+``<metrics>/backfill_plots/<curve>.csv`` (for dvc plots)
 and ``<plots>/backfill_curves.png`` (``modelupgrade.backfill.plots``: one panel per serving mode);
 ``<metrics>`` and ``<plots>`` default to ``metrics/<sc>`` and ``plots/<sc>``.
 
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.arrays import load_array
-from modelupgrade.backfill.engine import backfill_curve
+from modelupgrade.backfill.engine import backfill_curve, mean_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
 from modelupgrade.backfill.plots import plot_curves
 from modelupgrade.backfill.serving_arrays import ServingArrays
@@ -307,7 +309,8 @@ def simulate_backfill(
                     {"strategy": variant, "policy": policy_name, "reason": policy.description}
                 )
                 continue
-            ordering = policy.order_items(inputs, params.seed)
+            draws = cfg.random_permutations if policy.draws_from_seed else 1
+            orderings = [policy.order_items(inputs, params.seed + i) for i in range(draws)]
             for mode_name in cfg.serving_modes:
                 mode = build_serving_mode(mode_name)
                 refused = (
@@ -328,27 +331,34 @@ def simulate_backfill(
                     continue
                 systems = serving.systems(plan)
                 log.info(
-                    "%s / %s / %s: %d points over %d items",
+                    "%s / %s / %s: %d points over %d items, %d order(s)",
                     variant,
                     policy_name,
                     mode_name,
                     len(grid),
                     n,
+                    len(orderings),
                 )
-                curve = backfill_curve(
-                    systems,
-                    query_labels,
-                    gallery_labels,
-                    ordering,
-                    grid.cutoffs,
-                    grid.t,
-                    self_index=self_index,
-                    distance=cfg.distance,
-                    topk=topk,
-                    map_at_k=cfg.map_at_k,
-                    memory_bytes=memory,
+                values = mean_curve(
+                    [
+                        backfill_curve(
+                            systems,
+                            query_labels,
+                            gallery_labels,
+                            ordering,
+                            grid.cutoffs,
+                            grid.t,
+                            self_index=self_index,
+                            distance=cfg.distance,
+                            topk=topk,
+                            map_at_k=cfg.map_at_k,
+                            memory_bytes=memory,
+                        ).as_dict()
+                        for ordering in orderings
+                    ]
                 )
-                table = pd.DataFrame(curve.as_dict())
+                table = pd.DataFrame(values)
+                table.insert(0, "permutations", len(orderings))
                 table.insert(0, "deployable", policy.deployable)
                 table.insert(0, "mode", mode_name)
                 table.insert(0, "policy", policy_name)
@@ -356,7 +366,6 @@ def simulate_backfill(
                 records.append(table)
                 start = evaluate(systems.query_old_side, systems.gallery_old_side)
                 end = evaluate(systems.query_new_side, systems.gallery_new_side)
-                values = curve.as_dict()
                 curves.append(
                     CurveSummary(
                         strategy=variant,
@@ -364,7 +373,7 @@ def simulate_backfill(
                         mode=mode_name,
                         deployable=policy.deployable,
                         auc_mean={m: auc_mean(values[m]) for m in start},
-                        auc_trapezoid={m: auc_trapezoid(curve.t, values[m]) for m in start},
+                        auc_trapezoid={m: auc_trapezoid(values["t"], values[m]) for m in start},
                         conditions={
                             m: check_conditions(
                                 values[m],
@@ -382,8 +391,9 @@ def simulate_backfill(
                             and abs(values[m][-1] - end[m]) < 1e-9
                             for m in start
                         ),
-                        max_negative_flip_rate=float(curve.negative_flip_rate.max()),
+                        max_negative_flip_rate=float(values["nfr"].max()),
                         new_new=new_new,
+                        permutations=len(orderings),
                     )
                 )
     if not records:
@@ -401,7 +411,7 @@ def simulate_backfill(
         for (strategy, policy, mode), part in tidy.groupby(
             ["strategy", "policy", "mode"], sort=False
         ):
-            part.drop(columns=["strategy", "policy", "mode", "deployable"]).to_csv(
+            part.drop(columns=["strategy", "policy", "mode", "deployable", "permutations"]).to_csv(
                 tmp / f"{strategy}__{policy}__{mode}.csv", index=False
             )
     summary = BackfillSummary(

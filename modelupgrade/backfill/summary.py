@@ -91,6 +91,8 @@ class CurveSummary(_Record):
     endpoints_match: bool
     max_negative_flip_rate: float
     new_new: Metrics
+    # How many orders the curve is the mean of: several for a policy that draws from the seed.
+    permutations: int = 1
 
     def auc(self, kind: str) -> Metrics:
         """The AUCs of each metric by ``kind``: ``auc_mean`` or ``auc_trapezoid``."""

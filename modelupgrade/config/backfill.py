@@ -32,6 +32,9 @@ class BackfillParams(Section):
     fastfill_steps: int = Field(default=20, ge=0)
     # Seo et al. use cosine; FastFill uses l2 on raw features.
     distance: Literal["l2", "cosine"] = "cosine"
+    # A policy whose order is a draw from the seed (random) is studied as the mean curve of this
+    # many permutations, seeds seed, seed + 1, … (FastFill averages 5).
+    random_permutations: int = Field(default=5, ge=1)
     topk: list[int] = Field(default_factory=lambda: [1, 5])
     map_at_k: int | None = Field(default=None, ge=1)
     # AUC reported both ways; `primary_auc` is the one plots and the summary headline use.

@@ -27,6 +27,9 @@ class OrderingPolicy:
     descending: ClassVar[bool] = True
     # The serving modes whose backfill this order is meant for; None: every mode.
     serving_modes: ClassVar[tuple[str, ...] | None] = None
+    # The order is a draw from the seed: one seed's curve is one sample of the policy's, so a study
+    # averages several (``backfill.random_permutations``).
+    draws_from_seed: ClassVar[bool] = False
 
     @property
     def deployable(self) -> bool:

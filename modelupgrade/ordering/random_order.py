@@ -10,6 +10,7 @@ from modelupgrade.ordering.base import ORDERINGS, OrderingPolicy
 @ORDERINGS.register("random")
 class RandomOrder(OrderingPolicy):
     description = "a seeded random permutation; needs nothing"
+    draws_from_seed = True
 
     def draw(self, n: int, seed: int) -> np.ndarray:
         return np.argsort(-np.random.default_rng(seed).random(n), kind="stable")

@@ -481,7 +481,11 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
     scope=Scope(
         scenarios=(EXTENDED_CLASS,),
         metric="M̃ of mAP and of top-1: the mean over the curve's points (FastFill Eq. 6)",
-        protocol="one search space: new-model queries against the mixed gallery (ψ(old), new)",
+        protocol=(
+            "one search space: new-model queries against the mixed gallery (ψ(old), new); the "
+            "random order's curve is the mean of backfill.random_permutations orders (FastFill "
+            "averages 5)"
+        ),
         elsewhere=(
             "FastFill compares the two orders on class-split upgrades only (ImageNet-500→1000)"
         ),
@@ -496,7 +500,18 @@ def uncertainty_order_beats_random(study: StudyResults, sc: ScenarioResults) -> 
         random_order = sc.curve(curve.strategy, RANDOM_ORDER, MIXED)
         if random_order is not None:
             yield from _larger_auc(
-                sc, curve, random_order, "auc_mean", "mean", "random", ours_name="σ² order "
+                sc,
+                curve,
+                random_order,
+                "auc_mean",
+                "mean",
+                "random"
+                + (
+                    f" (the mean of {random_order.permutations} orders)"
+                    if random_order.permutations > 1
+                    else ""
+                ),
+                ours_name="σ² order ",
             )
 
 
