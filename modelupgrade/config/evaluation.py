@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from modelupgrade.config.base import Section
 
@@ -52,6 +52,23 @@ class EvaluationParams(Section):
     # Every dimension-compatible (query set, gallery set) pair, or only those the summary needs.
     all_pairs: bool = True
     heatmap_metrics: list[str] = Field(default_factory=lambda: ["mAP", "top1"])
+    # 1:1 verification TAR at these FARs (IJB-C, as UniBCT/BCT report for faces): every
+    # (query, gallery item) pair of the label-scored rows is a trial, genuine when the labels are
+    # equal; reported as ``TAR@FAR=1e-03``. Empty = not computed.
+    tar_at_far: list[float] = Field(default_factory=list)
+
+    @field_validator("tar_at_far")
+    @classmethod
+    def _fars_are_rates(cls, fars: list[float]) -> list[float]:
+        outside = [far for far in fars if not 0.0 < far < 1.0]
+        if outside:
+            raise ValueError(
+                f"every FAR must lie strictly between 0 and 1 (e.g. 0.001 for TAR@FAR=1e-03); "
+                f"out of range: {outside}"
+            )
+        if len(set(fars)) != len(fars):
+            raise ValueError(f"FARs are listed more than once: {fars}")
+        return fars
 
     @model_validator(mode="after")
     def _consistent(self) -> EvaluationParams:

@@ -8,7 +8,8 @@ other queries (all of them for Fashion-MNIST and every dataset without revisited
 Label-based top-k metrics (CMC, GLDv2-style mAP@k, per-query correctness for negative flips) come
 from the FAISS searcher for cosine similarity, and from the exact blocked ranking otherwise; mAP
 over the whole ranking always comes from the exact blocked ranking
-(``modelupgrade.metrics.rank_features``).
+(``modelupgrade.metrics.rank_features``). With ``evaluation.tar_at_far``, the label-scored part is
+also scored as 1:1 verification (``TAR@FAR=1e-03``): every (query, gallery item) pair is a trial.
 """
 
 from __future__ import annotations
@@ -25,14 +26,22 @@ from modelupgrade.errors import UserError
 from modelupgrade.evaluation.revisited import EvaluationGroundTruth, rows_of
 from modelupgrade.metrics import (
     PerQueryRanking,
+    TarAtFarAccumulator,
     cmc_from_ranking,
     map_at_k_from_ranking,
     map_from_ranking,
     rank_features,
     truncated_average_precision,
 )
+from modelupgrade.metrics.ranking import query_block_size
+from modelupgrade.retrieval.distance import as_feature_tensor, prepare, score_block
 from modelupgrade.retrieval.index import GallerySearcher, SearchOptions, exclude_self
 from modelupgrade.retrieval.protocol import read_split_frames
+
+
+def tar_at_far_metric_name(far: float) -> str:
+    """``TAR@FAR=1e-03``: the shortest scientific notation that still tells every float apart."""
+    return f"TAR@FAR={np.format_float_scientific(far, unique=True, trim='-', exp_digits=2)}"
 
 
 @dataclass
@@ -120,6 +129,7 @@ class RetrievalEvaluator:
             *(f"top{k}" for k in p.topk),
             *(["mAP"] if p.full_map else []),
             *([f"mAP@{p.map_at_k}"] if p.map_at_k else []),
+            *(tar_at_far_metric_name(far) for far in p.tar_at_far),
         ]
         return [*(label if self.scores_labels else []), *self.ground_truth.metric_names()]
 
@@ -146,6 +156,13 @@ class RetrievalEvaluator:
                 else None
             ),
             "mAP@k": f"GLDv2 AP@{p.map_at_k} over all queries" if p.map_at_k else None,
+            "TAR@FAR": (
+                "1:1 verification, IJB-C nearest-ROC-point rule (insightface ijb_11); every "
+                "label-scored (query, gallery item) pair is a trial, genuine when labels are equal"
+                + ("; a query's own row excluded" if self.leave_one_out else "")
+                if p.tar_at_far
+                else None
+            ),
             "num_queries": self.num_queries,
             "num_gallery": self.num_gallery,
             **({"revisited": revisited} if revisited else {}),
@@ -237,4 +254,38 @@ class RetrievalEvaluator:
             metrics["mAP"] = map_from_ranking(full)
         if p.map_at_k:
             metrics[f"mAP@{p.map_at_k}"] = map_at_k_from_ranking(topk_ranking, "count-as-zero")
+        if p.tar_at_far:
+            tars = self._tar_at_far(query, gallery)
+            metrics.update(
+                {tar_at_far_metric_name(far): float(t) for far, t in zip(p.tar_at_far, tars)}
+            )
         return PairResult(metrics, topk_ranking.correct_at(p.flip_k), info)
+
+    def _tar_at_far(self, query: np.ndarray, gallery: np.ndarray) -> np.ndarray:
+        """TAR at each ``evaluation.tar_at_far`` of the label-scored queries against the
+        label-scored gallery, every (query, gallery item) pair one trial.
+
+        Only the label-scored part takes part: a revisited set's (ROxford/RParis) rows have no
+        identity labels, only per-query easy/hard/junk lists, so their pairs are no verification
+        trials. Under leave-one-out a query's pair with its own row is no trial, as in the ranking.
+        Scores come block by block and only the high-scoring trials are kept
+        (``TarAtFarAccumulator``), so the score matrix never exists whole.
+        """
+        p = self.params
+        q = prepare(as_feature_tensor(query, "query features"), p.similarity)
+        g = prepare(as_feature_tensor(gallery, "gallery features"), p.similarity).to(self.device)
+        num_genuine = int(self.num_positives.sum())
+        num_trials = len(q) * len(g) - (len(q) if self.leave_one_out else 0)
+        accumulator = TarAtFarAccumulator(p.tar_at_far, num_trials - num_genuine)
+        block = query_block_size(len(g), p.ranking_memory_mb * 1024 * 1024)
+        for start in range(0, len(q), block):
+            stop = min(start + block, len(q))
+            scores = score_block(q[start:stop].to(self.device), g, p.similarity).cpu().numpy()
+            genuine = self.query_labels[start:stop, None] == self.gallery_labels[None, :]
+            impostor = ~genuine
+            if self.leave_one_out:
+                # A query's own row carries its label, so dropping it from the genuine trials
+                # removes it from the trials altogether.
+                genuine[np.arange(stop - start), np.arange(start, stop)] = False
+            accumulator.add(scores[genuine], scores[impostor])
+        return accumulator.result()

@@ -8,6 +8,7 @@ Plain numpy/torch, no project state: outside harnesses may import these names di
 from modelupgrade.metrics.backfill import backfill_curve_reference, backfill_cutoffs, mixed_gallery
 from modelupgrade.metrics.benchmarks import (
     REVISITOP_PROTOCOLS,
+    TarAtFarAccumulator,
     gldv2_inputs_from_padded,
     gldv2_map_at_k,
     revisitop_average_precision,
@@ -49,6 +50,7 @@ __all__ = [
     "REVISITOP_PROTOCOLS",
     "SIMILARITIES",
     "PerQueryRanking",
+    "TarAtFarAccumulator",
     "average_compatibility",
     "average_multimodel_accuracy",
     "backfill_curve_reference",

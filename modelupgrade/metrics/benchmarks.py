@@ -190,7 +190,21 @@ def roc_curve(
         raise UserError("labels must be 0 (different identity) or 1 (same identity)")
     if not positive.any() or positive.all():
         raise UserError("ROC needs both genuine (label 1) and impostor (label 0) pairs")
-    order = np.argsort(scores, kind="mergesort")[::-1]
+    if np.isnan(scores).any():
+        # As scikit-learn refuses them: a NaN has no place in the order of thresholds.
+        raise UserError(f"{int(np.isnan(scores).sum())} scores are NaN")
+    fps, tps, thresholds = _roc_counts(scores, positive, drop_intermediate)
+    return fps / fps[-1], tps / tps[-1], thresholds
+
+
+def _roc_counts(
+    scores: np.ndarray, positive: np.ndarray, drop_intermediate: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(false positives, true positives, thresholds) of ``roc_curve``, as float64 counts, with
+    the leading (0, 0, +inf) point."""
+    # Any order of tied scores gives the same counts (they are read at the end of each run of
+    # ties), so the faster unstable sort serves.
+    order = np.argsort(-scores)
     sorted_scores = scores[order]
     sorted_positive = positive[order].astype(np.float64)
     threshold_index = np.r_[np.flatnonzero(np.diff(sorted_scores)), len(sorted_scores) - 1]
@@ -200,10 +214,7 @@ def roc_curve(
     if drop_intermediate and len(fps) > 2:
         keep = np.flatnonzero(np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True])
         fps, tps, thresholds = fps[keep], tps[keep], thresholds[keep]
-    tps = np.r_[0.0, tps]
-    fps = np.r_[0.0, fps]
-    thresholds = np.r_[np.inf, thresholds]
-    return fps / fps[-1], tps / tps[-1], thresholds
+    return np.r_[0.0, fps], np.r_[0.0, tps], np.r_[np.inf, thresholds]
 
 
 def tar_at_far(scores: np.ndarray, labels: np.ndarray, fars: Sequence[float]) -> np.ndarray:
@@ -213,9 +224,87 @@ def tar_at_far(scores: np.ndarray, labels: np.ndarray, fars: Sequence[float]) ->
     interpolation. Ties go to the higher FAR, then to the higher TAR.
     """
     fpr, tpr, _ = roc_curve(labels, scores)
+    return _tar_nearest_far(fpr, tpr, fars)
+
+
+def _tar_nearest_far(fpr: np.ndarray, tpr: np.ndarray, fars: Sequence[float]) -> np.ndarray:
     fpr, tpr = fpr[::-1], tpr[::-1]
     result = []
     for far in np.asarray(fars, dtype=np.float64).ravel():
         # argmin returns the first minimum: in the reversed curve that is the highest FAR/TAR.
         result.append(tpr[int(np.argmin(np.abs(fpr - far)))])
     return np.asarray(result, dtype=np.float64)
+
+
+class TarAtFarAccumulator:
+    """``tar_at_far`` of trials streamed block by block, keeping only the high-scoring ones.
+
+    The result equals ``tar_at_far`` on all the trials exactly, without sorting them all. Why
+    that is enough: the ROC always holds the point FAR 0, so the point nearest to a target FAR f
+    lies at FAR ≤ 2f, i.e. at most ``⌊2f·N⌋`` of the N impostors score at or above its threshold.
+    Every such point is settled by the trials scoring at least τ, the ``(⌊2f·N⌋ + 2)``-th best
+    impostor score: τ's own threshold is the right-hand neighbour that decides whether the last
+    of them is dropped as collinear, and τ's point itself lies beyond FAR 2f (by at least one
+    impostor, one more than needed, so float rounding of the FARs cannot make it a tie), so it
+    never wins. Lower-scoring trials are only counted.
+
+    ``num_impostors`` (N) must be known before the first block, since it sets how many impostor
+    scores to keep; ``result`` checks that the blocks added up to it.
+    """
+
+    def __init__(self, fars: Sequence[float], num_impostors: int) -> None:
+        self.fars = np.asarray(fars, dtype=np.float64).ravel()
+        if not len(self.fars) or not bool(((self.fars > 0) & (self.fars < 1)).all()):
+            raise UserError(f"target FARs must lie strictly between 0 and 1, got {fars!r}")
+        if num_impostors < 0:
+            raise UserError(f"num_impostors must be ≥ 0, got {num_impostors}")
+        self.num_impostors = int(num_impostors)
+        # τ's rank among the impostors; the largest FAR needs the most of them.
+        self.keep_impostors = int(np.floor(2.0 * self.fars.max() * self.num_impostors)) + 2
+        # A numpy scalar of the kept scores' dtype: compared with a block of another float dtype
+        # it promotes rather than rounds (a Python float would be cast to float32).
+        self.cutoff: np.floating = np.float32(-np.inf)
+        self.impostors: np.ndarray = np.empty(0, dtype=np.float32)
+        self.genuines: np.ndarray = np.empty(0, dtype=np.float32)
+        self.seen_impostors = 0
+        self.seen_genuines = 0
+
+    def add(self, genuine_scores: np.ndarray, impostor_scores: np.ndarray) -> None:
+        """Add one block of trials: the scores of same-identity and different-identity pairs."""
+        # Scores keep their dtype: float32 orders and ties exactly as its float64 image does, and
+        # the selection below runs at half the memory traffic.
+        genuine_scores = np.asarray(genuine_scores).ravel()
+        impostor_scores = np.asarray(impostor_scores).ravel()
+        if np.isnan(genuine_scores).any() or np.isnan(impostor_scores).any():
+            raise UserError("verification scores contain NaN")
+        self.seen_genuines += len(genuine_scores)
+        self.seen_impostors += len(impostor_scores)
+        above_cutoff = impostor_scores[impostor_scores >= self.cutoff]
+        impostors = np.concatenate([self.impostors, above_cutoff])
+        if len(impostors) > self.keep_impostors:
+            # τ only rises as blocks arrive, so a score below today's τ is below the final one.
+            kth = len(impostors) - self.keep_impostors
+            self.cutoff = np.partition(impostors, kth)[kth]
+            impostors = impostors[impostors >= self.cutoff]
+        self.impostors = impostors
+        genuines = np.concatenate([self.genuines, genuine_scores[genuine_scores >= self.cutoff]])
+        self.genuines = genuines[genuines >= self.cutoff]
+
+    def result(self) -> np.ndarray:
+        """TAR at each FAR; NaN where the trials hold no genuine or no impostor pair (TAR or FAR
+        undefined)."""
+        if self.seen_impostors != self.num_impostors:
+            raise UserError(
+                f"{self.seen_impostors} impostor trials were added, {self.num_impostors} announced",
+                hint="announce the number of different-identity pairs of all blocks together",
+            )
+        if not self.seen_genuines or not self.num_impostors:
+            return np.full(len(self.fars), np.nan)
+        scores = np.concatenate([self.genuines, self.impostors]).astype(np.float64)
+        positive = np.r_[np.ones(len(self.genuines), bool), np.zeros(len(self.impostors), bool)]
+        fps, tps, _ = _roc_counts(scores, positive, drop_intermediate=True)
+        # Normalised by all trials: the kept ones are the top of the full ranking, whose ROC
+        # prefix they reproduce count for count.
+        return _tar_nearest_far(
+            fps / float(self.num_impostors), tps / float(self.seen_genuines), self.fars
+        )
