@@ -11,6 +11,7 @@ place.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from modelupgrade.backfill.summary import BackfillSummary, CurveSummary, check_conditions
 from modelupgrade.evaluation.summary import ComparisonRow, ScenarioEvaluation
-from modelupgrade.report import check_claims
+from modelupgrade.report import Claim, check_claims
 from modelupgrade.report.claims import CLAIMS
 from modelupgrade.report.results import ScenarioResults, StudyResults
 
@@ -155,6 +156,7 @@ CLAIM_RECORD_KEYS = [
     "seeds",
     "verdict",
     "holds",
+    "checks",
     "evidence",
 ]
 
@@ -365,11 +367,10 @@ def scenario(name: str = "sc", kind: str = "extended-class", **changes: Any) -> 
     )
 
 
-def study(*scenarios: ScenarioResults, seeds: int = 1) -> StudyResults:
+def study(*scenarios: ScenarioResults) -> StudyResults:
     return StudyResults(
         list(scenarios),
         strategy_kinds={"independent": "independent", "bct": "bct", "dmu": "dmu"},
-        seeds=seeds,
     )
 
 
@@ -417,15 +418,94 @@ def test_each_claim_names_its_source_scope_and_the_papers_numbers() -> None:
 
 
 def test_the_json_form_of_a_claim() -> None:
-    claim = check_claims(study(scenario(), seeds=3))[BCT_BACKWARD_COMPATIBLE]
+    claim = check_claims(study(scenario()))[BCT_BACKWARD_COMPATIBLE]
     record = claim.as_dict()
     assert list(record) == CLAIM_RECORD_KEYS
     assert record["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]
     assert (record["ours"], record["seeds"], record["verdict"]) == (
         "sc: 0.4500 vs 0.4000",
-        3,
+        1,
         "holds",
     )
+    (check,) = record["checks"]
+    assert check == {
+        "check": "sc: M(BCT, old) vs M(old, old)",
+        "seeds": 1,
+        "mean": [0.45, 0.40],
+        "sd": [None, None],  # no spread from one seed
+        "difference_mean": pytest.approx(0.05),
+        "difference_sd": None,
+        "verdict": "holds",
+    }
+    json.dumps(record, allow_nan=False)  # claims.json is strict JSON
+
+
+# -- seeds -----------------------------------------------------------------------------------------
+
+
+def seeds_of(*backward: float, **numbers: Any) -> list[StudyResults]:
+    """One study per seed: M(BCT, old) as given on each, M(old, old) 0.40 on all."""
+    return [study(scenario(bct_backward=value, **numbers)) for value in backward]
+
+
+def bct_claim(seeds: list[StudyResults]) -> Claim:
+    return check_claims(seeds[0], seeds[1:])[BCT_BACKWARD_COMPATIBLE]
+
+
+def test_a_difference_beyond_the_seeds_spread_decides_the_verdict() -> None:
+    # Differences 0.05, 0.06, 0.04 over M(old, old): mean 0.05, sd 0.01.
+    holds = bct_claim(seeds_of(0.45, 0.46, 0.44))
+    assert (holds.verdict, holds.seeds) == ("holds", 3)
+    assert holds.ours == "sc: M(BCT, old) vs M(old, old): 0.4500 ± 0.0100 vs 0.4000 ± 0.0000"
+    (check,) = holds.as_dict()["checks"]
+    assert check["mean"] == pytest.approx([0.45, 0.40])
+    assert check["sd"] == pytest.approx([0.01, 0.0])
+    assert (check["difference_mean"], check["difference_sd"]) == (
+        pytest.approx(0.05),
+        pytest.approx(0.01),
+    )
+    assert holds.evidence.startswith(
+        "sc: M(BCT, old) vs M(old, old): 0.4500 ± 0.0100 vs 0.4000 ± 0.0000 over 3 of 3 seeds, "
+        "difference 0.0500 ± 0.0100: holds. The study's own seed: sc: M(BCT, old) = 0.4500"
+    )
+    assert bct_claim(seeds_of(0.35, 0.36, 0.34)).verdict == "fails"
+
+
+def test_a_difference_within_the_seeds_spread_is_inconclusive() -> None:
+    # The study's own seed alone would hold (0.45 > 0.40); the seeds disagree: mean 0.4067,
+    # sd 0.0404 > 0.0067.
+    within = bct_claim(seeds_of(0.45, 0.37, 0.40 + 1e-9))
+    assert within.verdict == "inconclusive"
+    assert within.holds is None
+    assert check_claims(study(scenario(bct_backward=0.45)))[BCT_BACKWARD_COMPATIBLE].holds
+
+
+def test_a_check_measured_on_one_seed_of_several_is_inconclusive() -> None:
+    seeds = seeds_of(0.45, NAN, NAN)
+    claim = bct_claim(seeds)
+    assert claim.verdict == "inconclusive"
+    assert claim.seeds == 1
+    assert "over 1 of 3 seeds" in claim.evidence
+    # Two seeds measured it: it stands on those two.
+    assert bct_claim(seeds_of(0.45, NAN, 0.46)).verdict == "holds"
+
+
+def test_one_failing_check_fails_a_claim_an_inconclusive_one_leaves_it_open() -> None:
+    def two_scenarios(first: float, second: float) -> StudyResults:
+        return study(scenario("a", bct_backward=first), scenario("b", bct_backward=second))
+
+    clear, unsure, contradicted = (0.45, 0.46, 0.44), (0.45, 0.37, 0.40), (0.35, 0.36, 0.34)
+    open_claim = [two_scenarios(c, u) for c, u in zip(clear, unsure, strict=True)]
+    assert bct_claim(open_claim).verdict == "inconclusive"
+    failed = [two_scenarios(u, x) for u, x in zip(unsure, contradicted, strict=True)]
+    assert bct_claim(failed).verdict == "fails"
+    both = [two_scenarios(c, c) for c in clear]
+    claim = bct_claim(both)
+    assert claim.verdict == "holds"
+    assert [c["check"] for c in claim.as_dict()["checks"]] == [
+        "a: M(BCT, old) vs M(old, old)",
+        "b: M(BCT, old) vs M(old, old)",
+    ]
 
 
 # -- the verdicts ----------------------------------------------------------------------------------
@@ -661,3 +741,25 @@ def test_inf_is_a_measured_number_not_a_missing_one() -> None:
     # Only NaN means "not measured"; an infinite Δ↓ (a zero reference) still compares.
     claims = check_claims(study(scenario(bct_delta_down=math.inf)))
     assert claims[DMU_BEATS_BCT].verdict == "holds"
+
+
+# -- the seed table --------------------------------------------------------------------------------
+
+
+def test_the_seed_table_says_where_the_new_model_is_no_clear_upgrade() -> None:
+    from modelupgrade.report.build import seed_blocks
+    from modelupgrade.report.document import render_markdown
+
+    def seed(clear_new: float, unclear_new: float) -> StudyResults:
+        return study(
+            scenario("clear", old_self=0.40, oracle_self=clear_new),
+            scenario("unclear", old_self=0.40, oracle_self=unclear_new),
+        )
+
+    # Gains 0.30, 0.32, 0.28 (mean 0.30, sd 0.02) and 0.05, -0.05, 0.03 (mean 0.01, sd 0.053).
+    seeds = [seed(0.70, 0.45), seed(0.72, 0.35), seed(0.68, 0.43)]
+    text = render_markdown("t", seed_blocks(seeds))
+    assert "| clear | 0.4000 ± 0.0000 | 0.7000 ± 0.0200 | 0.3000 ± 0.0200 | 3 | yes |" in text
+    assert "| unclear | 0.4000 ± 0.0000 | 0.4100 ± 0.0529 | 0.0100 ± 0.0529 | 3 | no |" in text
+    assert "Not clear here: unclear;" in text
+    assert seed_blocks(seeds[:1]) == []  # one seed: no spread to show

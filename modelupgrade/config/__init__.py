@@ -32,6 +32,7 @@ from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.config.flows import FlowParams
 from modelupgrade.config.heads import AdapterStudyParams, HeadParams, HeadTraining
 from modelupgrade.config.registry import GateParams, RegistryParams
+from modelupgrade.config.replicates import SEED_SPACING, ReplicateParams, ReplicateScenario
 from modelupgrade.config.store import StoreParams
 from modelupgrade.config.training import (
     ArchitectureParams,
@@ -63,6 +64,8 @@ __all__ = [
     "ParamsFile",
     "PretrainedWeights",
     "RegistryParams",
+    "ReplicateParams",
+    "ReplicateScenario",
     "ScenarioParams",
     "SequentialParams",
     "StoreParams",
@@ -88,6 +91,7 @@ class Params(Section):
     strategies: dict[str, StrategyParams]
     heads: dict[str, HeadParams] = Field(default_factory=dict)
     adapters: AdapterStudyParams = Field(default_factory=AdapterStudyParams)
+    replicates: ReplicateParams = Field(default_factory=ReplicateParams)
     evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
     backfill: BackfillParams = Field(default_factory=BackfillParams)
     registry: RegistryParams = Field(default_factory=RegistryParams)
@@ -146,7 +150,45 @@ class Params(Section):
                     f"sequential.heads names head {head!r}, which is not defined under 'heads' "
                     f"(defined: {sorted(self.heads)})"
                 )
+        self._replicates_exist()
         return self
+
+    def _replicates_exist(self) -> None:
+        for seed in self.replicates.seeds:
+            for other in (self.seed, *self.replicates.seeds):
+                if other != seed and abs(other - seed) < SEED_SPACING:
+                    raise ValueError(
+                        f"replicates.seeds: {seed} is within {SEED_SPACING} of seed {other}, so "
+                        f"their derived seeds (seed + generation, seed + permutation) overlap; "
+                        f"space the seeds further apart"
+                    )
+            if seed == self.seed:
+                raise ValueError(f"replicates.seeds repeats the study's own seed {seed}")
+        for name, replicate in self.replicates.scenarios.items():
+            if name not in self.scenarios:
+                raise ValueError(
+                    f"replicates.scenarios names scenario {name!r}, which is not defined under "
+                    f"'scenarios' (defined: {sorted(self.scenarios)})"
+                )
+            scenario = self.scenarios[name]
+            for strategy in replicate.strategies:
+                if strategy not in scenario.strategies:
+                    raise ValueError(
+                        f"replicates.scenarios.{name} lists strategy {strategy!r}, which the "
+                        f"scenario does not train (its strategies: {scenario.strategies})"
+                    )
+            for head in replicate.heads:
+                if head not in scenario.heads:
+                    raise ValueError(
+                        f"replicates.scenarios.{name} lists head {head!r}, which the scenario "
+                        f"does not train (its heads: {sorted(scenario.heads)})"
+                    )
+                if scenario.heads[head] not in replicate.strategies:
+                    raise ValueError(
+                        f"replicates.scenarios.{name}: head {head!r} pairs with strategy "
+                        f"{scenario.heads[head]!r}, which the replicates do not train; add it "
+                        f"to their strategies"
+                    )
 
     def scenario(self, name: str) -> ScenarioParams:
         try:

@@ -48,7 +48,7 @@ from modelupgrade.evaluation.summary import (
     ScenarioEvaluation,
     SequentialEvaluation,
 )
-from modelupgrade.heads.card import HeadCard
+from modelupgrade.heads.card import HEAD_WEIGHTS_FILE, HeadCard
 from modelupgrade.io import file_sha256, save_parquet, write_json, write_text
 from modelupgrade.layout import (
     CROSS_MODEL,
@@ -280,7 +280,11 @@ def evaluate_scenario(
             device,
             old_query=query_sets[OLD_MODEL],
         )
-        sources[head_dir.name] = {"card": _source(head_dir / "card.json"), "direction": direction}
+        sources[head_dir.name] = {
+            "card": _source(head_dir / "card.json"),
+            "weights": _source(head_dir / HEAD_WEIGHTS_FILE),
+            "direction": direction,
+        }
         if head_class.training_free:
             # The report's adapter table names the kind and the number of pairs of each fit.
             sources[head_dir.name].update(

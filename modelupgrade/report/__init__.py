@@ -8,13 +8,19 @@
 
 from modelupgrade.report.build import run_metadata, write_report
 from modelupgrade.report.claims import Claim, check_claims
-from modelupgrade.report.results import ScenarioResults, StudyResults, collect_results
+from modelupgrade.report.results import (
+    ScenarioResults,
+    StudyResults,
+    collect_replicates,
+    collect_results,
+)
 
 __all__ = [
     "Claim",
     "ScenarioResults",
     "StudyResults",
     "check_claims",
+    "collect_replicates",
     "collect_results",
     "run_metadata",
     "write_report",

@@ -27,7 +27,7 @@ from modelupgrade.evaluation.summary import (
 )
 from modelupgrade.io import atomic_path
 from modelupgrade.registry.provenance import dvc_data_hash, git_commit
-from modelupgrade.report.claims import Claim, check_claims
+from modelupgrade.report.claims import Claim, Spread, check_claims
 from modelupgrade.report.document import (
     MISSING,
     Block,
@@ -316,6 +316,68 @@ _NO_BACKFILL_COST = {
 }
 
 
+def seed_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
+    """Per scenario, the old and the independently trained new model's levels over the training
+    seeds: whether the upgrade is an upgrade by more than a seed would change."""
+    if len(seeds) < 2 or not seeds[0].scenarios:
+        return []
+    rows, unclear = [], []
+    for sc in seeds[0].scenarios:
+        runs = [
+            other.evaluation
+            for study in seeds
+            for other in study.scenarios
+            if other.name == sc.name
+        ]
+        pairs = [
+            (ev.old_self, ev.oracle_self)
+            for ev in runs
+            if ev.old_self is not None and ev.oracle_self is not None
+        ]
+        old = Spread.of([o for o, _ in pairs])
+        new = Spread.of([n for _, n in pairs])
+        gain = Spread.of([n - o for o, n in pairs])
+        clear = gain.count >= 2 and gain.mean > gain.sd
+        if not clear:
+            unclear.append(sc.name)
+        rows.append(
+            [
+                sc.name,
+                old.text(4),
+                new.text(4),
+                gain.text(4),
+                gain.count,
+                "yes" if clear else "no",
+            ]
+        )
+    return [
+        Heading("Across training seeds", 2),
+        Paragraph(
+            f"{seeds[0].scenarios[0].metric} of the old model and of the "
+            "independently trained new model, mean ± standard deviation over the training seeds "
+            "of each scenario (the study's own and the replicates', params.yaml replicates). An "
+            "upgrade is clear where the new model's gain exceeds its standard deviation."
+            + (
+                f" Not clear here: {', '.join(unclear)}; a claim checked there compares a new "
+                "model that is not better than the old one, which the papers' settings assume."
+                if unclear
+                else ""
+            )
+        ),
+        Table(
+            [
+                "scenario",
+                "M(old, old)",
+                "independent M(new, new)",
+                "gain",
+                "seeds",
+                "gain beyond the spread",
+            ],
+            rows,
+        ),
+    ]
+
+
 def lead_blocks(study: StudyResults) -> list[Block]:
     """What a team deciding an upgrade reads first: per scenario, the best way to serve the new
     model before any backfill, the best way to backfill, and the levels they sit between."""
@@ -362,8 +424,9 @@ def lead_blocks(study: StudyResults) -> list[Block]:
             "before any backfill (the search of the old gallery with the highest M, over every "
             "strategy, head and training-free adapter, with its Δ↑ over M(old, old) and what it "
             "costs); and the best deployable backfill (system · ordering · serving mode) by the "
-            f"area under its {CURVE_METRIC} curve. One training seed: small differences decide "
-            "nothing. The tables and curves below give every option."
+            f"area under its {CURVE_METRIC} curve, all from the study's own training seed (the "
+            "claims and the seed table below weigh differences against the other seeds). The "
+            "tables and curves below give every option."
         ),
         Table(
             [
@@ -382,9 +445,7 @@ def lead_blocks(study: StudyResults) -> list[Block]:
     ]
 
 
-def claim_blocks(claims: Sequence[Claim]) -> list[Block]:
-    counts = sorted({c.seeds for c in claims})
-    seeds, plural = "/".join(map(str, counts)), "" if counts == [1] else "s"
+def claim_blocks(claims: Sequence[Claim], seeds: int = 1) -> list[Block]:
     rows = [
         [f"{i}. {c.statement}", c.source, c.paper, c.ours, c.verdict]
         for i, c in enumerate(claims, 1)
@@ -397,9 +458,18 @@ def claim_blocks(claims: Sequence[Claim]) -> list[Block]:
             "protocol); it holds only where it holds on all of them, and a NaN number leaves a "
             "check not measured. The paper column gives the paper's own numbers (– where it "
             "shows figures only; the papers' models and data are far larger than this study's), "
-            f"ours the numbers compared here, from {seeds} training seed{plural}. "
-            "A small CPU study can contradict a paper: the verdicts say what this run measured, "
-            "nothing more."
+            "ours the numbers compared here. "
+            + (
+                f"Each check ran on up to {seeds} training seeds (ours: mean ± standard "
+                "deviation); it holds or fails only where the mean difference is farther from "
+                "zero than its standard deviation, and is inconclusive otherwise or where fewer "
+                "than two seeds measured it. A claim fails where a check fails, holds where every "
+                "check holds, and is inconclusive otherwise. "
+                if seeds > 1
+                else "One training seed: each verdict rests on one draw. "
+            )
+            + "A small CPU study can contradict a paper: the verdicts say what this run "
+            "measured, nothing more."
         ),
         Table(["claim", "source", "paper", "ours", "verdict"], rows),
     ]
@@ -456,6 +526,7 @@ def write_report(
     stage_seconds: dict[str, float],
     out_dir: str | Path,
     title: str = "modelupgrade study",
+    replicates: Sequence[StudyResults] = (),
 ) -> list[Path]:
     """Write ``report.md``, ``report.html``, ``claims.json`` and the plots they show into
     ``out_dir`` (atomically)."""
@@ -469,7 +540,7 @@ def write_report(
         else f"plots/{p.parent.name}_{p.name}"
         for p in plots
     }
-    claims = check_claims(study)
+    claims = check_claims(study, replicates)
     blocks: list[Block] = [
         Paragraph(
             "The upgrade study of params.yaml: per scenario the papers' table (M(old, old), the "
@@ -478,7 +549,8 @@ def write_report(
             "sequential-upgrade matrices, and whether the papers' claims hold on this data."
         ),
         *lead_blocks(study),
-        *claim_blocks(claims),
+        *claim_blocks(claims, 1 + len(replicates)),
+        *seed_blocks([study, *replicates]),
     ]
     for sc in study.scenarios:
         blocks += scenario_blocks(sc, images)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -62,28 +64,140 @@ CURVE_METRICS = ("mAP", "top1")
 # Float rounding allowed on top of a stated tolerance (a dip of exactly one query's worth, computed
 # as a difference of two floats, may come out a hair above it).
 ROUNDING = 1e-9
+# A claim's and a check's verdicts.
+HOLDS, FAILS, INCONCLUSIVE, NOT_TESTED = "holds", "fails", "inconclusive", "not tested"
 # The table shows up to this many of a claim's numbers; more are summarised ("5/6 hold; e.g. …").
 SHOWN = 3
 
 
 class Check(NamedTuple):
-    """One check of a claim on one scenario: whether it holds there, the numbers it compared as
-    the table shows them (``ours``), the evidence in full, and the numbers themselves. A NaN among
-    them makes ``holds`` meaningless (every comparison with NaN is False): the claim leaves such a
-    check out of its verdict."""
+    """One check of a claim on one scenario, from one seed's results: what it compares (``key``,
+    the same on every seed), how far it is from its threshold (``margin``: > 0 where it holds),
+    the numbers it compared as the table shows them (``ours``), the evidence in full, and the
+    numbers themselves, shown with ``digits`` decimals. A NaN among them makes the check not
+    measured: the claim leaves it out of its verdict."""
 
-    holds: bool
+    key: str
+    margin: float
     ours: str
     evidence: str
     compared: tuple[float, ...]
+    digits: int = 4
+
+    @property
+    def holds(self) -> bool:
+        return self.margin > 0
 
     @property
     def measured(self) -> bool:
-        return not any(math.isnan(number) for number in self.compared)
+        return not any(math.isnan(number) for number in (*self.compared, self.margin))
+
+
+@dataclass(frozen=True)
+class SeededCheck:
+    """One check over the training seeds: its draw on each seed that measured it (the study's own
+    seed first) out of the ``seeds`` the study ran.
+
+    With one seed in the study its draw decides. With several, the check holds or fails only when
+    the mean of its margins is farther from zero than their standard deviation; otherwise, or when
+    fewer than two seeds measured it, it is inconclusive."""
+
+    draws: tuple[Check, ...]
+    seeds: int
+
+    @property
+    def key(self) -> str:
+        return self.draws[0].key
+
+    @property
+    def measured(self) -> tuple[Check, ...]:
+        return tuple(draw for draw in self.draws if draw.measured)
+
+    @property
+    def margin(self) -> Spread:
+        return Spread.of([draw.margin for draw in self.measured])
+
+    @property
+    def verdict(self) -> str:
+        measured = self.measured
+        if not measured:
+            return NOT_TESTED
+        if self.seeds == 1:
+            return HOLDS if measured[0].holds else FAILS
+        margin = self.margin
+        if margin.count < 2 or abs(margin.mean) <= margin.sd:
+            return INCONCLUSIVE
+        return HOLDS if margin.mean > 0 else FAILS
+
+    def numbers(self) -> list[Spread]:
+        """Each compared number's mean and standard deviation over the seeds that measured it."""
+        measured = self.measured
+        return [Spread.of([draw.compared[i] for draw in measured]) for i in range(_width(measured))]
+
+    @property
+    def ours(self) -> str:
+        if self.seeds == 1:
+            return self.draws[0].ours
+        digits = self.draws[0].digits
+        shown = " vs ".join(spread.text(digits) for spread in self.numbers())
+        return f"{self.key}: {shown}"
 
     @property
     def line(self) -> str:
-        return self.evidence if self.measured else f"{self.evidence} (not measured)"
+        first = self.draws[0]
+        if self.seeds == 1:
+            return first.evidence if first.measured else f"{first.evidence} (not measured)"
+        measured = self.measured
+        if not measured:
+            return f"{self.key}: not measured on any seed"
+        margin, digits = self.margin, first.digits
+        numbers = " vs ".join(spread.text(digits) for spread in self.numbers())
+        return (
+            f"{self.key}: {numbers} over {margin.count} of {self.seeds} seeds, difference "
+            f"{margin.text(digits)}: {self.verdict}. The study's own seed: {first.evidence}"
+            + ("" if first.measured else " (not measured)")
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        numbers, margin = self.numbers(), self.margin
+        return {
+            "check": self.key,
+            "seeds": margin.count,
+            "mean": [_finite(spread.mean) for spread in numbers],
+            "sd": [_finite(spread.sd) for spread in numbers],
+            "difference_mean": _finite(margin.mean),
+            "difference_sd": _finite(margin.sd),
+            "verdict": self.verdict,
+        }
+
+
+class Spread(NamedTuple):
+    """Mean and sample standard deviation of a number over seeds (sd NaN below two)."""
+
+    mean: float
+    sd: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            return cls(math.nan, math.nan, 0)
+        sd = statistics.stdev(values) if len(values) > 1 else math.nan
+        return cls(statistics.fmean(values), sd, len(values))
+
+    def text(self, digits: int) -> str:
+        if self.count < 2:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.sd:.{digits}f}"
+
+
+def _finite(number: float) -> float | None:
+    """A number for strict JSON: None where it is not finite (no spread from one seed)."""
+    return number if math.isfinite(number) else None
+
+
+def _width(draws: Sequence[Check]) -> int:
+    return min((len(draw.compared) for draw in draws), default=0)
 
 
 @dataclass(frozen=True)
@@ -111,16 +225,21 @@ class Claim:
     source: str  # the paper, table or section
     scope: Scope
     paper: str | None  # the paper's own numbers, None where it gives none (figures only)
-    holds: bool | None  # None: no measured check in scope
+    verdict: str  # holds, fails, inconclusive or not tested
     ours: str | None  # this study's numbers the verdict rests on, short; None: none
-    seeds: int  # how many training seeds those numbers rest on
-    checked: tuple[str, ...]  # the evidence of each check in scope
-    outside: tuple[str, ...]  # the evidence of each check outside the scope (not counted)
+    seeds: int  # how many training seeds those numbers rest on (the most any check has)
+    checks: tuple[SeededCheck, ...]  # the checks in scope
+    outside: tuple[SeededCheck, ...]  # the checks outside the scope (not counted)
     missing: str  # why nothing was checked, where nothing was
 
     @property
-    def verdict(self) -> str:
-        return {True: "holds", False: "fails", None: "not tested"}[self.holds]
+    def holds(self) -> bool | None:
+        """True or False where the verdict is holds or fails; None where it is neither."""
+        return {HOLDS: True, FAILS: False}.get(self.verdict)
+
+    @property
+    def checked(self) -> tuple[str, ...]:
+        return tuple(check.line for check in self.checks)
 
     @property
     def unchecked(self) -> str:
@@ -133,7 +252,9 @@ class Claim:
     def evidence(self) -> str:
         text = "; ".join(self.checked) or self.unchecked
         if self.outside:
-            text += ". Outside the paper's scope, not counted: " + "; ".join(self.outside)
+            text += ". Outside the paper's scope, not counted: " + "; ".join(
+                check.line for check in self.outside
+            )
         return text
 
     def as_dict(self) -> dict[str, Any]:
@@ -147,6 +268,7 @@ class Claim:
             "seeds": self.seeds,
             "verdict": self.verdict,
             "holds": self.holds,
+            "checks": [check.as_dict() for check in self.checks if check.measured],
             "evidence": self.evidence,
         }
 
@@ -154,35 +276,46 @@ class Claim:
 ScenarioChecks = Callable[[StudyResults, ScenarioResults], Iterator[Check]]
 
 
-def check_claims(study: StudyResults) -> list[Claim]:
-    """Each of the papers' claims, checked on the scenarios of its scope."""
-    return [claim(study) for claim in CLAIMS]
+def check_claims(study: StudyResults, replicates: Sequence[StudyResults] = ()) -> list[Claim]:
+    """Each of the papers' claims, checked on the scenarios of its scope, on the study's own seed
+    and on each replicate's (``modelupgrade.replicates``)."""
+    return [claim([study, *replicates]) for claim in CLAIMS]
 
 
 def _claim(
     *, statement: str, source: str, scope: Scope, paper: str | None, missing: str
-) -> Callable[[ScenarioChecks], Callable[[StudyResults], Claim]]:
-    """A claim from its checks on each scenario: it holds where every measured check in its scope
-    holds; with no check in scope (``missing`` says why), or none measured, it is not tested."""
+) -> Callable[[ScenarioChecks], Callable[[Sequence[StudyResults]], Claim]]:
+    """A claim from its checks on each scenario and seed: it holds where every measured check in
+    its scope holds, fails where one fails, and is inconclusive otherwise; with no check in scope
+    (``missing`` says why), or none measured, it is not tested."""
 
-    def from_checks(checks_of: ScenarioChecks) -> Callable[[StudyResults], Claim]:
+    def from_checks(checks_of: ScenarioChecks) -> Callable[[Sequence[StudyResults]], Claim]:
         @functools.wraps(checks_of)
-        def claim(study: StudyResults) -> Claim:
-            inside: list[Check] = []
-            outside: list[Check] = []
-            for sc in study.scenarios:
-                (inside if sc.kind in scope.scenarios else outside).extend(checks_of(study, sc))
-            measured = [check.holds for check in inside if check.measured]
+        def claim(seeds: Sequence[StudyResults]) -> Claim:
+            # A check is the same check on every seed by its key (and, should two checks of one
+            # seed share a key, by its place among them).
+            inside: dict[tuple[str, int], list[Check]] = {}
+            outside: dict[tuple[str, int], list[Check]] = {}
+            for results in seeds:
+                seen: Counter[str] = Counter()
+                for sc in results.scenarios:
+                    side = inside if sc.kind in scope.scenarios else outside
+                    for check in checks_of(results, sc):
+                        seen[check.key] += 1
+                        side.setdefault((check.key, seen[check.key]), []).append(check)
+            checks = tuple(SeededCheck(tuple(d), len(seeds)) for d in inside.values())
+            others = tuple(SeededCheck(tuple(d), len(seeds)) for d in outside.values())
+            verdicts = {check.verdict for check in checks} - {NOT_TESTED}
             return Claim(
                 statement=statement,
                 source=source,
                 scope=scope,
                 paper=paper,
-                holds=all(measured) if measured else None,
-                ours=_ours(inside, outside),
-                seeds=study.seeds,
-                checked=tuple(check.line for check in inside),
-                outside=tuple(check.line for check in outside),
+                verdict=_verdict(verdicts),
+                ours=_ours(checks, others),
+                seeds=max((check.margin.count for check in checks), default=0),
+                checks=checks,
+                outside=others,
                 missing=missing,
             )
 
@@ -191,7 +324,16 @@ def _claim(
     return from_checks
 
 
-def _ours(inside: Sequence[Check], outside: Sequence[Check]) -> str | None:
+def _verdict(verdicts: set[str]) -> str:
+    """A claim's verdict from its measured checks' verdicts."""
+    if not verdicts:
+        return NOT_TESTED
+    if FAILS in verdicts:
+        return FAILS
+    return HOLDS if verdicts == {HOLDS} else INCONCLUSIVE
+
+
+def _ours(inside: Sequence[SeededCheck], outside: Sequence[SeededCheck]) -> str | None:
     """The numbers a verdict rests on, short enough for a table cell."""
     measured = [check for check in inside if check.measured]
     if not measured:
@@ -203,9 +345,13 @@ def _ours(inside: Sequence[Check], outside: Sequence[Check]) -> str | None:
     if len(measured) <= SHOWN:
         text = "; ".join(check.ours for check in measured)
     else:
-        failing = [check for check in measured if not check.holds]
-        text = f"{len(measured) - len(failing)}/{len(measured)} hold"
-        text += f"; e.g. {failing[0].ours}" if failing else ""
+        held = sum(check.verdict == HOLDS for check in measured)
+        unsure = [check for check in measured if check.verdict == INCONCLUSIVE]
+        failing = [check for check in measured if check.verdict == FAILS]
+        text = f"{held}/{len(measured)} hold"
+        text += f", {len(unsure)} inconclusive" if unsure else ""
+        example = (failing or unsure)[:1]
+        text += f"; e.g. {example[0].ours}" if example else ""
     unmeasured = len(inside) - len(measured)
     return text + (f"; {unmeasured} not measured" if unmeasured else "")
 
@@ -243,7 +389,8 @@ def bct_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> Iter
         cross = sc.value(bct, BACKWARD)
         if cross is not None and old_self is not None:
             yield Check(
-                holds=cross > old_self,
+                key=f"{sc.name}: M({_label(bct)}, old) vs M(old, old)",
+                margin=cross - old_self,
                 ours=f"{sc.name}: {cross:.4f} vs {old_self:.4f}",
                 evidence=(
                     f"{sc.name}: M({_label(bct)}, old) = {cross:.4f} vs M(old, old) = "
@@ -278,7 +425,8 @@ def bct_loses_new_to_new_accuracy(study: StudyResults, sc: ScenarioResults) -> I
         if bct_self is not None and oracle_self is not None:
             label = _label(bct)
             yield Check(
-                holds=bct_self < oracle_self,
+                key=f"{sc.name}: M({label}, {label}) vs independent",
+                margin=oracle_self - bct_self,
                 ours=f"{sc.name}: {bct_self:.4f} vs {oracle_self:.4f}",
                 evidence=(
                     f"{sc.name}: M({label}, {label}) = {bct_self:.4f} vs independent "
@@ -323,19 +471,23 @@ def dmu_beats_bct_on_both_sides(study: StudyResults, sc: ScenarioResults) -> Ite
                 ours, theirs = best.delta_up_pct, bct_up.delta_up_pct
                 through = " through ψ" if best.comparison == FORWARD_HEAD else ""
                 yield Check(
-                    holds=ours > theirs,
+                    key=f"{sc.name}: Δ↑ % {dmu} vs {bct}",
+                    margin=ours - theirs,
                     ours=f"{sc.name}: Δ↑ {ours:.2f} vs {theirs:.2f}%",
                     evidence=f"{sc.name}: Δ↑ {dmu}{through} {ours:.2f}% vs {bct} {theirs:.2f}%",
                     compared=(ours, theirs),
+                    digits=2,
                 )
             bct_self, dmu_self = sc.row(bct_name, SELF), sc.row(dmu_name, SELF)
             if bct_self is not None and dmu_self is not None:
                 ours, theirs = dmu_self.delta_down_pct, bct_self.delta_down_pct
                 yield Check(
-                    holds=ours < theirs,
+                    key=f"{sc.name}: Δ↓ % {dmu} vs {bct}",
+                    margin=theirs - ours,
                     ours=f"{sc.name}: Δ↓ {ours:.2f} vs {theirs:.2f}%",
                     evidence=f"{sc.name}: Δ↓ {dmu} {ours:.2f}% vs {bct} {theirs:.2f}%",
                     compared=(ours, theirs),
+                    digits=2,
                 )
 
 
@@ -376,7 +528,8 @@ def forward_adapters_raise_new_to_old(study: StudyResults, sc: ScenarioResults) 
             else:
                 reference, label = backward, f"M({strategy}, old)"
             yield Check(
-                holds=row.value > reference,
+                key=f"{sc.name}: M({row.query_set}, {row.gallery_set}) vs {label}",
+                margin=row.value - reference,
                 ours=f"{sc.name} {row.head_set}: {row.value:.4f} vs {reference:.4f}",
                 evidence=(
                     f"{sc.name}: M({row.query_set}, {row.gallery_set}) = "
@@ -465,7 +618,8 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
             drop = curve.conditions[metric].largest_drop
             name = f"{sc.name} {curve.strategy}/{curve.policy} {metric}"
             yield Check(
-                holds=drop <= tolerance + ROUNDING,
+                key=f"{name} largest dip",
+                margin=tolerance + ROUNDING - drop,
                 ours=f"{name} dip {drop:.4f}",
                 evidence=f"{name}: largest dip {drop:.4f} (tolerance {tolerance:.4f})",
                 compared=(drop,),
@@ -584,14 +738,16 @@ def drift_adapter_recovers_reindexing(study: StudyResults, sc: ScenarioResults) 
             f"{a.kind} {100 * a.row.value / own:.1f} %" if own else f"{a.kind} –" for a in fits
         )
         yield Check(
-            holds=share >= DRIFT_ADAPTER_RECOVERY,
+            key=f"{sc.name}: best query-side adapter, % of M({strategy}, {strategy})",
+            margin=share - DRIFT_ADAPTER_RECOVERY,
             ours=f"{sc.name}: {100 * share:.1f} % ({best.kind}, {best.sample_size} pairs)",
             evidence=(
                 f"{sc.name}: best query-side adapter {best.name} M = {best.row.value:.4f} vs "
                 f"M({strategy}, {strategy}) = {own:.4f}: {100 * share:.1f} % on "
                 f"{best.sample_size} pairs (each kind: {each})"
             ),
-            compared=(share, DRIFT_ADAPTER_RECOVERY),
+            compared=(100 * share,),
+            digits=1,
         )
 
 
@@ -631,7 +787,8 @@ def slerp_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> It
     for slerp in (a for a in adapters if a.kind == SLERP_KIND):
         value = slerp.row.value
         yield Check(
-            holds=value > old_self,
+            key=f"{sc.name}: M({slerp.name}, old) vs M(old, old)",
+            margin=value - old_self,
             ours=f"{sc.name}: {value:.4f} vs old {old_self:.4f}",
             evidence=(
                 f"{sc.name}: M({slerp.name}, old) = {value:.4f} vs M(old, old) = {old_self:.4f}"
@@ -643,7 +800,8 @@ def slerp_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> It
                 continue
             other = procrustes.row.value
             yield Check(
-                holds=value > other,
+                key=f"{sc.name}: M({slerp.name}, old) vs M({procrustes.name}, old)",
+                margin=value - other,
                 ours=f"{sc.name}: {value:.4f} vs Procrustes {other:.4f}",
                 evidence=(
                     f"{sc.name}: M({slerp.name}, old) = {value:.4f} vs "
@@ -658,7 +816,7 @@ def _paired_strategy(sc: ScenarioResults, system: str) -> str:
     return sc.head_systems.get(system, system)
 
 
-CLAIMS: tuple[Callable[[StudyResults], Claim], ...] = (
+CLAIMS: tuple[Callable[[Sequence[StudyResults]], Claim], ...] = (
     bct_is_backward_compatible,
     bct_loses_new_to_new_accuracy,
     dmu_beats_bct_on_both_sides,
@@ -687,7 +845,8 @@ def _larger_auc(
             continue
         ours, theirs = ours_aucs[metric], their_aucs[metric]
         yield Check(
-            holds=ours > theirs,
+            key=f"{sc.name} {curve.strategy}: {measure} {metric} {ours_name}vs {other_name}",
+            margin=ours - theirs,
             ours=f"{sc.name}: {metric} {ours:.4f} vs {theirs:.4f}",
             evidence=(
                 f"{sc.name} {curve.strategy}: {measure} {metric} {ours_name}{ours:.4f} "

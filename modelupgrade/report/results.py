@@ -12,6 +12,7 @@ from pathlib import Path
 
 from modelupgrade.backfill.summary import BackfillSummary, CurveSummary
 from modelupgrade.config import Params
+from modelupgrade.errors import UserError
 from modelupgrade.evaluation.summary import ChainEvaluation, ComparisonRow, ScenarioEvaluation
 from modelupgrade.layout import (
     BACKFILL_CURVES,
@@ -21,6 +22,7 @@ from modelupgrade.layout import (
     StudyLayout,
     head_name,
 )
+from modelupgrade.replicates import replicate_dir, replicate_layout, replicate_params
 
 # The metric the backfill curves are summarised in.
 CURVE_METRIC = "mAP"
@@ -69,9 +71,6 @@ class StudyResults:
     sequential: dict[str, ChainEvaluation] = field(default_factory=dict)
     sequential_plots: dict[str, Path] = field(default_factory=dict)
     strategy_kinds: dict[str, str] = field(default_factory=dict)  # strategy name → its kind
-    # How many training seeds each number rests on: the study trains every model once, with
-    # params.seed (generation g with seed + g); no stage repeats a training over seeds yet.
-    seeds: int = 1
 
     def strategies_of_kind(self, kind: str) -> list[str]:
         return [name for name, of_kind in self.strategy_kinds.items() if of_kind == kind]
@@ -107,3 +106,17 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
             if plot.is_file():
                 study.sequential_plots[strategy] = plot
     return study
+
+
+def collect_replicates(params: Params, root: Path) -> list[StudyResults]:
+    """Each seed of ``replicates.seeds``'s results under ``root`` (the replicates stage's)."""
+    found = []
+    for seed in params.replicates.seeds:
+        if not replicate_dir(root, seed).is_dir():
+            raise UserError(
+                f"replicates.seeds lists seed {seed}, but {replicate_dir(root, seed)} holds no "
+                "results",
+                hint="run the replicates stage first (dvc repro replicates), or remove the seed",
+            )
+        found.append(collect_results(replicate_params(params, seed), replicate_layout(root, seed)))
+    return found

@@ -1,0 +1,242 @@
+"""The study again at further training seeds: what the claims rest on, so that a verdict can weigh a
+difference against the seeds' spread.
+
+For each seed of ``replicates.seeds``, the scenarios listed under ``replicates.scenarios`` are run
+as the DVC stages run them (train gen0 and the listed strategies, embedding the same splits; train
+the listed heads and write their outputs; fit the training-free adapters; evaluate; simulate the
+backfill where asked), with the same library calls, on the study's own splits. Only the results
+are kept: ``<root>/seed-<seed>/metrics/<scenario>/`` holds what the study's ``metrics/<scenario>/``
+holds, so ``modelupgrade.report`` reads a replicate as it reads the study. Models, embeddings and
+heads are scratch, removed when the seed is done. The seeds run side by side, one process each,
+sharing the machine's cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from modelupgrade.config import Params, ScenarioParams
+from modelupgrade.errors import UserError
+from modelupgrade.layout import (
+    EVALUATION_SPLITS,
+    NEW_TRAIN_SPLIT,
+    OLD_MODEL,
+    StudyLayout,
+    head_name,
+    model_name,
+)
+
+log = logging.getLogger(__name__)
+
+REPLICATES_ROOT = Path("replicates")
+# Environment variables that size the thread pools of torch, FAISS and BLAS in a worker process;
+# set before any of them is imported there.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def replicate_dir(root: Path, seed: int) -> Path:
+    return root / f"seed-{seed}"
+
+
+def replicate_layout(root: Path, seed: int) -> StudyLayout:
+    """Where a finished replicate's results are: ``<root>/seed-<seed>/metrics``."""
+    return StudyLayout(root=replicate_dir(root, seed))
+
+
+def replicate_params(params: Params, seed: int, cpu_threads: int | None = None) -> Params:
+    """The study's params at ``seed``, cut down to what ``replicates.scenarios`` lists."""
+    scenarios: dict[str, ScenarioParams] = {}
+    for name, replicate in params.replicates.scenarios.items():
+        scenario = params.scenarios[name]
+        scenarios[name] = scenario.model_copy(
+            update={
+                "strategies": list(replicate.strategies),
+                "heads": {head: scenario.heads[head] for head in replicate.heads},
+            }
+        )
+    adapters = {
+        name: strategy
+        for name, strategy in params.adapters.scenarios.items()
+        if name in scenarios and strategy in scenarios[name].strategies
+    }
+    raw = params.model_dump()
+    raw.update(
+        seed=seed,
+        scenarios={name: scenario.model_dump() for name, scenario in scenarios.items()},
+        replicates={},
+    )
+    raw["adapters"]["scenarios"] = adapters
+    if cpu_threads is not None:
+        raw["training"]["cpu_threads"] = cpu_threads
+    return Params.model_validate(raw)
+
+
+def run_replicates(
+    params: Params, root: Path = REPLICATES_ROOT, splits_root: Path | None = None
+) -> list[Path]:
+    """Run every seed of ``replicates.seeds`` (side by side, ``replicates.workers`` at a time) and
+    return the result directory of each. A seed's results replace the last run's only once it
+    has finished; directories of seeds no longer listed are removed."""
+    seeds = params.replicates.seeds
+    if not seeds:
+        raise UserError(
+            "replicates.seeds is empty: there is no further seed to run",
+            hint="list training seeds under replicates.seeds in params.yaml",
+        )
+    splits_root = splits_root or StudyLayout().splits_root
+    workers = min(params.replicates.workers, len(seeds))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    root.mkdir(parents=True, exist_ok=True)
+    if workers == 1:
+        done = [run_replicate(params, seed, root, splits_root, threads) for seed in seeds]
+    else:
+        with ProcessPoolExecutor(
+            workers,
+            mp_context=get_context("spawn"),
+            initializer=_share_cores,
+            initargs=(threads,),
+        ) as pool:
+            runs = [
+                pool.submit(run_replicate, params, seed, root, splits_root, threads)
+                for seed in seeds
+            ]
+            done = [run.result() for run in runs]
+    kept = {path.name for path in done}
+    for stale in root.glob("seed-*"):
+        if stale.name not in kept:
+            shutil.rmtree(stale)
+    return done
+
+
+def _share_cores(threads: int) -> None:
+    for variable in THREAD_VARIABLES:
+        os.environ[variable] = str(threads)
+
+
+def run_replicate(
+    params: Params, seed: int, root: Path, splits_root: Path, cpu_threads: int | None = None
+) -> Path:
+    """One seed of the replicates: train, evaluate and simulate in a scratch tree, then keep its
+    metrics as ``<root>/seed-<seed>``."""
+    import torch
+
+    from modelupgrade.runtime import select_device
+
+    seeded = replicate_params(params, seed, cpu_threads)
+    if cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
+    work = root / f".seed-{seed}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    layout = StudyLayout(root=work, splits_root=splits_root)
+    device = select_device(seeded.device)
+    for scenario, setting in seeded.scenarios.items():
+        log.info("replicate seed %d: training %s", seed, scenario)
+        _train(seeded, layout, scenario, None)
+        for strategy in setting.strategies:
+            _train(seeded, layout, scenario, strategy)
+        for head, strategy in setting.heads.items():
+            _train_head(seeded, layout, scenario, head, strategy, device)
+    simulated = {name for name, wanted in params.replicates.scenarios.items() if wanted.backfill}
+    _evaluate(seeded, layout, device, simulated)
+    final = replicate_dir(root, seed)
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir(parents=True)
+    os.replace(layout.metrics_root, final / layout.metrics_root.name)
+    shutil.rmtree(work)
+    return final
+
+
+def _train(params: Params, layout: StudyLayout, scenario: str, strategy: str | None) -> None:
+    """One model as the train stage makes it, and its embeddings of the evaluation and training
+    splits (with the old classifier's logits for gen0, which order the backfill)."""
+    from modelupgrade.training import pipeline
+    from modelupgrade.training.generation import embed_splits, training_arguments
+
+    generation = 0 if strategy is None else 1
+    out = layout.model(scenario, model_name(generation, strategy))
+    job = training_arguments(
+        params,
+        out=out,
+        generation=generation,
+        scenario=scenario,
+        strategy=strategy,
+        old=None if strategy is None else layout.model(scenario, OLD_MODEL),
+        progress=False,
+        layout=layout,
+    )
+    pipeline.train_model(**job)
+    splits = [layout.split_file(scenario, split) for split in EVALUATION_SPLITS]
+    splits.append(layout.split_file(scenario, NEW_TRAIN_SPLIT))
+    embed_splits(
+        params,
+        out,
+        splits,
+        out_dir=layout.embeddings(scenario, out.name),
+        logits=strategy is None,
+    )
+
+
+def _train_head(
+    params: Params,
+    layout: StudyLayout,
+    scenario: str,
+    head: str,
+    strategy: str,
+    device: object,
+) -> None:
+    """One head as the heads stage trains it, with its outputs on the evaluation embeddings."""
+    from modelupgrade.heads import write_head_outputs
+    from modelupgrade.heads.pipeline import train_and_save_head
+
+    new = model_name(1, strategy)
+    out = layout.head(scenario, head_name(head, strategy))
+    train_and_save_head(
+        params,
+        head,
+        layout.embedding_file(scenario, OLD_MODEL, NEW_TRAIN_SPLIT),
+        layout.embedding_file(scenario, new, NEW_TRAIN_SPLIT),
+        layout.split_file(scenario, NEW_TRAIN_SPLIT),
+        out,
+        new_model=layout.model(scenario, new),
+        old_model=layout.model(scenario, OLD_MODEL),
+    )
+    write_head_outputs(
+        out,
+        layout.embeddings(scenario, OLD_MODEL),
+        layout.embeddings(scenario, new),
+        layout.head_outputs(scenario, head_name(head, strategy)),
+        device=device,
+    )
+
+
+def _evaluate(params: Params, layout: StudyLayout, device: object, simulated: set[str]) -> None:
+    """The adapters and evaluation of every scenario and the backfill simulation of those in
+    ``simulated``, as their stages run them."""
+    from modelupgrade.backfill.study import backfill_inputs, simulate_backfill
+    from modelupgrade.evaluation.scenario import evaluate_scenario
+    from modelupgrade.heads.adapter_study import fit_adapter_study
+
+    for scenario in params.adapters.scenarios:
+        fit_adapter_study(params, scenario, layout, device)
+    for scenario in params.scenarios:
+        evaluate_scenario(params, scenario, layout)
+        if scenario not in simulated:
+            continue
+        found = backfill_inputs(params, scenario, layout.embeddings_root)
+        simulate_backfill(
+            params,
+            scenario,
+            found.old,
+            found.variants,
+            found.arrays,
+            found.old_logits,
+            metrics_dir=layout.metrics(scenario),
+            plots_dir=layout.plots(scenario),
+            layout=layout,
+            compatible=found.compatible,
+        )
