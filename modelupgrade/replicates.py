@@ -21,11 +21,12 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from modelupgrade.config import Params, ScenarioParams
-from modelupgrade.errors import UserError
+from modelupgrade.io import file_sha256, write_json
 from modelupgrade.layout import (
     EVALUATION_SPLITS,
     NEW_TRAIN_SPLIT,
     OLD_MODEL,
+    OLD_TRAIN_SPLIT,
     StudyLayout,
     head_name,
     model_name,
@@ -34,6 +35,9 @@ from modelupgrade.layout import (
 log = logging.getLogger(__name__)
 
 REPLICATES_ROOT = Path("replicates")
+# What the last run of the replicates did (also what keeps the stage's output directory non-empty
+# when there is no further seed).
+SEEDS_FILE = "seeds.json"
 # Environment variables that size the thread pools of torch, FAISS and BLAS in a worker process;
 # set before any of them is imported there.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -71,6 +75,11 @@ def replicate_params(params: Params, seed: int, cpu_threads: int | None = None) 
         replicates={},
     )
     raw["adapters"]["scenarios"] = adapters
+    wanted = params.replicates
+    if wanted.policies:
+        raw["backfill"]["policies"] = list(wanted.policies)
+    if wanted.serving_modes:
+        raw["backfill"]["serving_modes"] = list(wanted.serving_modes)
     if cpu_threads is not None:
         raw["training"]["cpu_threads"] = cpu_threads
     return Params.model_validate(raw)
@@ -80,19 +89,18 @@ def run_replicates(
     params: Params, root: Path = REPLICATES_ROOT, splits_root: Path | None = None
 ) -> list[Path]:
     """Run every seed of ``replicates.seeds`` (side by side, ``replicates.workers`` at a time) and
-    return the result directory of each. A seed's results replace the last run's only once it
-    has finished; directories of seeds no longer listed are removed."""
+    return the result directory of each, then ``seeds.json`` (the seeds run). A seed's results
+    replace the last run's only once it has finished; directories of seeds no longer listed are
+    removed. No seed: nothing runs (the study rests on its own seed)."""
     seeds = params.replicates.seeds
-    if not seeds:
-        raise UserError(
-            "replicates.seeds is empty: there is no further seed to run",
-            hint="list training seeds under replicates.seeds in params.yaml",
-        )
     splits_root = splits_root or StudyLayout().splits_root
-    workers = min(params.replicates.workers, len(seeds))
+    workers = max(1, min(params.replicates.workers, len(seeds)))
     threads = max(1, (os.cpu_count() or 1) // workers)
     root.mkdir(parents=True, exist_ok=True)
-    if workers == 1:
+    if not seeds:
+        log.info("replicates.seeds is empty: the study rests on its own seed alone")
+        done = []
+    elif workers == 1:
         done = [run_replicate(params, seed, root, splits_root, threads) for seed in seeds]
     else:
         with ProcessPoolExecutor(
@@ -110,7 +118,9 @@ def run_replicates(
     for stale in root.glob("seed-*"):
         if stale.name not in kept:
             shutil.rmtree(stale)
-    return done
+    listing = root / SEEDS_FILE
+    write_json(listing, {"seeds": list(seeds), "results": [path.name for path in done]})
+    return [*done, listing]
 
 
 def _share_cores(threads: int) -> None:
@@ -134,9 +144,20 @@ def run_replicate(
     shutil.rmtree(work, ignore_errors=True)
     layout = StudyLayout(root=work, splits_root=splits_root)
     device = select_device(seeded.device)
+    # Scenarios whose old model trains on the same split file with the same architecture share it
+    # (at one seed it comes out the same, weight for weight): it is trained once and copied.
+    old_models: dict[tuple[str, str], Path] = {}
     for scenario, setting in seeded.scenarios.items():
         log.info("replicate seed %d: training %s", seed, scenario)
-        _train(seeded, layout, scenario, None)
+        same_old = (
+            file_sha256(layout.split_file(scenario, OLD_TRAIN_SPLIT)),
+            setting.old_architecture,
+        )
+        if same_old in old_models:
+            _reuse_old(seeded, layout, scenario, old_models[same_old])
+        else:
+            _train(seeded, layout, scenario, None)
+            old_models[same_old] = layout.model(scenario, OLD_MODEL)
         for strategy in setting.strategies:
             _train(seeded, layout, scenario, strategy)
         for head, strategy in setting.heads.items():
@@ -152,10 +173,9 @@ def run_replicate(
 
 
 def _train(params: Params, layout: StudyLayout, scenario: str, strategy: str | None) -> None:
-    """One model as the train stage makes it, and its embeddings of the evaluation and training
-    splits (with the old classifier's logits for gen0, which order the backfill)."""
+    """One model as the train stage makes it, and its embeddings."""
     from modelupgrade.training import pipeline
-    from modelupgrade.training.generation import embed_splits, training_arguments
+    from modelupgrade.training.generation import training_arguments
 
     generation = 0 if strategy is None else 1
     out = layout.model(scenario, model_name(generation, strategy))
@@ -170,14 +190,26 @@ def _train(params: Params, layout: StudyLayout, scenario: str, strategy: str | N
         layout=layout,
     )
     pipeline.train_model(**job)
+    _embed(params, layout, scenario, out, logits=strategy is None)
+
+
+def _reuse_old(params: Params, layout: StudyLayout, scenario: str, trained: Path) -> None:
+    """Another scenario's old model, trained on the same split, as this scenario's: copied, then
+    embedding this scenario's splits."""
+    out = layout.model(scenario, OLD_MODEL)
+    shutil.copytree(trained, out)
+    _embed(params, layout, scenario, out, logits=True)
+
+
+def _embed(params: Params, layout: StudyLayout, scenario: str, model: Path, logits: bool) -> None:
+    """The evaluation and training splits embedded as the train stage embeds them (with the
+    classifier's logits for the old model, which order the backfill)."""
+    from modelupgrade.training.generation import embed_splits
+
     splits = [layout.split_file(scenario, split) for split in EVALUATION_SPLITS]
     splits.append(layout.split_file(scenario, NEW_TRAIN_SPLIT))
     embed_splits(
-        params,
-        out,
-        splits,
-        out_dir=layout.embeddings(scenario, out.name),
-        logits=strategy is None,
+        params, model, splits, out_dir=layout.embeddings(scenario, model.name), logits=logits
     )
 
 

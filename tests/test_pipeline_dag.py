@@ -217,6 +217,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",
         "seed-2666",
+        "seeds.json",
     ]
     assert "Training-free adapters (extended-data)" in report
     assert "up to date" in dvc(project, "status").stdout

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from modelupgrade.config import ParamsError, parse_params
-from modelupgrade.errors import UserError
 from modelupgrade.layout import StudyLayout
 from modelupgrade.replicates import replicate_params, run_replicate, run_replicates
 from tests.data_fixtures import write_toy_splits
@@ -65,6 +64,8 @@ def params_with(replicates: dict[str, Any], **sections: Any) -> Any:
         ),
         ({"scenarios": {"toy": {"strategies": []}}}, "strategies"),
         ({"seeds": [500], "extra": 1, "scenarios": {"toy": {"strategies": ["bct"]}}}, "extra"),
+        ({"policies": ["oracle", "nonsense"]}, r"replicates.policies lists \['nonsense'\]"),
+        ({"serving_modes": ["rank-merge-rqt", "x"]}, r"serving_modes lists \['x'\]"),
     ],
 )
 def test_a_mistaken_replicates_section_is_refused_with_what_is_wrong(
@@ -79,6 +80,8 @@ def test_a_replicates_params_are_the_studys_cut_down_at_its_seed() -> None:
         {"seeds": [500], "scenarios": {"toy": {"strategies": ["independent"], "heads": ["fct"]}}},
         adapters={"scenarios": {"toy": "bct"}, "heads": {"procrustes": {"kind": "procrustes"}}},
     )
+    assert replicate_params(params, 500).backfill == params.backfill
+    params = params_with({**params.replicates.model_dump(), "policies": ["random"]})
     seeded = replicate_params(params, 500, cpu_threads=1)
     assert seeded.seed == 500
     assert seeded.scenarios["toy"].strategies == ["independent"]
@@ -86,15 +89,21 @@ def test_a_replicates_params_are_the_studys_cut_down_at_its_seed() -> None:
     assert seeded.adapters.scenarios == {}  # its strategy, bct, is not replicated
     assert seeded.replicates.seeds == []
     assert seeded.training.cpu_threads == 1
+    assert seeded.backfill.policies == ["random"]
+    assert seeded.backfill.serving_modes == params.backfill.serving_modes
     # Everything else is the study's.
     assert seeded.training.epochs == params.training.epochs
     assert seeded.evaluation == params.evaluation
     assert parse_params(seeded.model_dump()) == seeded
 
 
-def test_without_seeds_there_is_nothing_to_run(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="replicates.seeds is empty"):
-        run_replicates(params_with({}), tmp_path)
+def test_without_seeds_nothing_runs_and_stale_results_go(tmp_path: Path) -> None:
+    stale = tmp_path / "seed-500" / "metrics"
+    stale.mkdir(parents=True)
+    written = run_replicates(params_with({}), tmp_path)
+    assert written == [tmp_path / "seeds.json"]
+    assert json.loads(written[0].read_text()) == {"results": [], "seeds": []}
+    assert not (tmp_path / "seed-500").exists()
 
 
 # -- a replicate is the study at its seed ----------------------------------------------------------

@@ -164,6 +164,16 @@ class Params(Section):
                     )
             if seed == self.seed:
                 raise ValueError(f"replicates.seeds repeats the study's own seed {seed}")
+        for field, chosen, study in (
+            ("policies", self.replicates.policies, self.backfill.policies),
+            ("serving_modes", self.replicates.serving_modes, self.backfill.serving_modes),
+        ):
+            unknown = [name for name in chosen if name not in study]
+            if unknown:
+                raise ValueError(
+                    f"replicates.{field} lists {unknown}, which backfill.{field} does not "
+                    f"simulate (it has: {study})"
+                )
         for name, replicate in self.replicates.scenarios.items():
             if name not in self.scenarios:
                 raise ValueError(

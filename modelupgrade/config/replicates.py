@@ -32,6 +32,10 @@ class ReplicateParams(Section):
     # Training seeds besides ``seed``; none: the study rests on one seed.
     seeds: list[int] = Field(default_factory=list)
     scenarios: dict[str, ReplicateScenario] = Field(default_factory=dict)
+    # The backfill orders and serving modes simulated again (subsets of ``backfill``'s); empty:
+    # all of the study's.
+    policies: list[str] = Field(default_factory=list)
+    serving_modes: list[str] = Field(default_factory=list)
     # Seeds trained side by side, one process each (the CPU threads are shared among them).
     workers: int = Field(default=2, ge=1)
 
