@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NewType
 
@@ -124,12 +125,8 @@ class Params(Section):
                         f"scenarios.{name}.heads pairs head {head!r} with strategy {strategy!r}, "
                         f"which the scenario does not train (its strategies: {scenario.strategies})"
                     )
+        self._scenarios_defined("adapters.scenarios", self.adapters.scenarios)
         for name, strategy in self.adapters.scenarios.items():
-            if name not in self.scenarios:
-                raise ValueError(
-                    f"adapters.scenarios names scenario {name!r}, which is not defined under "
-                    f"'scenarios' (defined: {sorted(self.scenarios)})"
-                )
             if strategy not in self.scenarios[name].strategies:
                 raise ValueError(
                     f"adapters.scenarios pairs {name!r} with strategy {strategy!r}, which the "
@@ -153,6 +150,14 @@ class Params(Section):
         self._replicates_exist()
         return self
 
+    def _scenarios_defined(self, section: str, names: Iterable[str]) -> None:
+        for name in names:
+            if name not in self.scenarios:
+                raise ValueError(
+                    f"{section} names scenario {name!r}, which is not defined under "
+                    f"'scenarios' (defined: {sorted(self.scenarios)})"
+                )
+
     def _replicates_exist(self) -> None:
         for seed in self.replicates.seeds:
             for other in (self.seed, *self.replicates.seeds):
@@ -174,31 +179,24 @@ class Params(Section):
                     f"replicates.{field} lists {unknown}, which backfill.{field} does not "
                     f"simulate (it has: {study})"
                 )
+        self._scenarios_defined("replicates.scenarios", self.replicates.scenarios)
         for name, replicate in self.replicates.scenarios.items():
-            if name not in self.scenarios:
-                raise ValueError(
-                    f"replicates.scenarios names scenario {name!r}, which is not defined under "
-                    f"'scenarios' (defined: {sorted(self.scenarios)})"
-                )
             scenario = self.scenarios[name]
-            for strategy in replicate.strategies:
-                if strategy not in scenario.strategies:
+            trained = {"strategy": scenario.strategies, "head": sorted(scenario.heads)}
+            for kind, listed in (("strategy", replicate.strategies), ("head", replicate.heads)):
+                unknown = [item for item in listed if item not in trained[kind]]
+                if unknown:
                     raise ValueError(
-                        f"replicates.scenarios.{name} lists strategy {strategy!r}, which the "
-                        f"scenario does not train (its strategies: {scenario.strategies})"
+                        f"replicates.scenarios.{name} lists {kind} {unknown[0]!r}, which the "
+                        f"scenario does not train (its {kind}s: {trained[kind]})"
                     )
-            for head in replicate.heads:
-                if head not in scenario.heads:
-                    raise ValueError(
-                        f"replicates.scenarios.{name} lists head {head!r}, which the scenario "
-                        f"does not train (its heads: {sorted(scenario.heads)})"
-                    )
-                if scenario.heads[head] not in replicate.strategies:
-                    raise ValueError(
-                        f"replicates.scenarios.{name}: head {head!r} pairs with strategy "
-                        f"{scenario.heads[head]!r}, which the replicates do not train; add it "
-                        f"to their strategies"
-                    )
+            unpaired = [h for h in replicate.heads if scenario.heads[h] not in replicate.strategies]
+            if unpaired:
+                raise ValueError(
+                    f"replicates.scenarios.{name}: head {unpaired[0]!r} pairs with strategy "
+                    f"{scenario.heads[unpaired[0]]!r}, which the replicates do not train; add it "
+                    f"to their strategies"
+                )
 
     def scenario(self, name: str) -> ScenarioParams:
         try:
