@@ -456,7 +456,8 @@ def test_a_difference_beyond_the_seeds_spread_decides_the_verdict() -> None:
     # Differences 0.05, 0.06, 0.04 over M(old, old): mean 0.05, sd 0.01.
     holds = bct_claim(seeds_of(0.45, 0.46, 0.44))
     assert (holds.verdict, holds.seeds) == ("holds", 3)
-    assert holds.ours == "sc: M(BCT, old) vs M(old, old): 0.4500 ± 0.0100 vs 0.4000 ± 0.0000"
+    # The study's own seed's text, its numbers now mean ± sd over the seeds.
+    assert holds.ours == "sc: 0.4500 ± 0.0100 vs 0.4000 ± 0.0000"
     (check,) = holds.as_dict()["checks"]
     assert check["mean"] == pytest.approx([0.45, 0.40])
     assert check["sd"] == pytest.approx([0.01, 0.0])

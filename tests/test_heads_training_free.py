@@ -359,8 +359,11 @@ def test_the_adapter_study_fits_every_size_and_the_evaluation_and_report_show_th
     assert set(adapter_queries.gallery_set) == {"gen0"} and len(set(adapter_queries.query_set)) == 4
     adapter_galleries = table[table.gallery_set.str.contains(r"\.(?:n40|all)-")]
     assert set(adapter_galleries.query_set) == {"gen1-independent"}
-    assert summary.sources["slerp_query.n40-independent"] == {
-        "card": summary.sources["slerp_query.n40-independent"]["card"],
+    source = summary.sources["slerp_query.n40-independent"]
+    assert source["weights"]["path"].endswith("slerp_query.n40-independent/head.pt")
+    assert source == {
+        "card": source["card"],
+        "weights": source["weights"],
         "direction": "reverse",
         "kind": "slerp_query",
         "sample_size": 40,

@@ -136,11 +136,14 @@ class SeededCheck:
 
     @property
     def ours(self) -> str:
+        """The table's text: the study's own seed's, each compared number replaced by its mean ±
+        sd over the seeds (the key and the means where that text does not show them all)."""
+        first = self.draws[0]
         if self.seeds == 1:
-            return self.draws[0].ours
-        digits = self.draws[0].digits
-        shown = " vs ".join(spread.text(digits) for spread in self.numbers())
-        return f"{self.key}: {shown}"
+            return first.ours
+        spreads = [spread.text(first.digits) for spread in self.numbers()]
+        shown = _replace_in_order(first.ours, first.compared, spreads, first.digits)
+        return shown if shown is not None else f"{self.key}: {' vs '.join(spreads)}"
 
     @property
     def line(self) -> str:
@@ -189,6 +192,24 @@ class Spread(NamedTuple):
         if self.count < 2:
             return f"{self.mean:.{digits}f}"
         return f"{self.mean:.{digits}f} ± {self.sd:.{digits}f}"
+
+
+def _replace_in_order(
+    text: str, numbers: Sequence[float], replacements: Sequence[str], digits: int
+) -> str | None:
+    """``text`` with each of ``numbers``, as shown with ``digits`` decimals, replaced in turn by
+    its replacement; None where one is not found after the one before."""
+    if len(numbers) != len(replacements):
+        return None
+    parts, start = [], 0
+    for number, replacement in zip(numbers, replacements, strict=True):
+        shown = f"{number:.{digits}f}"
+        at = text.find(shown, start)
+        if at < 0:
+            return None
+        parts += [text[start:at], replacement]
+        start = at + len(shown)
+    return "".join(parts) + text[start:]
 
 
 def _finite(number: float) -> float | None:
