@@ -259,16 +259,11 @@ def _evaluate(params: Params, layout: StudyLayout, device: object, simulated: se
         evaluate_scenario(params, scenario, layout)
         if scenario not in simulated:
             continue
-        found = backfill_inputs(params, scenario, layout.embeddings_root)
         simulate_backfill(
             params,
             scenario,
-            found.old,
-            found.variants,
-            found.arrays,
-            found.old_logits,
+            backfill_inputs(params, scenario, layout.embeddings_root),
             metrics_dir=layout.metrics(scenario),
             plots_dir=layout.plots(scenario),
             layout=layout,
-            compatible=found.compatible,
         )

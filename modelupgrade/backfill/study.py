@@ -24,7 +24,7 @@ subcommand) runs ``simulate_backfill``; the default directories are the study's
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -180,31 +180,29 @@ def output_dirs(
 def simulate_backfill(
     params: Params,
     scenario: str,
-    old: str | Path,
-    variants: dict[str, str],
-    arrays: dict[str, dict[str, str]] | None = None,
-    old_logits: str | Path | None = None,
+    found: ScenarioVariants,
     query_split: str | Path | None = None,
     gallery_split: str | Path | None = None,
     metrics_dir: str | Path | None = None,
     plots_dir: str | Path | None = None,
     layout: StudyLayout | None = None,
-    compatible: Collection[str] = (),
 ) -> BackfillSummary:
-    """Simulate every available combination; returns the summary written to backfill_summary.json.
+    """Simulate every available combination of the systems ``found`` (``backfill_inputs``);
+    returns the summary written to backfill_summary.json.
 
     Split files and output directories not given are the scenario's in ``layout`` (the project's
-    by default). ``compatible`` names the variants whose new model was trained to be compared
-    with the old vectors: with ψ, they are the systems whose old-state vectors live in the new
-    space, which the oracle order needs."""
+    by default). ``found.compatible`` names the variants whose new model was trained to be
+    compared with the old vectors: with ψ, they are the systems whose old-state vectors live in
+    the new space, which the oracle order needs."""
     params.scenario(scenario)
     cfg = params.backfill
+    old, variants, arrays = found.old, found.variants, found.arrays
+    old_logits, compatible = found.old_logits, found.compatible
     if not variants:
         raise UserError(
             "no --variant given",
             hint="name at least one upgraded model: --variant bct=embeddings/...",
         )
-    arrays = arrays or {}
     layout = layout or StudyLayout()
     splits = read_evaluation_splits(
         params.evaluation.protocol,

@@ -97,18 +97,7 @@ def simulate_backfill(
             }
         )
         summary = simulate(
-            params,
-            scenario,
-            found.old,
-            found.variants,
-            found.arrays,
-            found.old_logits,
-            query_split,
-            gallery_split,
-            metrics_dir,
-            plots_dir,
-            layout,
-            found.compatible,
+            params, scenario, found, query_split, gallery_split, metrics_dir, plots_dir, layout
         )
         stage.log_metrics(summary.headline_metrics())
         metrics, plots = output_dirs(scenario, metrics_dir, plots_dir, layout)
