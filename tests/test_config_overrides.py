@@ -44,7 +44,13 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     assert merged["architectures"]["default"]["backbone"] == "resnet18"
     # the paper's default, not the CPU study's 256
     assert merged["heads"]["bict"]["hidden_dim"] is None
-    assert merged["scenarios"] == yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
+    scenarios = yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
+    # Only identical-data changes: UniBCT's ResNet-18 → ResNet-50 instead of the CPU study's
+    # softmax → ArcFace.
+    scenarios["identical-data"].update(old_architecture="default", new_architecture="wide")
+    assert merged["scenarios"] == scenarios
+    assert merged["architectures"]["wide"]["backbone"] == "resnet50"
+    assert "scenarios.identical-data.new_architecture=\"wide\"" in set_arguments(overlay)
 
 
 def test_an_overlay_with_an_unknown_key_is_refused(tmp_path):

@@ -43,6 +43,15 @@ class HeadTraining(Section):
     input_momentum: float = Field(default=0.0, ge=0, le=1)
 
     @classmethod
+    def adam(cls, **fields: Any) -> HeadTraining:
+        """Adam without weight decay or warm-up, cosine to zero (Seo et al.'s reverse transforms,
+        the residual MLP adapter); ``fields`` give the rest and may replace any of these."""
+        return cls.model_validate(
+            {"optimizer": "adam", "weight_decay": 0.0, "warmup_epochs": 0.0, "lr_min_ratio": 0.0}
+            | fields
+        )
+
+    @classmethod
     def from_defaults(cls, defaults: HeadTraining, **overrides: Any) -> HeadTraining:
         """``defaults`` with some fields replaced, checked like any other ``HeadTraining``."""
         return cls.model_validate({**defaults.model_dump(), **overrides})

@@ -88,7 +88,7 @@ SCENARIO_KINDS: dict[str, ScenarioKind] = {
         ScenarioKind("open-data", "images", "the rest", "other images of the same classes"),
         ScenarioKind("extended-class", "classes", "everything", "more classes, the old included"),
         ScenarioKind("open-class", "classes", "the rest", "other classes only"),
-        ScenarioKind("identical-data", "images", "the same", "same data: new architecture"),
+        ScenarioKind("identical-data", "images", "the same", "same data, new model or loss"),
     )
 }
 

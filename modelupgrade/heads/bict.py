@@ -19,12 +19,7 @@ from modelupgrade.heads.losses import paired_distance
 class BiCTUpgradeModule(Head):
     direction = "forward"
     TRAINING_DEFAULTS = HeadTraining(
-        hidden_dim=4096,
-        depth=4,
-        epochs=30,
-        batch_size=512,
-        optimizer="sgd",
-        lr=1.0,
+        hidden_dim=4096, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=1.0
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

@@ -32,12 +32,7 @@ class DMUForwardAdapter(Head):
     Options = DMUOptions
     needs_classifier = True
     TRAINING_DEFAULTS = HeadTraining(
-        hidden_dim=1024,
-        depth=4,
-        epochs=30,
-        batch_size=512,
-        optimizer="sgd",
-        lr=0.1,
+        hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1
     )
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

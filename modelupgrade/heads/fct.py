@@ -28,17 +28,15 @@ class FCTAdapter(Head):
     Options = FCTOptions
     accepts_side_info = True
     # The official FCT code's recipe; FastFill trains its adapter the same way.
-    TRAINING_DEFAULTS = HeadTraining(
+    TRAINING_DEFAULTS = HeadTraining.adam(
         hidden_dim=2048,
         depth=4,
         epochs=80,
         batch_size=1024,
-        optimizer="adam",
         lr=5e-4,
         weight_decay=3.0517578125e-5,
         warmup_epochs=5,
         warmup_start_ratio=1e-2,
-        lr_min_ratio=0.0,
         freeze_bn_after=0.5,
     )
 

@@ -56,16 +56,8 @@ class ResidualMLPAdapter(Head):
     direction = "forward"
     Options = ResidualMLPOptions
     training_free = True
-    TRAINING_DEFAULTS = HeadTraining(
-        hidden_dim=128,
-        depth=2,
-        epochs=20,
-        batch_size=256,
-        optimizer="adam",
-        lr=1e-3,
-        weight_decay=0.0,
-        warmup_epochs=0.0,
-        lr_min_ratio=0.0,
+    TRAINING_DEFAULTS = HeadTraining.adam(
+        hidden_dim=128, depth=2, epochs=20, batch_size=256, lr=1e-3
     )
 
     def build_transform(self) -> nn.Module:

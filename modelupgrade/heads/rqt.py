@@ -15,17 +15,7 @@ from modelupgrade.config.heads import HeadTraining
 from modelupgrade.heads.base import HEADS, Head, HeadBatch
 from modelupgrade.heads.losses import Distance, paired_distance
 
-REVERSE_DEFAULTS = HeadTraining(
-    hidden_dim=256,
-    depth=2,
-    epochs=50,
-    batch_size=512,
-    optimizer="adam",
-    lr=1e-4,
-    weight_decay=0.0,
-    warmup_epochs=0.0,
-    lr_min_ratio=0.0,
-)
+REVERSE_DEFAULTS = HeadTraining.adam(hidden_dim=256, depth=2, epochs=50, batch_size=512, lr=1e-4)
 
 
 class RQTOptions(Section):
