@@ -273,15 +273,10 @@ class UpgradeChain:
         chain beside it: each generation's Δ↓."""
         from modelupgrade.commands.evaluation import evaluate
 
-        layout = self.layout
         return evaluate(
             self.params,
             SEQUENTIAL,
-            embeddings_root=layout.embeddings_root,
-            splits_root=layout.splits_root,
-            heads_root=layout.heads_root,
-            metrics_root=layout.metrics_root,
-            plots_root=layout.plots_root,
+            root=self.layout.root,
             strategies=self.evaluated_strategies,
             generations=generations,
         )
@@ -296,10 +291,7 @@ class UpgradeChain:
             self.params,
             SEQUENTIAL,
             layout.cycle_registration(generations - 1),
-            models_root=layout.models_root,
-            heads_root=layout.heads_root,
-            splits_root=layout.splits_root,
-            metrics_root=layout.metrics_root,
+            root=layout.root,
             strategies=[self.strategy],
             generations=generations,
             model=self.registered_model,

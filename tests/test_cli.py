@@ -97,7 +97,8 @@ def test_the_parser_lists_every_command_with_its_summary(capsys: pytest.CaptureF
 def test_the_study_without_dvc_writes_what_the_stages_write(
     capsys: pytest.CaptureFixture, project: Path
 ) -> None:
-    from modelupgrade.commands.evaluation import evaluate
+    from modelupgrade.evaluation.scenario import evaluate_scenario
+    from modelupgrade.layout import StudyLayout
 
     trained = invoke(capsys, "train", "--scenario", "toy", "--no-progress")
     assert "trained models/toy/gen0" in trained and "final_loss" in trained
@@ -126,7 +127,7 @@ def test_the_study_without_dvc_writes_what_the_stages_write(
     evaluated = invoke(capsys, "evaluate", "--scenario", "toy")
     assert "bct.backward.mAP" in evaluated and "bct.delta_down_pct" in evaluated
     params = parse_params(PARAMS)
-    evaluate(params, "toy", metrics_root=Path("stage-metrics"), plots_root=Path("stage-plots"))
+    evaluate_scenario(params, "toy", StudyLayout(metrics_root="stage-metrics", plots_root="p"))
     for name in ("summary.json", "cross_model.csv"):
         assert (project / "metrics/toy" / name).read_bytes() == (
             project / "stage-metrics/toy" / name

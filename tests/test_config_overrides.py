@@ -50,7 +50,7 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     scenarios["identical-data"].update(old_architecture="default", new_architecture="wide")
     assert merged["scenarios"] == scenarios
     assert merged["architectures"]["wide"]["backbone"] == "resnet50"
-    assert "scenarios.identical-data.new_architecture=\"wide\"" in set_arguments(overlay)
+    assert 'scenarios.identical-data.new_architecture="wide"' in set_arguments(overlay)
 
 
 def test_an_overlay_with_an_unknown_key_is_refused(tmp_path):

@@ -119,16 +119,8 @@ def test_evaluate_stage_writes_matrix_summary_and_heatmap(tmp_path: Path) -> Non
             r("params.yaml"),
             "--scenario",
             "sc",
-            "--embeddings-root",
-            r("embeddings"),
-            "--splits-root",
-            r("data/splits"),
-            "--heads-root",
-            r("heads"),
-            "--metrics-root",
-            r("metrics"),
-            "--plots-root",
-            r("plots"),
+            "--root",
+            str(tmp_path),
         ]
     )
     table = pd.read_parquet(tmp_path / "metrics/sc/cross_model.parquet")
@@ -207,16 +199,8 @@ def test_evaluate_stage_missing_embeddings_is_a_clean_error(
                 str(tmp_path / "params.yaml"),
                 "--scenario",
                 "sc",
-                "--embeddings-root",
-                str(tmp_path / "embeddings"),
-                "--splits-root",
-                str(tmp_path / "data/splits"),
-                "--heads-root",
-                str(tmp_path / "heads"),
-                "--metrics-root",
-                str(tmp_path / "m"),
-                "--plots-root",
-                str(tmp_path / "p"),
+                "--root",
+                str(tmp_path),
             ]
         )
     assert "run the embed stage first" in capsys.readouterr().err
@@ -256,15 +240,7 @@ def _evaluate_sequential(root: Path, params: Params, **options: Any) -> StudyLay
     from modelupgrade.layout import StudyLayout
 
     layout = StudyLayout(root)
-    evaluate(
-        params,
-        "sequential",
-        embeddings_root=layout.embeddings_root,
-        splits_root=layout.splits_root,
-        metrics_root=layout.metrics_root,
-        plots_root=layout.plots_root,
-        **options,
-    )
+    evaluate(params, "sequential", root=root, **options)
     return layout
 
 

@@ -396,14 +396,9 @@ def test_the_fit_adapters_stage_fits_from_the_command_line(tmp_path: Path) -> No
         {"sc": "independent"},
     )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json")))
-    roots = {
-        "--embeddings-root": "embeddings",
-        "--splits-root": "data/splits",
-        "--models-root": "models",
-        "--heads-root": "heads",
-    }
-    arguments = [arg for flag, root in roots.items() for arg in (flag, str(tmp_path / root))]
-    fit_adapters.main(["--params", str(tmp_path / "params.yaml"), "--scenario", "sc", *arguments])
+    fit_adapters.main(
+        ["--params", str(tmp_path / "params.yaml"), "--scenario", "sc", "--root", str(tmp_path)]
+    )
     group = tmp_path / "heads/sc/adapters-independent"
     affine, _ = load_head(group / "affine.all-independent")
     mlp, card = load_head(group / "mlp_query.all-independent")

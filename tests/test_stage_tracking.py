@@ -133,15 +133,15 @@ def test_tracking_leaves_the_outputs_as_the_library_writes_them(
     from modelupgrade.evaluation.scenario import evaluate_scenario
     from modelupgrade.layout import StudyLayout
 
-    evaluate(scenario, "sc", metrics_root=Path("tracked"), plots_root=Path("tracked-plots"))
+    evaluate(scenario, "sc")
     evaluate_scenario(
         scenario, "sc", StudyLayout(metrics_root="untracked", plots_root="untracked-plots")
     )
     for name in ("summary.json", "cross_model.csv", "cross_model.json", "summary.csv"):
-        assert (tmp_path / "tracked/sc" / name).read_bytes() == (
+        assert (tmp_path / "metrics/sc" / name).read_bytes() == (
             tmp_path / "untracked/sc" / name
         ).read_bytes()
-    assert sorted(p.name for p in (tmp_path / "tracked/sc").iterdir()) == sorted(
+    assert sorted(p.name for p in (tmp_path / "metrics/sc").iterdir()) == sorted(
         p.name for p in (tmp_path / "untracked/sc").iterdir()
     )
 

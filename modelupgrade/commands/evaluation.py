@@ -22,11 +22,7 @@ class Evaluation(SummaryWritten[ScenarioEvaluation | SequentialEvaluation]):
 def evaluate(
     params: Params,
     scenario: str,
-    embeddings_root: Path | None = None,
-    splits_root: Path | None = None,
-    heads_root: Path | None = None,
-    metrics_root: Path | None = None,
-    plots_root: Path | None = None,
+    root: Path = Path("."),
     strategies: Sequence[str] | None = None,
     heads: Sequence[str] | None = None,
     generations: int | None = None,
@@ -45,12 +41,8 @@ def evaluate(
     Args:
         params: the params file: the validated configuration of every step
         scenario: a scenario of params.yaml, or 'sequential' (the chains of sequential upgrades)
-        embeddings_root: root of <sc>/<model>/{query,gallery}.npy (default: embeddings)
-        splits_root: root of <sc>/{query,gallery}.parquet, whose labels the metrics use (default:
-            data/splits)
-        heads_root: root of <sc>/<head>-<strategy>/ head directories (default: heads)
-        metrics_root: tables go to <root>/<sc>/ (default: metrics)
-        plots_root: the heatmap goes to <root>/<sc>/ (default: plots)
+        root: the study directory: data/splits, models, embeddings, heads, metrics and plots
+            below it (default: the current directory)
         strategies: strategies to evaluate (default: the scenario's strategies in params.yaml)
         heads: head directory names under <heads-root>/<sc>/ (default: every head of the
             evaluated strategies)
@@ -60,18 +52,10 @@ def evaluate(
     from modelupgrade.evaluation.scenario import evaluate_scenario, report_files
     from modelupgrade.registry import track_stage
 
-    layout = StudyLayout(
-        embeddings_root=embeddings_root,
-        splits_root=splits_root,
-        heads_root=heads_root,
-        metrics_root=metrics_root,
-        plots_root=plots_root,
-    )
+    layout = StudyLayout(root)
     asked = {
         "scenario": scenario,
-        "embeddings_root": layout.embeddings_root,
-        "splits_root": layout.splits_root,
-        "heads_root": layout.heads_root,
+        "root": layout.root,
         "strategies": strategies,
         "heads": heads,
         "generations": generations,

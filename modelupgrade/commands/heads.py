@@ -151,10 +151,7 @@ class FittedAdapters:
 def fit_adapters(
     params: Params,
     scenario: str,
-    embeddings_root: Path | None = None,
-    splits_root: Path | None = None,
-    models_root: Path | None = None,
-    heads_root: Path | None = None,
+    root: Path = Path("."),
 ) -> FittedAdapters:
     """Fit the training-free adapters (Procrustes, low-rank affine, residual MLP, SLERP) at every
     sample size, and write their outputs on the evaluation embeddings.
@@ -170,10 +167,8 @@ def fit_adapters(
     Args:
         params: the params file: seed, device and the adapters section
         scenario: a scenario listed under adapters.scenarios
-        embeddings_root: root of <sc>/<model>/{new_train,query,gallery}.npy (default: embeddings)
-        splits_root: root of <sc>/new_train.parquet, the labels (default: data/splits)
-        models_root: root of <sc>/<model>/, recorded in the cards (default: models)
-        heads_root: the adapters go to <root>/<sc>/adapters-<strategy>/ (default: heads)
+        root: the study directory: data/splits, models, embeddings, heads, metrics and plots
+            below it (default: the current directory)
     """
     import torch
 
@@ -186,19 +181,8 @@ def fit_adapters(
         # As the training stages: the adapters' small matrices spin-wait on shared cores with
         # more threads (the residual MLP's epochs took 10× longer with two on two busy cores).
         torch.set_num_threads(params.training.cpu_threads)
-    layout = StudyLayout(
-        embeddings_root=embeddings_root,
-        splits_root=splits_root,
-        models_root=models_root,
-        heads_root=heads_root,
-    )
-    asked = {
-        "scenario": scenario,
-        "embeddings_root": layout.embeddings_root,
-        "splits_root": layout.splits_root,
-        "models_root": layout.models_root,
-        "heads_root": layout.heads_root,
-    }
+    layout = StudyLayout(root)
+    asked = {"scenario": scenario, "root": layout.root}
     with track_stage(
         "fit_adapters", params, run_name=f"fit_adapters@{scenario}", arguments=asked
     ) as stage:

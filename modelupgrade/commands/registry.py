@@ -40,10 +40,7 @@ def register(
     params: Params,
     scenario: str,
     out: Path | None = None,
-    models_root: Path | None = None,
-    heads_root: Path | None = None,
-    splits_root: Path | None = None,
-    metrics_root: Path | None = None,
+    root: Path = Path("."),
     gate_metrics: Path | None = None,
     strategies: Sequence[str] | None = None,
     generations: int | None = None,
@@ -62,11 +59,8 @@ def register(
         params: the params file: registry section (tracking URI, model name, gates)
         scenario: a scenario of params.yaml, or 'sequential'
         out: JSON summary of the registration (default: registry/<scenario>.json)
-        models_root: root of the trained models (default: models)
-        heads_root: root of the trained heads (default: heads)
-        splits_root: root of the split files, whose hash each version records (default:
-            data/splits)
-        metrics_root: root of the evaluate stage's metrics/<scenario>/ (default: metrics)
+        root: the study directory: data/splits, models, embeddings, heads, metrics and plots
+            below it (default: the current directory)
         gate_metrics: explicit gate numbers (JSON) that override the measured ones
         strategies: strategies whose models to register (default: the scenario's strategies in
             params.yaml)
@@ -76,12 +70,7 @@ def register(
     """
     from modelupgrade.registry.scenario import register_scenario
 
-    layout = StudyLayout(
-        models_root=models_root,
-        heads_root=heads_root,
-        splits_root=splits_root,
-        metrics_root=metrics_root,
-    )
+    layout = StudyLayout(root)
     out = out or layout.registration(scenario)
     summary = register_scenario(
         params,

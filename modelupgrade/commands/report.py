@@ -16,8 +16,7 @@ log = logging.getLogger(__name__)
 def report(
     params: Params,
     out: Path | None = None,
-    metrics_root: Path | None = None,
-    plots_root: Path | None = None,
+    root: Path = Path("."),
     replicates_root: Path = REPLICATES_ROOT,
 ) -> WrittenFiles:
     """The study report (markdown, HTML and the plots it shows) from the evaluation outputs.
@@ -33,8 +32,7 @@ def report(
     Args:
         params: the params file: scenarios, sequential and registry sections
         out: report directory (default: reports/study)
-        metrics_root: root of metrics/<scenario>/ (default: metrics)
-        plots_root: root of plots/<scenario>/ (default: plots)
+        root: the study directory: metrics and plots below it (default: the current directory)
         replicates_root: the replicates stage's results (default: replicates)
     """
     from modelupgrade.registry import Tracker, stage_wall_times
@@ -45,7 +43,7 @@ def report(
         write_report,
     )
 
-    layout = StudyLayout(metrics_root=metrics_root, plots_root=plots_root)
+    layout = StudyLayout(root)
     out = out or layout.report
     study = collect_results(params, layout)
     replicates = collect_replicates(params, replicates_root)
