@@ -12,6 +12,7 @@ from sklearn.metrics import average_precision_score
 from modelupgrade.backfill import (
     SearchSystems,
     backfill_curve,
+    backfill_curves,
     evaluate_state,
     fastfill_grid,
     naive_curve,
@@ -196,6 +197,50 @@ def test_one_pass_curve_equals_per_point_recomputation(distance, merge, leave_on
         for k in (1, 3, 5):
             assert curve.topk[k][i] == pytest.approx(np.mean((first >= 0) & (first < k)), abs=1e-12)
         assert curve.mAP[i] == pytest.approx(np.nanmean(aps), abs=1e-7)
+
+
+@pytest.mark.parametrize(("distance", "merge", "leave_one_out", "quantise"), CASES)
+def test_several_orders_share_one_ranking_and_each_gets_its_own_curve(
+    distance, merge, leave_one_out, quantise
+):
+    seed = zlib.crc32(repr(("shared", distance, merge, leave_one_out)).encode()) % 1000
+    systems, q_labels, g_labels, ordering = random_case(
+        seed=seed, nq=None if leave_one_out else 25, quantise=quantise
+    )
+    if not merge:
+        systems = SearchSystems(
+            systems.query_new_side,
+            systems.gallery_old_side,
+            systems.query_new_side,
+            systems.gallery_new_side,
+        )
+    n = len(g_labels)
+    grid = uniform_grid(7, n)
+    rng = np.random.default_rng(seed)
+    orderings = [ordering, ordering[::-1].copy(), rng.permutation(n)]
+    options = {
+        "self_index": np.arange(n) if leave_one_out else None,
+        "distance": distance,
+        "topk": (1, 3),
+        "map_at_k": 4,
+        "memory_bytes": 150_000,  # several row blocks, each read once per order
+    }
+    shared = backfill_curves(
+        systems, q_labels, g_labels, orderings, grid.cutoffs, grid.t, **options
+    )
+    assert len(shared) == len(orderings)
+    for curve, order in zip(shared, orderings, strict=True):
+        alone = backfill_curve(systems, q_labels, g_labels, order, grid.cutoffs, grid.t, **options)
+        for name in ("first_hit", "average_precision", "ap_at_k"):
+            np.testing.assert_array_equal(
+                getattr(curve.per_query, name), getattr(alone.per_query, name)
+            )
+    # The orders differ in the middle of the backfill, so a curve read with another's order shows.
+    assert not np.array_equal(
+        shared[0].per_query.average_precision, shared[1].per_query.average_precision
+    )
+    with pytest.raises(UserError, match="no backfill ordering"):
+        backfill_curves(systems, q_labels, g_labels, [], grid.cutoffs, grid.t, **options)
 
 
 def test_fast_curve_equals_naive_loop_of_single_evaluations():

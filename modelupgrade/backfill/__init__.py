@@ -9,6 +9,7 @@ from modelupgrade.backfill.engine import (
     PerQueryCurve,
     SearchSystems,
     backfill_curve,
+    backfill_curves,
     first_new_step,
 )
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, fraction_grid, uniform_grid
@@ -31,6 +32,7 @@ __all__ = [
     "auc_mean",
     "auc_trapezoid",
     "backfill_curve",
+    "backfill_curves",
     "check_conditions",
     "evaluate_state",
     "fastfill_grid",

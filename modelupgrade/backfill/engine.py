@@ -19,7 +19,9 @@ is read from that one order:
 
 Work per query: one sort of 2n keys plus O(n + P·K), instead of K distance blocks and K sorts.
 Queries are processed class by class (all rows of a block share their positive columns) in row
-blocks sized to a memory budget.
+blocks sized to a memory budget. The order of the backfill only decides when each entry is active,
+so several orders over the same systems (``backfill_curves``) share each block's distances and
+sort.
 
 Ranking semantics (those of ``modelupgrade.metrics``): distances ascending; equal distances keep
 gallery order (a new-side entry before an old-side one, Seo et al.'s tie rule for rank merge);
@@ -165,9 +167,46 @@ def backfill_curve(
 
     ``self_index[q]``: the gallery row that is query q's own item (leave-one-out), or −1.
     """
+    return backfill_curves(
+        systems,
+        query_labels,
+        gallery_labels,
+        [ordering],
+        cutoffs,
+        t,
+        self_index=self_index,
+        distance=distance,
+        topk=topk,
+        map_at_k=map_at_k,
+        memory_bytes=memory_bytes,
+    )[0]
+
+
+def backfill_curves(
+    systems: SearchSystems,
+    query_labels: np.ndarray,
+    gallery_labels: np.ndarray,
+    orderings: Sequence[np.ndarray],
+    cutoffs: np.ndarray,
+    t: np.ndarray | None = None,
+    *,
+    self_index: np.ndarray | None = None,
+    distance: Distance = "l2",
+    topk: tuple[int, ...] = (1, 5),
+    map_at_k: int | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> list[CurveResult]:
+    """``backfill_curve`` of each of ``orderings`` over the same systems, in that order.
+
+    The ranking of a query block does not depend on the order the gallery is backfilled in, so
+    each block is ranked (distances and the sort of its 2n keys) once and read once per order:
+    a policy's random draws and the policies of one serving mode share that cost.
+    """
     check_distance(distance)
     if not topk or min(topk) < 1:
         raise UserError(f"top-k values must be ≥ 1, got {list(topk)}")
+    if len(orderings) == 0:
+        raise UserError("no backfill ordering was given", hint="pass at least one ordering")
     qa = vector_rows(systems.query_old_side, "old-side query vectors")
     ga = vector_rows(systems.gallery_old_side, "old-side gallery vectors")
     qb = vector_rows(systems.query_new_side, "new-side query vectors")
@@ -193,15 +232,13 @@ def backfill_curve(
     cutoffs = np.asarray(cutoffs, dtype=np.int64)
     steps = len(cutoffs)
     t = cutoffs / max(n, 1) if t is None else np.asarray(t, dtype=np.float64)
-    first_new = first_new_step(ordering, cutoffs, n)
-    uses_old = bool(first_new.max(initial=0) > 0)
-    uses_new = bool(first_new.min(initial=steps) < steps)
+    first_new = [first_new_step(ordering, cutoffs, n) for ordering in orderings]
+    uses_old = any(f.max(initial=0) > 0 for f in first_new)
+    uses_new = any(f.min(initial=steps) < steps for f in first_new)
 
     old_block = DistanceBlock(qa, ga, distance) if uses_old else None
     new_block = DistanceBlock(qb, gb, distance) if uses_new else None
-    first_hit = np.full((nq, steps), -1, dtype=np.int64)
-    average_precision = np.full((nq, steps), np.nan, dtype=np.float64)
-    ap_at_k = np.full((nq, steps), np.nan if map_at_k is None else 0.0, dtype=np.float64)
+    curves = [_PerQueryArrays.empty(nq, steps, map_at_k) for _ in orderings]
     num_positives = np.zeros(nq, dtype=np.int64)
 
     columns_of = {int(c): np.flatnonzero(gallery_labels == c) for c in np.unique(query_labels)}
@@ -225,28 +262,53 @@ def backfill_curve(
             block = max(1, int(memory_bytes // per_row))
             for start in range(0, len(rows), block):
                 chunk = rows[start : start + block]
-                fh, ap, apk = _curve_block(
-                    chunk,
-                    int(label),
-                    gallery_labels,
-                    self_index[chunk],
-                    first_new,
-                    steps,
-                    old_block,
-                    new_block,
-                    pos_entries,
-                    map_at_k,
+                ranked = _rank_block(
+                    chunk, int(label), gallery_labels, self_index[chunk], old_block, new_block
                 )
-                first_hit[chunk], average_precision[chunk] = fh, ap
-                if apk is not None:
-                    ap_at_k[chunk] = apk
+                for curve, first in zip(curves, first_new, strict=True):
+                    curve.fill(chunk, *_curve_block(ranked, first, steps, pos_entries, map_at_k))
 
-    per_query = PerQueryCurve(first_hit, average_precision, ap_at_k, num_positives)
+    return [_curve_result(curve, num_positives, t, cutoffs, topk, map_at_k) for curve in curves]
+
+
+@dataclass
+class _PerQueryArrays:
+    first_hit: np.ndarray
+    average_precision: np.ndarray
+    ap_at_k: np.ndarray
+
+    @classmethod
+    def empty(cls, queries: int, steps: int, map_at_k: int | None) -> _PerQueryArrays:
+        return cls(
+            np.full((queries, steps), -1, dtype=np.int64),
+            np.full((queries, steps), np.nan, dtype=np.float64),
+            np.full((queries, steps), np.nan if map_at_k is None else 0.0, dtype=np.float64),
+        )
+
+    def fill(
+        self, rows: np.ndarray, first_hit: np.ndarray, ap: np.ndarray, ap_at_k: np.ndarray | None
+    ) -> None:
+        self.first_hit[rows], self.average_precision[rows] = first_hit, ap
+        if ap_at_k is not None:
+            self.ap_at_k[rows] = ap_at_k
+
+
+def _curve_result(
+    arrays: _PerQueryArrays,
+    num_positives: np.ndarray,
+    t: np.ndarray,
+    cutoffs: np.ndarray,
+    topk: tuple[int, ...],
+    map_at_k: int | None,
+) -> CurveResult:
+    per_query = PerQueryCurve(
+        arrays.first_hit, arrays.average_precision, arrays.ap_at_k, num_positives
+    )
     with_positive = num_positives > 0
     mean_ap = (
-        average_precision[with_positive].mean(axis=0)
+        arrays.average_precision[with_positive].mean(axis=0)
         if with_positive.any()
-        else np.full(steps, np.nan)
+        else np.full(len(cutoffs), np.nan)
     )
     hit1 = per_query.correct_at(1)
     return CurveResult(
@@ -254,7 +316,7 @@ def backfill_curve(
         cutoffs=cutoffs,
         topk={k: per_query.correct_at(k).mean(axis=0) for k in sorted(set(topk))},
         mAP=mean_ap,
-        map_at_k=None if map_at_k is None else ap_at_k.mean(axis=0),
+        map_at_k=None if map_at_k is None else arrays.ap_at_k.mean(axis=0),
         map_k=map_at_k,
         negative_flip_rate=(hit1[:, :1] & ~hit1).mean(axis=0),
         positive_flip_rate=(~hit1[:, :1] & hit1).mean(axis=0),
@@ -262,19 +324,33 @@ def backfill_curve(
     )
 
 
-def _curve_block(
+@dataclass(frozen=True)
+class _RankedBlock:
+    """One query block's 2n entries in rank order, and what of them does not depend on the
+    backfill order: which item and side each entry is, which entries are positives, and the
+    groups of tied distances."""
+
+    column: np.ndarray  # (b, entries) gallery item of each ranked entry
+    old_side: np.ndarray
+    positive: np.ndarray
+    before: np.ndarray  # positives ranked at or before each entry
+    bucket: np.ndarray  # positives ranked strictly before each entry
+    pos_rows: np.ndarray
+    pos_cols: np.ndarray
+    sides: int  # 2 when both systems' entries are ranked, else 1
+    tie_rows: np.ndarray  # each entry that ties with the one before it: its row...
+    tie_at: np.ndarray  # ...its position...
+    tie_start: np.ndarray  # ...and where its group of equal distances starts
+
+
+def _rank_block(
     rows: np.ndarray,
     label: int,
     gallery_labels: np.ndarray,
     self_index: np.ndarray,
-    first_new: np.ndarray,
-    steps: int,
     old_block: DistanceBlock | None,
     new_block: DistanceBlock | None,
-    pos_entries: int,
-    map_at_k: int | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    b = len(rows)
+) -> _RankedBlock:
     n = len(gallery_labels)
     columns = np.arange(n)
     has_self = self_index >= 0
@@ -289,21 +365,55 @@ def _curve_block(
     keys = np.sort(parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1), axis=1)
 
     column = key_columns(keys)
-    old_side = key_is_old_side(keys)
     positive = gallery_labels[column] == label
     if has_self.any():
         positive &= column != self_index[:, None]
-    step_of = first_new[column]
-
-    # Negatives: bucket = number of positive entries ranked before them.
     before = np.cumsum(positive, axis=1, dtype=np.int32)
-    bucket = before - positive
-    negative = ~positive
-    negatives_before = _active_negatives_before(
-        bucket, negative, old_side, step_of, steps, pos_entries
+    pos_rows, pos_cols = np.nonzero(positive)
+
+    distance_bits = keys >> DISTANCE_SHIFT
+    same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
+    tie_rows, tie_at = np.nonzero(same_as_previous)
+    tie_at = tie_at + 1  # the position of an entry that ties with the one before it
+    start = tie_at - 1
+    while len(tie_rows):  # walk each tie back to the start of its group
+        extends = (start > 0) & same_as_previous[tie_rows, np.maximum(start - 1, 0)]
+        if not extends.any():
+            break
+        start = np.where(extends, start - 1, start)
+    return _RankedBlock(
+        column=column,
+        old_side=key_is_old_side(keys),
+        positive=positive,
+        before=before,
+        bucket=before - positive,
+        pos_rows=pos_rows,
+        pos_cols=pos_cols,
+        sides=len(parts),
+        tie_rows=tie_rows,
+        tie_at=tie_at,
+        tie_start=start,
     )
 
-    pos_rows, pos_cols = np.nonzero(positive)
+
+def _curve_block(
+    ranked: _RankedBlock,
+    first_new: np.ndarray,
+    steps: int,
+    pos_entries: int,
+    map_at_k: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One query block's first hits, step AP and AP@k at every point of one backfill order."""
+    b = len(ranked.column)
+    old_side, positive = ranked.old_side, ranked.positive
+    step_of = first_new[ranked.column]
+
+    # Negatives: bucket = number of positive entries ranked before them.
+    negatives_before = _active_negatives_before(
+        ranked.bucket, ~positive, old_side, step_of, steps, pos_entries
+    )
+
+    pos_rows, pos_cols = ranked.pos_rows, ranked.pos_cols
     pos_step = torch.from_numpy(step_of[pos_rows, pos_cols].reshape(b, pos_entries))
     pos_new = torch.from_numpy(~old_side[pos_rows, pos_cols].reshape(b, pos_entries))
     step_index = torch.arange(steps)[None, :, None]
@@ -313,7 +423,7 @@ def _curve_block(
     precision = torch.where(
         active, positives_through.to(torch.float32) / rank.to(torch.float32), 0.0
     )
-    num_pos = pos_entries // (2 if (old_block is not None and new_block is not None) else 1)
+    num_pos = pos_entries // ranked.sides
 
     big = torch.iinfo(torch.int32).max
     first_hit = torch.where(active, negatives_before, big).min(dim=2).values.to(torch.int64)
@@ -330,17 +440,8 @@ def _curve_block(
     # ranked at or before each of its positives. Groups are rare and small, so only the (positive,
     # later entry of its group) pairs are visited: each later entry that is active at a step adds
     # one to the positive's rank there (and one to its positives when it is a positive itself).
-    distance_bits = keys >> DISTANCE_SHIFT
-    same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
-    tie_rows, tie_at = np.nonzero(same_as_previous)
+    tie_rows, tie_at, start = ranked.tie_rows, ranked.tie_at, ranked.tie_start
     if len(tie_rows):
-        tie_at = tie_at + 1  # the position of an entry that ties with the one before it
-        start = tie_at - 1
-        while True:  # walk each tie back to the start of its group
-            extends = (start > 0) & same_as_previous[tie_rows, np.maximum(start - 1, 0)]
-            if not extends.any():
-                break
-            start = np.where(extends, start - 1, start)
         extra_rank = torch.zeros((b, steps, pos_entries), dtype=torch.int32)
         extra_positives = torch.zeros((b, steps, pos_entries), dtype=torch.int32)
         later_step = step_of[tie_rows, tie_at]
@@ -353,7 +454,7 @@ def _curve_block(
             if not pair.any():
                 continue
             rows_p, at_p = tie_rows[pair], earlier[pair]
-            index_p = before[rows_p, at_p] - 1  # which positive entry of its row
+            index_p = ranked.before[rows_p, at_p] - 1  # which positive entry of its row
             later_active = (step_range[None, :] >= later_step[pair][:, None]) == later_new[pair][
                 :, None
             ]

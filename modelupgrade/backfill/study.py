@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from modelupgrade.arrays import load_array
-from modelupgrade.backfill.engine import backfill_curve, mean_curve
+from modelupgrade.backfill.engine import backfill_curves, mean_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
 from modelupgrade.backfill.plots import plot_curves
 from modelupgrade.backfill.serving_arrays import ServingArrays
@@ -300,15 +300,55 @@ def simulate_backfill(
             new_vectors=serving.new_gallery,
             old_state_in_new_space=mixed.old_part.gallery == "forward" or variant in compatible,
         )
-        for policy_name in cfg.policies:
-            policy = build_ordering(policy_name)
-            if not policy.available(inputs):
+        policies = {name: build_ordering(name) for name in cfg.policies}
+        ordered = {
+            name: (
+                policy,
+                [
+                    policy.order_items(inputs, params.seed + i)
+                    for i in range(cfg.random_permutations if policy.draws_from_seed else 1)
+                ],
+            )
+            for name, policy in policies.items()
+            if policy.available(inputs)
+        }
+        curves_of = {}
+        for mode_name in cfg.serving_modes:
+            plan = build_serving_mode(mode_name).try_plan(forms)
+            served = [
+                (name, orderings)
+                for name, (policy, orderings) in ordered.items()
+                if plan is not None and policy.orders_for(mode_name)
+            ]
+            if not served:
+                continue
+            # Every order of every policy over this mode's systems, each query block ranked once.
+            results = iter(
+                backfill_curves(
+                    serving.systems(plan),
+                    query_labels,
+                    gallery_labels,
+                    [ordering for _, orderings in served for ordering in orderings],
+                    grid.cutoffs,
+                    grid.t,
+                    self_index=self_index,
+                    distance=cfg.distance,
+                    topk=topk,
+                    map_at_k=cfg.map_at_k,
+                    memory_bytes=memory,
+                )
+            )
+            for name, orderings in served:
+                curves_of[name, mode_name] = mean_curve(
+                    [next(results).as_dict() for _ in orderings]
+                )
+        for policy_name, policy in policies.items():
+            if policy_name not in ordered:
                 skipped.append(
                     {"strategy": variant, "policy": policy_name, "reason": policy.description}
                 )
                 continue
-            draws = cfg.random_permutations if policy.draws_from_seed else 1
-            orderings = [policy.order_items(inputs, params.seed + i) for i in range(draws)]
+            orderings = ordered[policy_name][1]
             for mode_name in cfg.serving_modes:
                 mode = build_serving_mode(mode_name)
                 refused = (
@@ -337,24 +377,7 @@ def simulate_backfill(
                     n,
                     len(orderings),
                 )
-                values = mean_curve(
-                    [
-                        backfill_curve(
-                            systems,
-                            query_labels,
-                            gallery_labels,
-                            ordering,
-                            grid.cutoffs,
-                            grid.t,
-                            self_index=self_index,
-                            distance=cfg.distance,
-                            topk=topk,
-                            map_at_k=cfg.map_at_k,
-                            memory_bytes=memory,
-                        ).as_dict()
-                        for ordering in orderings
-                    ]
-                )
+                values = curves_of[policy_name, mode_name]
                 table = pd.DataFrame(values)
                 table.insert(0, "permutations", len(orderings))
                 table.insert(0, "deployable", policy.deployable)
