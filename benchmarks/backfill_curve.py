@@ -7,6 +7,10 @@ this one run: one single evaluation (one gallery state), the one-pass curve over
 and the naive loop (rebuild the gallery and evaluate it at each point); the ratios curve / single
 (target ≤ 3) and naive / curve. ``--naive-points`` times the naive loop on fewer points and scales
 it linearly (each naive point is one full evaluation, so the loop is linear in the points).
+``--orders N`` also times N random orders over the same systems, as the study runs a policy's
+draws and the policies of one serving mode: one ``backfill_curve`` per order against one
+``backfill_curves`` call that ranks each query block once (``--naive-points -1`` skips the naive
+loop).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import torch
 
 from modelupgrade.backfill import (
     SearchSystems,
+    backfill_curve,
+    backfill_curves,
     evaluate_state,
     fastfill_grid,
     naive_curve,
@@ -59,7 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distance", choices=["l2", "cosine"], default="l2")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
-        "--naive-points", type=int, default=0, help="0 = time the naive loop on every point"
+        "--naive-points",
+        type=int,
+        default=0,
+        help="0 = time the naive loop on every point, -1 = skip it",
+    )
+    parser.add_argument(
+        "--orders", type=int, default=1, help="also time this many orders, apart and shared"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -86,28 +98,64 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"one-pass curve ({len(grid)} points):            {curve_s:8.2f} s")
 
-    points = len(grid) if args.naive_points <= 0 else min(args.naive_points, len(grid))
-    subset = type(grid)(grid.t[:points], grid.cutoffs[:points])
-    naive_s, naive = timed(
-        lambda: naive_curve(
-            systems, labels, labels, ordering, subset, leave_one_out=True, distance=args.distance
-        ),
-        1,
-    )
-    naive_full_s = naive_s * len(grid) / points
-    scaled = "" if points == len(grid) else f" (measured on {points} points, scaled)"
-    print(f"naive loop ({len(grid)} points):                {naive_full_s:8.2f} s{scaled}")
-    agree = max(
-        float(np.max(np.abs(curve.as_dict()[k][:points] - naive[k])))
-        for k in ("top1", "top5", "mAP")
-    )
-    print(f"max |curve − naive| over top1/top5/mAP:  {agree:.2e}")
     print(
         f"curve / single evaluation:               {curve_s / single_s:8.2f}   (target ≤ 3.0; "
         f"naive ≈ {len(grid)})"
     )
-    print(f"naive loop / single evaluation:          {naive_full_s / single_s:8.2f}")
-    print(f"naive loop / curve (speed-up):           {naive_full_s / curve_s:8.2f}")
+    if args.naive_points >= 0:
+        points = len(grid) if args.naive_points == 0 else min(args.naive_points, len(grid))
+        subset = type(grid)(grid.t[:points], grid.cutoffs[:points])
+        naive_s, naive = timed(
+            lambda: naive_curve(
+                systems,
+                labels,
+                labels,
+                ordering,
+                subset,
+                leave_one_out=True,
+                distance=args.distance,
+            ),
+            1,
+        )
+        naive_full_s = naive_s * len(grid) / points
+        scaled = "" if points == len(grid) else f" (measured on {points} points, scaled)"
+        print(f"naive loop ({len(grid)} points):                {naive_full_s:8.2f} s{scaled}")
+        agree = max(
+            float(np.max(np.abs(curve.as_dict()[k][:points] - naive[k])))
+            for k in ("top1", "top5", "mAP")
+        )
+        print(f"max |curve − naive| over top1/top5/mAP:  {agree:.2e}")
+        print(f"naive loop / single evaluation:          {naive_full_s / single_s:8.2f}")
+        print(f"naive loop / curve (speed-up):           {naive_full_s / curve_s:8.2f}")
+    if args.orders > 1:
+        shared_orders(systems, labels, grid, args)
+
+
+def shared_orders(systems: SearchSystems, labels: np.ndarray, grid, args) -> None:
+    rng = np.random.default_rng(args.seed + 2)
+    orders = [rng.permutation(args.n) for _ in range(args.orders)]
+    self_index = np.arange(args.n)
+    options = {"self_index": self_index, "distance": args.distance}
+
+    def apart():
+        return [
+            backfill_curve(systems, labels, labels, o, grid.cutoffs, grid.t, **options)
+            for o in orders
+        ]
+
+    apart_s, one_by_one = timed(apart, args.repeats)
+    shared_s, shared = timed(
+        lambda: backfill_curves(systems, labels, labels, orders, grid.cutoffs, grid.t, **options),
+        args.repeats,
+    )
+    same = all(
+        np.array_equal(a.per_query.average_precision, b.per_query.average_precision, equal_nan=True)
+        and np.array_equal(a.per_query.first_hit, b.per_query.first_hit)
+        for a, b in zip(one_by_one, shared, strict=True)
+    )
+    print(f"{args.orders} orders, one curve each:           {apart_s:8.2f} s")
+    print(f"{args.orders} orders sharing the ranking:       {shared_s:8.2f} s   (equal: {same})")
+    print(f"apart / shared (speed-up):               {apart_s / shared_s:8.2f}")
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def simulate_backfill(
             for name, policy in policies.items()
             if policy.available(inputs)
         }
-        curves_of = {}
+        curves_of, ends_of = {}, {}
         for mode_name in cfg.serving_modes:
             plan = build_serving_mode(mode_name).try_plan(forms)
             served = [
@@ -322,10 +322,16 @@ def simulate_backfill(
             ]
             if not served:
                 continue
+            systems = serving.systems(plan)
+            # The single-system ends of this mode's curves, the same for every policy.
+            ends_of[mode_name] = (
+                evaluate(systems.query_old_side, systems.gallery_old_side),
+                evaluate(systems.query_new_side, systems.gallery_new_side),
+            )
             # Every order of every policy over this mode's systems, each query block ranked once.
             results = iter(
                 backfill_curves(
-                    serving.systems(plan),
+                    systems,
                     query_labels,
                     gallery_labels,
                     [ordering for _, orderings in served for ordering in orderings],
@@ -367,7 +373,6 @@ def simulate_backfill(
                         }
                     )
                     continue
-                systems = serving.systems(plan)
                 log.info(
                     "%s / %s / %s: %d points over %d items, %d order(s)",
                     variant,
@@ -385,8 +390,7 @@ def simulate_backfill(
                 table.insert(0, "policy", policy_name)
                 table.insert(0, "strategy", variant)
                 records.append(table)
-                start = evaluate(systems.query_old_side, systems.gallery_old_side)
-                end = evaluate(systems.query_new_side, systems.gallery_new_side)
+                start, end = ends_of[mode_name]
                 curves.append(
                     CurveSummary(
                         strategy=variant,
