@@ -141,23 +141,26 @@ CASES = [
 ]
 
 
+def case_systems(seed, merge, leave_one_out, quantise):
+    """A random case served as rank merge (the old query searches the old part) or, without
+    ``merge``, as a mixed index (the new query searches both parts)."""
+    systems, q_labels, g_labels, ordering = random_case(
+        seed=seed, nq=None if leave_one_out else 25, quantise=quantise
+    )
+    if not merge:
+        new_query = systems.query_new_side
+        systems = SearchSystems(
+            new_query, systems.gallery_old_side, new_query, systems.gallery_new_side
+        )
+    return systems, q_labels, g_labels, ordering
+
+
 @pytest.mark.parametrize(("distance", "merge", "leave_one_out", "quantise"), CASES)
 def test_one_pass_curve_equals_per_point_recomputation(distance, merge, leave_one_out, quantise):
     # A fixed seed per case: str hashes change with PYTHONHASHSEED, and about one random draw in 500
     # holds two distances within float32 rounding, which the float64 reference orders differently.
     seed = zlib.crc32(repr((distance, merge, leave_one_out, quantise)).encode()) % 1000
-    systems, q_labels, g_labels, ordering = random_case(
-        seed=seed,
-        nq=None if leave_one_out else 25,
-        quantise=quantise,
-    )
-    if not merge:
-        systems = SearchSystems(
-            systems.query_new_side,
-            systems.gallery_old_side,
-            systems.query_new_side,
-            systems.gallery_new_side,
-        )
+    systems, q_labels, g_labels, ordering = case_systems(seed, merge, leave_one_out, quantise)
     n = len(g_labels)
     grid = uniform_grid(7, n)
     self_index = np.arange(n) if leave_one_out else np.full(len(q_labels), -1)
@@ -204,16 +207,7 @@ def test_several_orders_share_one_ranking_and_each_gets_its_own_curve(
     distance, merge, leave_one_out, quantise
 ):
     seed = zlib.crc32(repr(("shared", distance, merge, leave_one_out)).encode()) % 1000
-    systems, q_labels, g_labels, ordering = random_case(
-        seed=seed, nq=None if leave_one_out else 25, quantise=quantise
-    )
-    if not merge:
-        systems = SearchSystems(
-            systems.query_new_side,
-            systems.gallery_old_side,
-            systems.query_new_side,
-            systems.gallery_new_side,
-        )
+    systems, q_labels, g_labels, ordering = case_systems(seed, merge, leave_one_out, quantise)
     n = len(g_labels)
     grid = uniform_grid(7, n)
     rng = np.random.default_rng(seed)

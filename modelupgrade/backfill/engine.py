@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
@@ -156,30 +158,17 @@ def backfill_curve(
     ordering: np.ndarray,
     cutoffs: np.ndarray,
     t: np.ndarray | None = None,
-    *,
-    self_index: np.ndarray | None = None,
-    distance: Distance = "l2",
-    topk: tuple[int, ...] = (1, 5),
-    map_at_k: int | None = None,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    **options: Any,
 ) -> CurveResult:
     """Metrics at every point of a backfill; see the module docstring for the algorithm and rules.
 
-    ``self_index[q]``: the gallery row that is query q's own item (leave-one-out), or −1.
+    ``options`` are those of ``backfill_curves``: ``self_index[q]``, the gallery row that is query
+    q's own item (leave-one-out) or −1; ``distance``; ``topk``; ``map_at_k``; ``memory_bytes``.
     """
-    return backfill_curves(
-        systems,
-        query_labels,
-        gallery_labels,
-        [ordering],
-        cutoffs,
-        t,
-        self_index=self_index,
-        distance=distance,
-        topk=topk,
-        map_at_k=map_at_k,
-        memory_bytes=memory_bytes,
-    )[0]
+    curves = backfill_curves(
+        systems, query_labels, gallery_labels, [ordering], cutoffs, t, **options
+    )
+    return curves[0]
 
 
 def backfill_curves(
@@ -334,13 +323,20 @@ class _RankedBlock:
     old_side: np.ndarray
     positive: np.ndarray
     before: np.ndarray  # positives ranked at or before each entry
-    bucket: np.ndarray  # positives ranked strictly before each entry
-    pos_rows: np.ndarray
-    pos_cols: np.ndarray
     sides: int  # 2 when both systems' entries are ranked, else 1
     tie_rows: np.ndarray  # each entry that ties with the one before it: its row...
     tie_at: np.ndarray  # ...its position...
     tie_start: np.ndarray  # ...and where its group of equal distances starts
+
+    @cached_property
+    def bucket(self) -> np.ndarray:
+        """Positives ranked strictly before each entry."""
+        return self.before - self.positive
+
+    @cached_property
+    def positive_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, positions) of the positive entries, row by row."""
+        return np.nonzero(self.positive)
 
 
 def _rank_block(
@@ -369,7 +365,6 @@ def _rank_block(
     if has_self.any():
         positive &= column != self_index[:, None]
     before = np.cumsum(positive, axis=1, dtype=np.int32)
-    pos_rows, pos_cols = np.nonzero(positive)
 
     distance_bits = keys >> DISTANCE_SHIFT
     same_as_previous = distance_bits[:, 1:] == distance_bits[:, :-1]
@@ -381,19 +376,8 @@ def _rank_block(
         if not extends.any():
             break
         start = np.where(extends, start - 1, start)
-    return _RankedBlock(
-        column=column,
-        old_side=key_is_old_side(keys),
-        positive=positive,
-        before=before,
-        bucket=before - positive,
-        pos_rows=pos_rows,
-        pos_cols=pos_cols,
-        sides=len(parts),
-        tie_rows=tie_rows,
-        tie_at=tie_at,
-        tie_start=start,
-    )
+    old_side = key_is_old_side(keys)
+    return _RankedBlock(column, old_side, positive, before, len(parts), tie_rows, tie_at, start)
 
 
 def _curve_block(
@@ -413,7 +397,7 @@ def _curve_block(
         ranked.bucket, ~positive, old_side, step_of, steps, pos_entries
     )
 
-    pos_rows, pos_cols = ranked.pos_rows, ranked.pos_cols
+    pos_rows, pos_cols = ranked.positive_entries
     pos_step = torch.from_numpy(step_of[pos_rows, pos_cols].reshape(b, pos_entries))
     pos_new = torch.from_numpy(~old_side[pos_rows, pos_cols].reshape(b, pos_entries))
     step_index = torch.arange(steps)[None, :, None]
