@@ -378,6 +378,24 @@ def seed_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
     ]
 
 
+def settings_blocks(study: StudyResults) -> list[Block]:
+    """Where the study's settings leave the papers', each with its reason."""
+    if not study.settings:
+        return []
+    return [
+        Heading("Settings against the papers", 2),
+        Paragraph(
+            "The settings of this study that differ from the papers' (params.yaml; the "
+            "full-size study, params/gpu-full.yaml, keeps more of them), and why. Every claim "
+            "above is checked under these settings."
+        ),
+        Table(
+            ["setting", "papers", "this study", "why"],
+            [[s.setting, s.paper, s.ours, s.reason] for s in study.settings],
+        ),
+    ]
+
+
 def lead_blocks(study: StudyResults) -> list[Block]:
     """What a team deciding an upgrade reads first: per scenario, the best way to serve the new
     model before any backfill, the best way to backfill, and the levels they sit between."""
@@ -551,6 +569,7 @@ def write_report(
         *lead_blocks(study),
         *claim_blocks(claims, 1 + len(replicates)),
         *seed_blocks([study, *replicates]),
+        *settings_blocks(study),
     ]
     for sc in study.scenarios:
         blocks += scenario_blocks(sc, images)

@@ -23,6 +23,7 @@ from modelupgrade.layout import (
     head_name,
 )
 from modelupgrade.replicates import replicate_dir, replicate_layout, replicate_params
+from modelupgrade.report.settings import SettingRow, settings_against_papers
 
 # The metric the backfill curves are summarised in.
 CURVE_METRIC = "mAP"
@@ -71,6 +72,7 @@ class StudyResults:
     sequential: dict[str, ChainEvaluation] = field(default_factory=dict)
     sequential_plots: dict[str, Path] = field(default_factory=dict)
     strategy_kinds: dict[str, str] = field(default_factory=dict)  # strategy name → its kind
+    settings: list[SettingRow] = field(default_factory=list)  # where the params leave the papers
 
     def strategies_of_kind(self, kind: str) -> list[str]:
         return [name for name, of_kind in self.strategy_kinds.items() if of_kind == kind]
@@ -96,7 +98,9 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
             )
         )
     study = StudyResults(
-        scenarios, strategy_kinds={name: s.kind for name, s in params.strategies.items()}
+        scenarios,
+        strategy_kinds={name: s.kind for name, s in params.strategies.items()},
+        settings=settings_against_papers(params),
     )
     for strategy in params.sequential.strategies:
         summary = layout.metrics(SEQUENTIAL, strategy) / f"{SUMMARY}.json"
