@@ -78,6 +78,7 @@ def tiny_params(dataset_root: Path) -> dict:
     }
     params["architectures"] = {
         "default": tiny,
+        "softmax": {**tiny, "classifier": "softmax"},
         "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}},
     }
     params["training"].update(epochs=1, batch_size=32, cpu_threads=1)
