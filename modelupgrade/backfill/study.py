@@ -312,9 +312,10 @@ def simulate_backfill(
             for name, policy in policies.items()
             if policy.available(inputs)
         }
+        modes = {name: build_serving_mode(name) for name in cfg.serving_modes}
+        plans = {name: mode.try_plan(forms) for name, mode in modes.items()}
         curves_of, ends_of = {}, {}
-        for mode_name in cfg.serving_modes:
-            plan = build_serving_mode(mode_name).try_plan(forms)
+        for mode_name, plan in plans.items():
             served = [
                 (name, orderings)
                 for name, (policy, orderings) in ordered.items()
@@ -355,15 +356,13 @@ def simulate_backfill(
                 )
                 continue
             orderings = ordered[policy_name][1]
-            for mode_name in cfg.serving_modes:
-                mode = build_serving_mode(mode_name)
+            for mode_name, mode in modes.items():
                 refused = (
                     None
                     if policy.orders_for(mode_name)
                     else f"the {policy_name} order is meant for {policy.serving_modes} only"
                 )
-                plan = None if refused else mode.try_plan(forms)
-                if plan is None:
+                if refused or plans[mode_name] is None:
                     skipped.append(
                         {
                             "strategy": variant,
