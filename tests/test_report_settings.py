@@ -54,10 +54,11 @@ def test_settings_at_the_papers_values_are_not_listed() -> None:
 
 
 def test_a_head_left_at_its_papers_recipe_is_not_listed() -> None:
-    heads = {"fct": {"hidden_dim": None, "epochs": None}, "bict": {"epochs": 30}}
+    heads = {"fct": {"hidden_dim": None}, "bict": {"epochs": 12}}
     listed = rows_of(study_params({"heads": heads}))["transformation heads"]
     assert "fct," not in listed and "fct:" not in listed
-    assert "bict: width 256, 30 epochs" in listed  # narrower than BiCT's 4096 still
+    assert "bict: width 256, 12 epochs" in listed
+    assert "bict_momentum, dmu: width 256, 30 epochs" in listed  # narrower than their papers'
 
 
 def test_the_report_shows_the_table_and_leaves_it_out_when_empty(tmp_path: Path) -> None:

@@ -179,7 +179,7 @@ PAPER_SETTINGS: tuple[PaperSetting, ...] = (
         "transformation heads",
         "each kind's paper recipe (FCT/FastFill width 2048, 80 epochs; BiCT 4096, 30; DMU 1024, "
         "30; Seo et al. 2 blocks, 50 epochs)",
-        "64-d embeddings and 3,000 training pairs: narrower, and more epochs over fewer pairs",
+        "64-d embeddings and 3,000 training pairs",
         _heads,
     ),
     PaperSetting(
