@@ -301,14 +301,11 @@ def simulate_backfill(
             old_state_in_new_space=mixed.old_part.gallery == "forward" or variant in compatible,
         )
         policies = {name: build_ordering(name) for name in cfg.policies}
-        ordered = {
-            name: (
-                policy,
-                [
-                    policy.order_items(inputs, params.seed + i)
-                    for i in range(cfg.random_permutations if policy.draws_from_seed else 1)
-                ],
-            )
+        orderings_of = {
+            name: [
+                policy.order_items(inputs, params.seed + i)
+                for i in range(cfg.random_permutations if policy.draws_from_seed else 1)
+            ]
             for name, policy in policies.items()
             if policy.available(inputs)
         }
@@ -318,8 +315,8 @@ def simulate_backfill(
         for mode_name, plan in plans.items():
             served = [
                 (name, orderings)
-                for name, (policy, orderings) in ordered.items()
-                if plan is not None and policy.orders_for(mode_name)
+                for name, orderings in orderings_of.items()
+                if plan is not None and policies[name].orders_for(mode_name)
             ]
             if not served:
                 continue
@@ -350,12 +347,12 @@ def simulate_backfill(
                     [next(results).as_dict() for _ in orderings]
                 )
         for policy_name, policy in policies.items():
-            if policy_name not in ordered:
+            if policy_name not in orderings_of:
                 skipped.append(
                     {"strategy": variant, "policy": policy_name, "reason": policy.description}
                 )
                 continue
-            orderings = ordered[policy_name][1]
+            orderings = orderings_of[policy_name]
             for mode_name, mode in modes.items():
                 refused = (
                     None

@@ -15,6 +15,7 @@ from modelupgrade.config import ArchitectureParams, Params
 from modelupgrade.heads import HEADS
 from modelupgrade.heads.training import resolve_training
 
+# The scenario kind whose upgrade is the model alone (same data).
 IDENTICAL_DATA = "identical-data"
 # The papers' own backbones: ResNet-50 (BiCT, DMU, FCT, FastFill), ResNet-18 → ResNet-50 (UniBCT).
 PAPER_BACKBONES = ("resnet18", "resnet50")
@@ -119,17 +120,18 @@ def _heads(params: Params) -> str | None:
 
 
 def _identical_data(params: Params) -> str | None:
-    scenario = params.scenarios.get(IDENTICAL_DATA)
-    if scenario is None:
-        return None
-    old = params.architectures[scenario.old_architecture]
-    new = params.architectures[scenario.new_architecture]
-    if (old.backbone, new.backbone) == PAPER_BACKBONES:
-        return None
-    return (
-        f"{scenario.old_architecture} → {scenario.new_architecture}: "
-        f"{old.backbone} {old.classifier} → {new.backbone} {new.classifier}"
-    )
+    upgrades = []
+    for scenario in params.scenarios.values():
+        if scenario.kind != IDENTICAL_DATA:
+            continue
+        old = params.architectures[scenario.old_architecture]
+        new = params.architectures[scenario.new_architecture]
+        if (old.backbone, new.backbone) != PAPER_BACKBONES:
+            upgrades.append(
+                f"{scenario.old_architecture} → {scenario.new_architecture}: "
+                f"{old.backbone} {old.classifier} → {new.backbone} {new.classifier}"
+            )
+    return "; ".join(upgrades) or None
 
 
 def _evaluation(params: Params) -> str | None:
