@@ -31,6 +31,7 @@ class DMUForwardAdapter(Head):
     direction = "forward"
     Options = DMUOptions
     needs_classifier = True
+    aligns = False
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1
     )

@@ -54,6 +54,7 @@ class MCLReverseTransform(Head):
     direction = "reverse"
     Options = MCLOptions
     class_balanced_batches = True
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

@@ -34,6 +34,7 @@ class RankMergeFullMethod(Head):
     Options = RMFullOptions
     class_balanced_batches = True
     output_names = ("transform", "new_embedding")
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
