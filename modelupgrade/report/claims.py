@@ -93,6 +93,17 @@ ROUNDING = 1e-9
 SHOWN = 3
 
 
+class CurveRef(NamedTuple):
+    """A backfill curve a check compares, in one of its metrics: what the report draws with the
+    seeds' band."""
+
+    scenario: str
+    system: str
+    policy: str
+    mode: str
+    metric: str
+
+
 class Check(NamedTuple):
     """One check of a claim on one scenario, from one seed's results: what it compares (``key``,
     the same on every seed), how far it is from its threshold (``margin``: > 0 where it holds),
@@ -115,6 +126,8 @@ class Check(NamedTuple):
     excluded: str = ""
     # The standard error of the margin over a resampling of the test queries (NaN: not measured).
     query_se: float = math.nan
+    # The backfill curves the check compares (none for a check of the evaluation's numbers).
+    curves: tuple[CurveRef, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -218,7 +231,7 @@ class SeededCheck:
         if not math.isnan(self.query_se):
             spread += f", ± {self.query_se:.{digits}f} (query bootstrap, one seed)"
         statistic = (
-            f"paired t = {test.t:.2f}, p = {_p(test.p)}, Holm-adjusted {_p(self.adjusted_p)}"
+            f"paired t = {test.t:.2f}, p {_p(test.p)}, Holm-adjusted p {_p(self.adjusted_p)}"
             if test.n >= 2
             else "one seed: no test"
         )
@@ -253,9 +266,10 @@ class SeededCheck:
 
 
 def _p(p: float) -> str:
+    """A p-value after its relation: "= 0.123", "< 0.001", or "–" where there is none."""
     if math.isnan(p):
         return "–"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
 
 
 class Spread(NamedTuple):
@@ -844,6 +858,7 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
                 compared=(drop,),
                 systems=(sc.evaluation.old_model, _model(curve.strategy)),
                 query_se=se,
+                curves=(CurveRef(sc.name, curve.strategy, curve.policy, curve.mode, metric),),
             )
 
 
@@ -1122,5 +1137,8 @@ def _larger_auc(
                     for c in (curve, other)
                 ],
                 lambda a, b: a - b,
+            ),
+            curves=tuple(
+                CurveRef(sc.name, c.strategy, c.policy, c.mode, metric) for c in (curve, other)
             ),
         )
