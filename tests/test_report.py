@@ -90,7 +90,8 @@ def test_html_escapes_text_and_shows_the_same_values() -> None:
     page = document.render_html("T & U", blocks)
     assert "<title>T &amp; U</title>" in page and "<h1>T &amp; U</h1>" in page
     assert "<p>a &lt; b &amp; c</p>" in page
-    assert "<td>–</td></tr><tr><td>0.5000</td></tr><tr><td>&lt;b&gt;</td>" in page
+    # Numbers right-aligned, text left-aligned (class "text").
+    assert '<td>–</td></tr><tr><td>0.5000</td></tr><tr><td class="text">&lt;b&gt;</td>' in page
     assert "<pre><code>&lt;tree&gt;</code></pre>" in page and "<ul><li>&lt;i&gt;</li></ul>" in page
     assert '<img src="p&quot;.png" alt="cap &lt;1&gt;">' in page
     assert "<details><summary>a &gt; b</summary><ul><li>&lt;x&gt;</li></ul></details>" in page
@@ -533,7 +534,7 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in dmu["evidence"]
     assert claims[5]["paper"] is None
     # The claims table: claim | source | paper | ours | verdict, each cell a few lines at most.
-    table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[3].splitlines()
+    table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[4].splitlines()
     assert table[0] == "| claim | source | paper | ours | verdict |"
     cells = [cell for line in table[2:] for cell in line.strip("|").split(" | ")]
     assert len(table) == 2 + 9 and max(len(cell) for cell in cells) <= 240
@@ -550,7 +551,7 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert "- Source: DMU (Table 1)." in markdown
     assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "<td>DMU (Table 1)</td>" in page
+    assert '<td class="text">DMU (Table 1)</td>' in page
     assert "<details><summary>3. DMU upgrades better than BCT on both sides" in page
 
 

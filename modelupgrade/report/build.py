@@ -399,11 +399,11 @@ def settings_blocks(study: StudyResults) -> list[Block]:
     ]
 
 
-def verdict_rule(seeds: int) -> Paragraph:
+def verdict_rule(seeds: int) -> list[Block]:
     """How a claim's verdict is reached: the statistics of ``modelupgrade.report.statistics``, the
     premises and the convergence gate of ``modelupgrade.report.claims``."""
-    return Paragraph(
-        "How the verdicts are reached. A check compares two numbers of the same training seed "
+    text = (
+        "A check compares two numbers of the same training seed "
         "(M(BCT, old) against M(old, old), one backfill curve's area against another's), so its "
         f"margin, the difference in the direction the paper claims, is paired across the {seeds} "
         "seeds of this study (its own and the replicates'). A paired t-test (two-sided, n − 1 "
@@ -425,6 +425,7 @@ def verdict_rule(seeds: int) -> Paragraph:
         "gate (see 'Did every model and head train?') is left out too, and a check with no seed "
         "left is 'not tested (anchor model did not converge)', never 'fails'."
     )
+    return [Heading("How the verdicts are reached", 3), Paragraph(text)]
 
 
 def claim_blocks(
@@ -452,7 +453,7 @@ def claim_blocks(
             + "A small CPU study can contradict a paper: the verdicts say what this run "
             "measured, nothing more."
         ),
-        verdict_rule(seeds),
+        *verdict_rule(seeds),
         Table(["claim", "source", "paper", "ours", "verdict"], rows),
     ]
     for i, c in enumerate(claims, 1):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # Drawn to be read at 100 % in the report's text column: 1,100 px at this resolution.
 DPI = 100
 WIDTH_INCHES = 11.0
-PANEL_INCHES = 3.4
+PANEL_INCHES = 4.0
 TEXT_POINTS = 9.0
 # At most this many curves share a panel (each in a colour of its own there).
 MAX_CURVES = 8
@@ -185,7 +185,13 @@ def _draw(
     ax.tick_params(labelsize=TEXT_POINTS)
     ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
     ax.set_ylabel(panel.metric, fontsize=TEXT_POINTS)
-    ax.legend(fontsize=TEXT_POINTS - 0.5, loc="best", framealpha=0.85)
+    # Below the panel: a legend inside would hide the curves it names.
+    ax.legend(
+        fontsize=TEXT_POINTS,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        frameon=False,
+    )
 
 
 def write_claim_curves(

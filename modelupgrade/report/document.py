@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,13 +126,25 @@ def render_markdown(title: str, blocks: Iterable[Block]) -> str:
 _STYLE = (
     "<style>body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;"
-    "text-align:right}th{background:#eee}td:first-child,th:first-child{text-align:left}"
+    "text-align:right}th{background:#eee}td:first-child,th:first-child,td.text{text-align:left}"
     # Figures are drawn as wide as the text column (1,100 px): shown unscaled, without the
     # browser's default figure indent.
     "figure{margin:1em 0}img{max-width:100%}figcaption{color:#555}"
     "summary{cursor:pointer;margin:.4em 0}"
     "</style></head><body>"
 )
+
+
+# A cell that starts with a number (a sign, a p-value's "<" or a missing value's dash allowed):
+# right-aligned, as numbers are; any other text reads from the left.
+_NUMBER = re.compile(r"[+\-−<≤≥ ]*\d|–$")
+
+
+def _html_cell(text: str) -> str:
+    """A table cell: text left-aligned, numbers right-aligned; a mean ± its spread kept on one
+    line."""
+    shown = html.escape(text).replace(" ± ", "&nbsp;±&nbsp;")
+    return f"<td>{shown}</td>" if _NUMBER.match(text) else f'<td class="text">{shown}</td>'
 
 
 def render_html(title: str, blocks: Iterable[Block]) -> str:
@@ -152,7 +165,7 @@ def render_html(title: str, blocks: Iterable[Block]) -> str:
             case Table(columns, rows):
                 head = "".join(f"<th>{esc(c)}</th>" for c in columns)
                 body = "".join(
-                    "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in block.cells(row)) + "</tr>"
+                    "<tr>" + "".join(_html_cell(cell) for cell in block.cells(row)) + "</tr>"
                     for row in rows
                 )
                 parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
