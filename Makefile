@@ -55,8 +55,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The suite on two worker processes (pytest-xdist), one file per worker at a time so that a file's
+# module-wide fixtures (a Prefect server, an MLflow UI) start once; each worker runs torch on one
+# thread (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install browser lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
