@@ -200,7 +200,7 @@ def make_scenario_splits(
         "new_train": _rows(pool, splitter.new_mask(old)),
         **evaluation_sets(eval_pool, evaluation, seed),
     }
-    info = {
+    info: dict[str, object] = {
         "kind": scenario.kind,
         "old_fraction": scenario.old_fraction,
         "seed": seed,

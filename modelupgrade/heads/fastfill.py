@@ -34,6 +34,7 @@ class FastFillOptions(Section):
 class FastFillAdapter(Head):
     direction = "forward"
     Options = FastFillOptions
+    options: FastFillOptions
     needs_classifier = True
     output_names = ("transform", "log_variance")
     TRAINING_DEFAULTS = FCTAdapter.TRAINING_DEFAULTS  # the FCT recipe, which FastFill re-used

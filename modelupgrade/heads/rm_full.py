@@ -32,6 +32,7 @@ class RMFullOptions(MCLOptions):
 class RankMergeFullMethod(Head):
     direction = "reverse"
     Options = RMFullOptions
+    options: RMFullOptions
     class_balanced_batches = True
     output_names = ("transform", "new_embedding")
     TRAINING_DEFAULTS = REVERSE_DEFAULTS

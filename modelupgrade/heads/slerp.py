@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
@@ -56,9 +55,11 @@ class SlerpOptions(Section):
 class SlerpQueryAdapter(ClosedFormAdapter):
     direction = "reverse"
     Options = SlerpOptions
+    options: SlerpOptions
+    psi: LinearMap
     takes_old_embedding = True
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> LinearMap:
         return LinearMap(self.in_dim, self.out_dim)
 
     def fit_closed_form(self, source: torch.Tensor, target: torch.Tensor) -> None:

@@ -136,6 +136,7 @@ class BackfillLedger:
                     time.time(),
                 ),
             )
+            assert cursor.lastrowid is not None  # set by the INSERT above
             backfill_id = int(cursor.lastrowid)
             db.executemany(
                 # the row's space is what a chunk commit does not rewrite: the source's
@@ -239,17 +240,17 @@ class BackfillLedger:
             return
         with self.db.write() as db:
             for commit in commits:
-                chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
+                chunk, slots = commit.chunk, sorted(item.slot for item in commit.chunk.items)
                 logged = db.execute(
                     "SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ? AND chunk = ?",
                     (chunk.backfill_id, chunk.index),
                 ).fetchone()[0]
                 still_pending = db.execute(
                     "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ? AND "
-                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(expected))})",
-                    [chunk.backfill_id, chunk.index, *expected],
+                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(slots))})",
+                    [chunk.backfill_id, chunk.index, *slots],
                 ).fetchone()[0]
-                if logged or still_pending != len(expected):
+                if logged or still_pending != len(slots):
                     raise RuntimeError(
                         f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed"
                     )
@@ -258,7 +259,7 @@ class BackfillLedger:
                     (
                         chunk.backfill_id,
                         chunk.index,
-                        len(expected),
+                        len(slots),
                         len(commit.written),
                         len(commit.failures),
                         commit.vectors_sha256,

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,7 @@ class Trainer:
         steps_per_epoch = n // batch_size
         total_steps = steps_per_epoch * p.epochs
         warmup_steps = round(p.warmup_epochs * steps_per_epoch)
-        augment = data_parallel.augmentation(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
+        augment = data_parallel.augmentation(p.crop_scale, p.crop_ratio, p.hflip)
         separate_old_view = strategy.options.old_view == "separate"
         result = TrainingResult(
             images_on_device=images.device.type == device.type, world_size=data_parallel.world_size
@@ -194,7 +195,7 @@ class Trainer:
 
         fingerprint = _fingerprint(model, strategy, p, self.seed, n)
         start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
-        forward_model = data_parallel.wrap(model)
+        forward_model: Callable[..., torch.Tensor] = data_parallel.wrap(model)
         if p.compile and device.type == "cuda":
             forward_model = torch.compile(forward_model)
         bar = tqdm(

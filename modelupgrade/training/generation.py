@@ -183,6 +183,7 @@ def embedding_targets(
         raise UserError(
             f"split files share a name ({', '.join(stems)}); their outputs would collide"
         )
+    assert out_dir is not None  # exactly one of out and out_dir, checked above
     return [Path(out_dir) / embedding_file_name(stem) for stem in stems]
 
 

@@ -23,6 +23,7 @@ from modelupgrade.models import (
     runs_on_images,
     save_model,
 )
+from modelupgrade.models.card import ModelCard
 from modelupgrade.models.weights_file import load_pretrained_backbone
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
@@ -76,7 +77,7 @@ def train_model(
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
     item_ids: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> ModelCard:
     """Train and save one model; returns its card. Generation 0 trains without a strategy.
 
     ``item_ids`` name the training images: an embeddings-only old model (adopted vectors) gives
