@@ -495,6 +495,7 @@ def embed_sample(
     else:
         vectors = np.concatenate(
             [
+                # An embeddings-only model (PrecomputedEmbeddings) looks its vectors up.
                 model.lookup(split_item_ids(part, name), name).cpu().numpy()  # type: ignore[operator]
                 for part, name in zip(parts, ("fit", "query", "gallery"), strict=True)
             ]

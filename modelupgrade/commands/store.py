@@ -358,6 +358,7 @@ def backfill(
                 _check_head(transform_head, "--transform-head", card, moving)
                 dim, source, ref = card.out_dim, TransformStored(transform), str(transform_head)
             else:
+                # --vectors and --items come together (checked above), here both given.
                 frame = _items_table(items)  # type: ignore[arg-type]
                 table = load_array(vectors, "new vector table")  # type: ignore[arg-type]
                 if "item_id" not in frame.columns:

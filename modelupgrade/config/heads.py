@@ -81,6 +81,7 @@ HeadTrainingOverrides: type[Section] = create_model(
 )
 
 
+# HeadTrainingOverrides is built at run time (create_model): to mypy a variable, not a class.
 class HeadParams(HeadTrainingOverrides):  # type: ignore[misc,valid-type]
     """One entry of ``heads``: a head kind, its options, and overrides of its paper's training."""
 

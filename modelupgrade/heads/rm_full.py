@@ -8,6 +8,8 @@ stores ρ(φ_new(g)) (output ``new_embedding``) and queries use ρ(φ_new(q)) ag
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pydantic import Field
 
@@ -37,7 +39,7 @@ class RankMergeFullMethod(Head):
     output_names = ("transform", "new_embedding")
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rho = MLP(
             self.in_dim,

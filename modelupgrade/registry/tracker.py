@@ -102,6 +102,7 @@ class StageRun(StageLog):
         with self.tracker.config.writer_lock():
             for start in range(0, len(entries), per_batch):
                 batch = entries[start : start + per_batch]
+                # kind is metrics, params or tags: the keyword mypy cannot see through **.
                 self.tracker.client.log_batch(self.run_id, **{kind: batch})  # type: ignore[arg-type]
 
 

@@ -151,7 +151,7 @@ class BackfillLedger:
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
             Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
 
     def retry_failed(self) -> Backfill:
         """Re-queue the failed items of the last backfill as new chunks after its last one."""
@@ -182,7 +182,7 @@ class BackfillLedger:
                 "UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?",
                 (backfill.id,),
             )
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
 
     # ----- chunks -------------------------------------------------------------------------------
     def next_chunks(

@@ -195,6 +195,7 @@ class Searcher:
                 assert queries.old is not None
                 return queries.old
 
+            # A plan asks for a head's form only when that head is loaded (not None).
             producers: dict[str, Callable[[], np.ndarray]] = {
                 "new": lambda: queries.new,
                 "old": old_queries,
@@ -221,6 +222,7 @@ class Searcher:
             todo = ~mapped[part.slots]
             if todo.any():
                 result = vector_rows(
+                    # a ψ-served part exists only with the forward head loaded
                     self.heads.forward(part.gallery.vectors(part.slots[todo])),  # type: ignore[misc]
                     "ψ(stored vectors)",
                     rows=int(todo.sum()),

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -84,10 +85,10 @@ class Project:
         return entries
 
 
-def stage_modules(dvc_yaml: dict[str, object]) -> dict[str, str]:
+def stage_modules(dvc_yaml: Mapping[str, Any]) -> dict[str, str]:
     """Stage (or stage group) name → the ``stages.<name>`` module its command runs."""
     found = {}
-    for name, stage in dvc_yaml["stages"].items():  # type: ignore[attr-defined]
+    for name, stage in dvc_yaml["stages"].items():
         definition = stage.get("do", stage)
         (module,) = _STAGE_MODULE.findall(definition["cmd"])
         found[name] = module

@@ -134,6 +134,7 @@ def train_model(
                     hint="train from a split file (--scenario or --split), whose rows name items",
                 )
             split = str((data or {}).get("split") or "the training split")
+            # An embeddings-only model is a PrecomputedEmbeddings: the type does not say lookup.
             old_training_features = old_model.lookup(list(item_ids), split)  # type: ignore[operator]
     resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
     name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
