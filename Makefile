@@ -47,8 +47,10 @@ browser: $(BROWSER)
 dataset: $(DATASET)
 
 # dvc runs each stage's `python -m stages.<name>` through PATH: the project's environment first.
+# OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads of torch sleep rather than spin, so a stage on both
+# cores does not collapse when anything else runs beside it (modelupgrade/replicates.py).
 repro: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/dvc repro
 
 # ruff's lint rules and formatting (pyproject.toml: [tool.ruff]) and mypy over the library
 # ([tool.mypy]); a finding fails `make test`.

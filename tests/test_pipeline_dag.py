@@ -19,7 +19,6 @@ from tests.processes import run_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TINY_SCENARIOS = ["extended-data", "extended-class", "identical-data"]
 
 
 def load_yaml(path: Path) -> dict:
@@ -82,13 +81,19 @@ def tiny_params(dataset_root: Path) -> dict:
         "softmax": {**tiny, "classifier": "softmax"},
         "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}},
     }
-    params["training"].update(epochs=1, batch_size=32, cpu_threads=1)
-    # Three scenarios of five: every kind of stage runs, at every per-scenario template
-    # (`tiny_dvc_yaml` drops the groups of the others), in a time CI can afford.
-    params["scenarios"] = {name: params["scenarios"][name] for name in TINY_SCENARIOS}
+    params["training"].update(steps=8, warmup_steps=1, batch_size=32, cpu_threads=1)
+    # Three of the five scenarios and the sequential chain; the others train nothing.
+    params["study"] = {
+        "scenarios": ["extended-data", "extended-class", "open-class"],
+        "sequential": ["sequential"],
+    }
     for name, scenario in params["scenarios"].items():
         scenario["strategies"] = (
-            ["independent", "bct", "dmu"] if name == "extended-data" else ["independent", "dmu"]
+            ["independent", "bct", "dmu"]
+            if name == "extended-data"
+            else ["independent", "dmu"]
+            if name in params["study"]["scenarios"]
+            else []
         )
         scenario.pop("heads", None)
     params["scenarios"]["extended-data"]["heads"] = {
@@ -105,12 +110,21 @@ def tiny_params(dataset_root: Path) -> dict:
     params["sequential"]["heads"] = {"dmu": "bict_momentum"}
     # The adapter study on extended-data: two sample sizes (of ~240 pairs), every adapter kind.
     params["adapters"]["sample_sizes"] = [16, "all"]
+    # Eight steps train nothing to convergence: the gate is opened, so that the claims' plumbing is
+    # tested (tests/test_claims.py tests the gate itself).
+    params["evaluation"]["convergence"] = {
+        "max_loss_ratio": 1e9,
+        "min_prototype_accuracy": 0.0,
+        "min_classifier_agreement": 0.0,
+        "max_collapse": 1.0,
+        "min_head_alignment": -1.0,
+        "max_late_change": 1e9,
+    }
     for name in ("residual_mlp", "residual_mlp_query"):
         params["adapters"]["heads"][name].update(hidden_dim=16, epochs=1)
     # One further seed of a cut-down study: enough for every claim to rest on two seeds' numbers.
     params["replicates"] = {
-        "seeds": [1666],
-        "workers": 1,
+        "seeds": [1666, 2666],  # side by side, in two worker processes
         "scenarios": {
             "extended-data": {"strategies": ["independent", "bct", "dmu"], "heads": ["fastfill"]},
             "extended-class": {
@@ -118,20 +132,10 @@ def tiny_params(dataset_root: Path) -> dict:
                 "heads": ["fastfill"],
                 "backfill": True,
             },
+            "open-class": {"strategies": ["independent"], "backfill": True},
         },
     }
     return params
-
-
-def tiny_dvc_yaml(scenarios: list[str]) -> str:
-    """dvc.yaml without the per-scenario groups (``train_new_<scenario>``, ``heads_<scenario>``)
-    of scenarios the tiny configuration leaves out (their ``${scenarios.<name>...}`` would not
-    resolve). Every other stage is as the study runs it."""
-    stages = load_yaml(ROOT / "dvc.yaml")["stages"]
-    left_out = set(load_yaml(ROOT / "params.yaml")["scenarios"]) - set(scenarios)
-    groups = {f"{group}_{name}" for name in left_out for group in ("train_new", "heads")}
-    kept = {name: stage for name, stage in stages.items() if name not in groups}
-    return yaml.safe_dump({"stages": kept}, sort_keys=False, width=1000)
 
 
 def write_learnable_idx_dataset(root: Path, train: int, test: int, classes: int, size: int) -> None:
@@ -210,7 +214,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for package in ("modelupgrade", "stages"):
         shutil.copytree(ROOT / package, project / package, ignore=ignore)
-    (project / "dvc.yaml").write_text(tiny_dvc_yaml(TINY_SCENARIOS))
+    shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
     write_learnable_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
     (project / "params.yaml").write_text(
         yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False)
@@ -222,18 +226,20 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     assert ran_stages(first.stdout) == expected
     report = (project / "reports" / "study" / "report.md").read_text(encoding="utf-8")
     assert "Do the papers' claims hold here?" in report
-    for scenario in TINY_SCENARIOS:
+    for scenario in ("extended-data", "extended-class", "open-class"):
         assert f"Scenario {scenario}" in report
+    assert "Scenario identical-data" not in report  # defined, but not in study.scenarios
     assert (project / "reports" / "study" / "report.html").is_file()
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
     assert len(claims) == 9
-    # Each measured claim rests on the two seeds' numbers: the study's and the replicate's.
+    # Each measured claim rests on the three seeds' numbers: the study's and two replicates'.
     seeds = {c["statement"][:40]: c["seeds"] for c in claims if c["verdict"] != "not tested"}
-    assert seeds and set(seeds.values()) == {2}, seeds
-    assert all(check["seeds"] == 2 for c in claims for check in c["checks"])
+    assert seeds and set(seeds.values()) == {3}, seeds
+    assert all(check["seeds"] == 3 for c in claims for check in c["checks"])
     assert "Across training seeds" in report
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",
+        "seed-2666",
         "seeds.json",
     ]
     assert "Training-free adapters (extended-data)" in report

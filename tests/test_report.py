@@ -292,12 +292,18 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
         (root / "plots" / plot).write_bytes(b"\x89PNG fake")
 
 
-def claims_of(root: Path, params: Params) -> list[Any]:
-    return check_claims(
-        collect_results(
-            params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")
-        )
+def claims_of(root: Path, params: Params, seeds: int = 5) -> list[Any]:
+    """The claims on the study written under ``root``, as if each of ``seeds`` training seeds had
+    given its numbers (a verdict is a test over seeds: one seed alone gives none)."""
+    results = collect_results(
+        params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")
     )
+    return check_claims(results, [results] * (seeds - 1))
+
+
+def own_seed(claim: Any) -> str:
+    """The study's own seed's evidence of each check of a claim."""
+    return "; ".join(check.draws[0].evidence for check in claim.checks) or claim.evidence
 
 
 def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
@@ -305,7 +311,7 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
     claims = claims_of(tmp_path, study_params())
     # The adapter claims (8, 9) have no adapter in this study to check.
     assert [c.verdict for c in claims] == ["holds"] * 7 + ["not tested"] * 2
-    evidence = [c.evidence for c in claims]
+    evidence = [own_seed(c) for c in claims]
     assert evidence[0] == (
         "sc: M(BCT, old) = 0.4500 vs M(old, old) = 0.4000; "
         "other: M(BCT, old) = 0.3500 vs M(old, old) = 0.3000"
@@ -325,16 +331,17 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
     )
     # The oracle order is not deployable; the study's 20 queries make one query's worth 0.05.
     assert evidence[5] == (
-        "sc independent/old-confidence mAP: largest dip 0.0000 (tolerance 0.0500); "
-        "sc independent/old-confidence top1: largest dip 0.0000 (tolerance 0.0500)"
+        "sc independent/old-confidence mAP: largest dip 0.0000 (tolerance 0.0500, one query's "
+        "worth); sc independent/old-confidence top1: largest dip 0.0000 (tolerance 0.0500, one "
+        "query's worth)"
     )
     # FastFill's M̃ is the mean of the curve's points (auc_mean), not the trapezoid.
     assert evidence[6] == (
         "sc fastfill-independent: mean mAP σ² order 0.6100 vs random 0.5300; "
         "sc fastfill-independent: mean top1 σ² order 0.7100 vs random 0.6300"
     )
-    # One seed behind each tested claim; none behind an untested one.
-    assert [c.seeds for c in claims] == [0 if c.verdict == "not tested" else 1 for c in claims]
+    # Five seeds behind each tested claim; none behind an untested one.
+    assert [c.seeds for c in claims] == [0 if c.verdict == "not tested" else 5 for c in claims]
     assert {c.verdict for c in claims} == {"holds", "not tested"}
 
 
@@ -342,14 +349,14 @@ def test_a_claim_the_numbers_contradict_fails(tmp_path: Path) -> None:
     write_study(tmp_path, bct_backward=0.39)
     compatible = claims_of(tmp_path, study_params())[0]
     assert compatible.holds is False and compatible.verdict == "fails"
-    assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in compatible.evidence
+    assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in own_seed(compatible)
 
 
 def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Path) -> None:
     write_study(tmp_path, bct_name="compat")
     claims = claims_of(tmp_path, study_params("compat"))
-    assert claims[0].holds and claims[0].evidence.startswith("sc: M(COMPAT, old) = 0.4500")
-    assert claims[2].evidence.endswith("sc: Δ↓ DMU 1.43% vs COMPAT 5.71%")
+    assert claims[0].holds and own_seed(claims[0]).startswith("sc: M(COMPAT, old) = 0.4500")
+    assert own_seed(claims[2]).endswith("sc: Δ↓ DMU 1.43% vs COMPAT 5.71%")
 
     write_study(tmp_path / "again")
     # No strategy of kind bct: the BCT claims have nothing to check.
@@ -364,7 +371,14 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
         study_params(),
         StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots"),
     )
-    written = write_report(study, {"git commit": "abc"}, {"evaluate@sc": 4.25}, tmp_path / "out")
+    # Five seeds that measured the same numbers: the claims are tested (one seed gives no test).
+    written = write_report(
+        study,
+        {"git commit": "abc"},
+        {"evaluate@sc": 4.25},
+        tmp_path / "out",
+        replicates=[study] * 4,
+    )
     assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert markdown.startswith("# modelupgrade study\n")
@@ -390,13 +404,10 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert [c["verdict"] for c in claims] == ["holds"] * 7 + ["not tested"] * 2
     assert all(list(c) == CLAIM_RECORD_KEYS for c in claims)
     dmu = claims[2]
-    assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 1)
+    assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 5)
     assert dmu["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]
-    assert dmu["ours"] == "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71%"
-    assert (
-        dmu["evidence"]
-        == "sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%; sc: Δ↓ DMU 1.43% vs BCT 5.71%"
-    )
+    assert dmu["ours"] == "sc: Δ↑ 37.50 ± 0.00 vs 12.50 ± 0.00%; sc: Δ↓ 1.43 ± 0.00 vs 5.71 ± 0.00%"
+    assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in dmu["evidence"]
     assert claims[5]["paper"] is None
     # The claims table: claim | source | paper | ours | verdict, each cell a few lines at most.
     table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[2].splitlines()
@@ -408,13 +419,13 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert dmu_row.endswith(
         "| GLDv2, DMU vs BCT: Δ↑ 19.18 vs 11.57%, Δ↓ 2.27 vs 4.03% (30%→100% data); "
         "Δ↑ 14.63 vs 9.56%, Δ↓ −0.42 vs 0.80% (30%→70% data) | "
-        "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71% | holds |"
+        "sc: Δ↑ 37.50 ± 0.00 vs 12.50 ± 0.00%; sc: Δ↓ 1.43 ± 0.00 vs 5.71 ± 0.00% | holds |"
     )
     assert "| 6. " in table[7] and "| – |" in table[7]  # Seo et al. give figures only
     # The evidence in full below the table, one list per claim.
     assert "**3. DMU upgrades better than BCT on both sides" in markdown
     assert "- Source: DMU (Table 1)." in markdown
-    assert "- sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
+    assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<td>DMU (Table 1)</td>" in page
     assert "<details><summary>3. DMU upgrades better than BCT on both sides" in page

@@ -34,6 +34,12 @@ import pandas as pd
 from modelupgrade.arrays import load_array
 from modelupgrade.backfill.engine import backfill_curves, mean_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
+from modelupgrade.backfill.per_query import (
+    largest_drop_se,
+    mean_over_orders,
+    per_query_table,
+    per_query_values,
+)
 from modelupgrade.backfill.plots import plot_curves
 from modelupgrade.backfill.serving_arrays import ServingArrays
 from modelupgrade.backfill.simulate import evaluate_state
@@ -51,6 +57,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
 from modelupgrade.layout import (
     BACKFILL_CURVES,
+    BACKFILL_PER_QUERY_FILE,
     BACKFILL_PLOTS_DIR,
     BACKFILL_SUMMARY_FILE,
     GALLERY_SPLIT,
@@ -270,6 +277,7 @@ def simulate_backfill(
         else None
     )
     records: list[pd.DataFrame] = []
+    per_query_tables: list[pd.DataFrame] = []
     curves: list[CurveSummary] = []
     skipped: list[dict[str, str]] = []
     for variant, new_dir_name in variants.items():
@@ -312,7 +320,7 @@ def simulate_backfill(
         }
         modes = {name: build_serving_mode(name) for name in cfg.serving_modes}
         plans = {name: mode.try_plan(forms) for name, mode in modes.items()}
-        curves_of, ends_of = {}, {}
+        curves_of, ends_of, per_query_of = {}, {}, {}
         for mode_name, plan in plans.items():
             served = [
                 (name, orderings)
@@ -344,8 +352,10 @@ def simulate_backfill(
                 )
             )
             for name, orderings in served:
-                curves_of[name, mode_name] = mean_curve(
-                    [next(results).as_dict() for _ in orderings]
+                drawn = [next(results) for _ in orderings]
+                curves_of[name, mode_name] = mean_curve([r.as_dict() for r in drawn])
+                per_query_of[name, mode_name] = mean_over_orders(
+                    [per_query_values(r) for r in drawn]
                 )
         for policy_name, policy in policies.items():
             if policy_name not in orderings_of:
@@ -380,6 +390,10 @@ def simulate_backfill(
                     len(orderings),
                 )
                 values = curves_of[policy_name, mode_name]
+                per_query = per_query_of[policy_name, mode_name]
+                per_query_tables.append(
+                    per_query_table(variant, policy_name, mode_name, values["t"], per_query)
+                )
                 table = pd.DataFrame(values)
                 table.insert(0, "permutations", len(orderings))
                 table.insert(0, "deployable", policy.deployable)
@@ -401,6 +415,7 @@ def simulate_backfill(
                                 values[m],
                                 old_old[m],
                                 None if reference_new_new is None else reference_new_new[m],
+                                drop_se=largest_drop_se(per_query[m]),
                             )
                             for m in ("top1", "mAP")
                         },
@@ -427,6 +442,9 @@ def simulate_backfill(
     tidy = pd.concat(records, ignore_index=True)
     metrics_dir, plots_dir = output_dirs(scenario, metrics_dir, plots_dir, layout)
     save_parquet(metrics_dir / CURVES_FILE, tidy)
+    save_parquet(
+        metrics_dir / BACKFILL_PER_QUERY_FILE, pd.concat(per_query_tables, ignore_index=True)
+    )
     write_text(metrics_dir / CURVES_CSV_FILE, tidy.to_csv(index=False))
     with atomic_path(metrics_dir / BACKFILL_PLOTS_DIR) as tmp:
         tmp.mkdir()

@@ -177,7 +177,11 @@ def embed(
             {"dataset": params.dataset, "training.eval_batch_size": params.training.eval_batch_size}
         )
         written = embed_splits(params, model, splits, out=out, out_dir=out_dir, logits=logits)
-        shapes = {path.stem: np.load(path, mmap_mode="r").shape for path in written}
+        shapes = {
+            path.stem: np.load(path, mmap_mode="r").shape
+            for path in written
+            if path.suffix == ".npy"
+        }
         stage.log_metrics(
             {
                 f"{stem}.{name}": size

@@ -52,6 +52,25 @@ class CrossModelResult:
     table: pd.DataFrame
     correct: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     info: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Per pair, each query's AP (``PairResult.average_precision``): what a comparison of two pairs'
+    # mAP is weighed against, query by query.
+    average_precision: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def per_query_table(self) -> pd.DataFrame:
+        """Each pair's per-query AP as rows (query_set, gallery_set, query, ap)."""
+        parts = [
+            pd.DataFrame(
+                {
+                    "query_set": q,
+                    "gallery_set": g,
+                    "query": np.arange(len(ap), dtype=np.int32),
+                    "ap": ap,
+                }
+            )
+            for (q, g), ap in self.average_precision.items()
+        ]
+        columns = ["query_set", "gallery_set", "query", "ap"]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
     def value(self, query_set: str, gallery_set: str, metric: str) -> float:
         rows = self.table[
@@ -126,7 +145,10 @@ def cross_model_matrix(
         ]
     table = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
     return CrossModelResult(
-        table, {k: r.correct for k, r in results.items()}, {k: r.info for k, r in results.items()}
+        table,
+        {k: r.correct for k, r in results.items()},
+        {k: r.info for k, r in results.items()},
+        {k: r.average_precision for k, r in results.items() if r.average_precision is not None},
     )
 
 

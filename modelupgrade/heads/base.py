@@ -119,6 +119,11 @@ class Head(nn.Module):
     # given as its side input: its side_info_dim is the old dimension (``out_dim`` of a reverse
     # head), and training feeds it the old embeddings of the training images.
     takes_old_embedding: ClassVar[bool] = False
+    # Whether the kind's loss pulls each output onto the embedding it maps to (a regression: FCT,
+    # FastFill, BiCT, RQT), so that its convergence shows as their mean cosine; False for a kind
+    # trained through a classifier (DMU) or a metric over the batch (MCL), whose outputs need not
+    # meet their targets one by one.
+    aligns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -177,6 +182,11 @@ class Head(nn.Module):
         return {"transform": self.psi.macs_per_row()}
 
     # ----- training ----------------------------------------------------------------------------
+
+    def calibrate(self, batch: HeadBatch) -> None:
+        """After a closed-form fit, choose what the kind chooses on held-out pairs (nothing by
+        default; SLERP its α on a support split)."""
+
     def loss(self, batch: HeadBatch) -> torch.Tensor:
         raise NotImplementedError
 

@@ -32,6 +32,7 @@ class DMUForwardAdapter(Head):
     Options = DMUOptions
     options: DMUOptions
     needs_classifier = True
+    aligns = False
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1
     )

@@ -55,6 +55,7 @@ class MCLReverseTransform(Head):
     Options = MCLOptions
     options: MCLOptions
     class_balanced_batches = True
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

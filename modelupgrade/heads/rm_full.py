@@ -37,6 +37,7 @@ class RankMergeFullMethod(Head):
     options: RMFullOptions
     class_balanced_batches = True
     output_names = ("transform", "new_embedding")
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

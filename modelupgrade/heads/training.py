@@ -155,6 +155,8 @@ def fit_head(
             head.fit_closed_form(old, new)
         else:
             head.fit_closed_form(new, old)
+        # A closed form with a hyper-parameter chosen on held-out pairs (SLERP's α) chooses it.
+        head.calibrate(HeadBatch(old, new, labels, side_info, classifier))
     if not head.iterative:
         # Fitted in closed form: the training loss of the fit is the whole record.
         head.eval()

@@ -10,13 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from modelupgrade.backfill.summary import BackfillSummary, CurveSummary
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation.summary import ChainEvaluation, ComparisonRow, ScenarioEvaluation
 from modelupgrade.layout import (
     BACKFILL_CURVES,
+    BACKFILL_PER_QUERY_FILE,
     BACKFILL_SUMMARY_FILE,
+    PER_QUERY_AP_FILE,
     SEQUENTIAL,
     SUMMARY,
     StudyLayout,
@@ -39,6 +44,41 @@ class ScenarioResults:
     curves_plot: Path | None
     # A head's system in the backfill curves (``layout.head_name``) → the strategy it pairs with.
     head_systems: dict[str, str] = field(default_factory=dict)
+    # Where the scenario's per-query files are (None: not kept; no query bootstrap).
+    metrics_dir: Path | None = None
+
+    def per_query_ap(self, query_set: str, gallery_set: str) -> np.ndarray | None:
+        """Each query's AP of one evaluated pair (the evaluation's ``per_query_ap.parquet``)."""
+        table = self._per_query(PER_QUERY_AP_FILE)
+        if table is None:
+            return None
+        rows = table[(table.query_set == query_set) & (table.gallery_set == gallery_set)]
+        return rows.sort_values("query").ap.to_numpy() if len(rows) else None
+
+    def per_query_auc(
+        self, strategy: str, policy: str, mode: str, metric: str, kind: str
+    ) -> np.ndarray | None:
+        """Each query's area under one backfill curve (the simulator's per-query file)."""
+        table = self._per_query(BACKFILL_PER_QUERY_FILE)
+        if table is None:
+            return None
+        rows = table[
+            (table.strategy == strategy)
+            & (table.policy == policy)
+            & (table.mode == mode)
+            & (table.metric == metric)
+            & (table.kind == kind)
+        ]
+        return rows.sort_values("query").value.to_numpy() if len(rows) else None
+
+    def _per_query(self, name: str) -> pd.DataFrame | None:
+        if self.metrics_dir is None or not (self.metrics_dir / name).is_file():
+            return None
+        if name not in self._tables:
+            self._tables[name] = pd.read_parquet(self.metrics_dir / name)
+        return self._tables[name]
+
+    _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -81,7 +121,7 @@ class StudyResults:
 def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
     """Every scenario's and chain's results found in ``layout``'s metrics and plots."""
     scenarios = []
-    for name, scenario in params.scenarios.items():
+    for name, scenario in params.studied.items():
         metrics, plots = layout.metrics(name), layout.plots(name)
         backfill = metrics / BACKFILL_SUMMARY_FILE
         heatmap = layout.heatmap(name)
@@ -95,6 +135,7 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
                 heatmap=heatmap if heatmap.is_file() else None,
                 curves_plot=curves_plot if curves_plot.is_file() else None,
                 head_systems={head_name(h, s): s for h, s in scenario.heads.items()},
+                metrics_dir=metrics,
             )
         )
     study = StudyResults(

@@ -18,7 +18,7 @@ import torch
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.io import file_sha256, save_npy
+from modelupgrade.io import file_sha256, save_npy, write_json
 from modelupgrade.layout import StudyLayout, embedding_file_name, logits_beside, training_split
 from modelupgrade.runtime import select_device
 
@@ -201,7 +201,14 @@ def embed_splits(
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.
     """
-    from modelupgrade.models import classifier_logits, embed, load_model, runs_on_images
+    from modelupgrade.models import (
+        classifier_logits,
+        embed,
+        load_model,
+        read_model_card,
+        runs_on_images,
+    )
+    from modelupgrade.training.convergence import FIT_FILE
 
     if not splits:
         raise UserError("no split given", hint="pass --split <parquet> [...]")
@@ -223,6 +230,12 @@ def embed_splits(
             ]
         )
     written = list(targets)
+    fit = read_model_card(model_dir).fit
+    if fit is not None:
+        # Beside the embeddings, the evaluation reads whether the model trained without loading it.
+        fit_path = targets[0].parent / FIT_FILE
+        write_json(fit_path, fit)
+        written.append(fit_path)
     start = 0
     for frame, target, split in zip(frames, targets, splits, strict=True):
         part = np.ascontiguousarray(embeddings[start : start + len(frame)])

@@ -27,6 +27,7 @@ from modelupgrade.models.card import ModelCard
 from modelupgrade.models.weights_file import load_pretrained_backbone
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
+from modelupgrade.training.convergence import fit_of_trained_model
 from modelupgrade.training.engine import Trainer
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ def train_model(
         description=name,
     )
     result = trainer.fit(model, images, labels, strategy, old_model, old_training_features)
+    # Measured on the training images, without augmentation: did this model train at all?
+    fit = fit_of_trained_model(model, images, labels, result.history)
 
     card_fields = {
         "generation": generation,
@@ -161,6 +164,7 @@ def train_model(
         },
         "training": training.model_dump(mode="json"),
         "history": result.history,
+        "fit": fit.as_dict(),
         "train_seconds": round(result.seconds, 3),
         "train_images_per_second": round(result.images_per_second, 1),
         "resumed_from_epoch": result.resumed_from_epoch,
