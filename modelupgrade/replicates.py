@@ -19,6 +19,7 @@ import shutil
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelupgrade.config import Params, ScenarioParams
 from modelupgrade.io import file_sha256, write_json
@@ -31,6 +32,9 @@ from modelupgrade.layout import (
     head_name,
     model_name,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +248,7 @@ def _train_head(
     scenario: str,
     head: str,
     strategy: str,
-    device: object,
+    device: torch.device,
 ) -> None:
     """One head as the heads stage trains it, with its outputs on the evaluation embeddings."""
     from modelupgrade.heads import write_head_outputs
@@ -271,7 +275,9 @@ def _train_head(
     )
 
 
-def _evaluate(params: Params, layout: StudyLayout, device: object, simulated: set[str]) -> None:
+def _evaluate(
+    params: Params, layout: StudyLayout, device: torch.device, simulated: set[str]
+) -> None:
     """The adapters and evaluation of every scenario and the backfill simulation of those in
     ``simulated``, as their stages run them."""
     from modelupgrade.backfill.study import backfill_inputs, simulate_backfill

@@ -161,7 +161,9 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
         "PYTHONPATH": str(project),
     }
-    return run_ok([str(BIN / "dvc"), *args], project, env, timeout=900)
+    # About 3x the first repro's time on a quiet 2-core machine (~6 min beside the rest of the
+    # suite): a slower or busier machine still finishes it.
+    return run_ok([str(BIN / "dvc"), *args], project, env, timeout=1200)
 
 
 def ran_stages(output: str) -> set[str]:
@@ -205,7 +207,7 @@ def assert_backfill_end_points_equal_cross_model_entries(metrics: Path) -> None:
     assert checked >= 3 * 4  # every policy of each listed (system, mode)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_whole_dag_on_a_tiny_configuration(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
