@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
-	@echo "make lint   - ruff check and ruff format --check over the whole tree"
+	@echo "make lint   - ruff check and ruff format --check over the whole tree, mypy over the library"
 	@echo "make test   - install what is missing, then run lint and the fast test suite"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
@@ -52,13 +52,19 @@ dataset: $(DATASET)
 repro: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/dvc repro
 
-# ruff's lint rules and formatting (pyproject.toml: [tool.ruff]); a finding fails `make test`.
+# ruff's lint rules and formatting (pyproject.toml: [tool.ruff]) and mypy over the library
+# ([tool.mypy]); a finding fails `make test`.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
+# The suite on two worker processes (pytest-xdist), one file per worker at a time so that a file's
+# module-wide fixtures (a Prefect server, an MLflow UI) start once; each worker runs torch on one
+# thread (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install browser lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

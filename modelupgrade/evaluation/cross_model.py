@@ -20,6 +20,7 @@ import pandas as pd
 
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator
+from modelupgrade.evaluation.summary import Compatibility
 from modelupgrade.io import atomic_path
 from modelupgrade.metrics import (
     compatibility_summary,
@@ -228,14 +229,16 @@ def compatibility_matrix(
     return matrix
 
 
-def sequential_summary(result: CrossModelResult, generations: Sequence[str], metric: str) -> dict:
+def sequential_summary(
+    result: CrossModelResult, generations: Sequence[str], metric: str
+) -> Compatibility:
     matrix = compatibility_matrix(result, generations, metric)
-    return {
-        "generations": list(generations),
-        "metric": metric,
-        "matrix": matrix.tolist(),
+    return Compatibility(
+        generations=list(generations),
+        metric=metric,
+        matrix=matrix.tolist(),
         **compatibility_summary(matrix),
-    }
+    )
 
 
 # The heatmap is drawn to be read at 100 % in the report's text column (about 1,100 px wide in a

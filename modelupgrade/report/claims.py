@@ -277,7 +277,7 @@ class Spread(NamedTuple):
 
     mean: float
     sd: float
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count, which it shadows
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
