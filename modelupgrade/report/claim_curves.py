@@ -134,13 +134,14 @@ def claim_curves_figure(
     their curves was found."""
     from matplotlib.figure import Figure
 
-    drawn = [
-        (panel, [(ref, seed_curve(seeds, ref)) for ref in panel.curves])
-        for panel in panels
-        if panel.scenario == scenario
-    ]
-    drawn = [(panel, [(r, c) for r, c in curves if c is not None]) for panel, curves in drawn]
-    drawn = [(panel, curves) for panel, curves in drawn if curves]
+    drawn: list[tuple[ClaimPanel, list[tuple[CurveRef, SeedCurve]]]] = []
+    for panel in panels:
+        if panel.scenario != scenario:
+            continue
+        found = [(ref, seed_curve(seeds, ref)) for ref in panel.curves]
+        curves = [(ref, curve) for ref, curve in found if curve is not None]
+        if curves:
+            drawn.append((panel, curves))
     if not drawn:
         return None
     columns = 2 if len(drawn) > 1 else 1
