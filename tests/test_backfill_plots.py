@@ -96,6 +96,17 @@ def test_one_panel_per_serving_mode_with_references_and_the_legend_outside():
     # Each panel names its systems beside it; the figure's legend the references and the orders.
     systems = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
     assert systems == [["bct", "independent"], ["bct", "independent"], ["rqt-independent"]]
+    # Three systems, fewer than the colours: each has its colour in every panel.
+    colours = [
+        {
+            t.get_text(): h.get_color()
+            for t, h in zip(
+                ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True
+            )
+        }
+        for ax in fig.axes
+    ]
+    assert colours[0] == colours[1] and len({*colours[0].values(), *colours[2].values()}) == 3
     (legend,) = fig.legends
     labels = {text.get_text() for text in legend.get_texts()}
     assert "order: random" in labels and not labels & {"independent", "bct"}

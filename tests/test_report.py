@@ -888,7 +888,7 @@ def test_the_lead_keeps_the_old_system_where_nothing_beats_it_on_average(tmp_pat
     )
     study.scenarios[1] = dataclasses.replace(other, evaluation=worse)
     text = document.render_markdown("t", lead_blocks([study]))
-    assert f"| 0.250 | +16.7 | 0/1 seeds | {KEEP_OLD} |" in text
+    assert f"| 0.250 | +16.7 | 0/1 seed | {KEEP_OLD} |" in text
 
 
 # Python's repr of an object (``SeededCheck(draws=…``, ``np.float64(…``, ``array(…``) or of a dict.

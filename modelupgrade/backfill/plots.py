@@ -5,7 +5,8 @@ one pair of axes they cannot be told apart. ``backfill_figure`` draws per servin
 of ``SERVING_MODE_ORDER``, then any other mode) one panel per ``MAX_SYSTEMS`` systems, the systems
 ranked by their best AUC, with:
 
-- one of ``MAX_SYSTEMS`` distinct colours per system of the panel, named in the panel's legend;
+- one of ``MAX_SYSTEMS`` distinct colours per system of the panel, named in the panel's legend
+  (the same colour in every panel where the figure has no more systems than colours);
 - one line style per ordering policy. A panel with few curves (``ALL_POLICIES_UP_TO`` deployable
   ones or fewer) draws every deployable policy of every system; a crowded one draws per system only
   the deployable policy with the best AUC of the plotted metric (the study's ``primary_auc``), the
@@ -204,6 +205,15 @@ def _title(panel: Panel, metric: str, primary_auc: str) -> str:
     return title
 
 
+def _shared_colours(panels: Sequence[Panel]) -> dict[str, Any]:
+    """One colour per system for the whole figure where it has no more systems than colours (a
+    system then looks the same in every panel); none otherwise (each panel colours its own)."""
+    systems = list(dict.fromkeys(system for panel in panels for system, _, _ in panel.drawn))
+    if len(systems) > len(SYSTEM_COLOURS):
+        return {}
+    return dict(zip(systems, SYSTEM_COLOURS, strict=False))
+
+
 def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = "mAP") -> Figure:
     """The figure of a study's curves (``backfill_curves.parquet``) and its summary: per serving
     mode present one panel per ``MAX_SYSTEMS`` systems, stacked, each with its systems' legend
@@ -218,6 +228,7 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
     styles = _policy_styles(list(dict.fromkeys(tidy["policy"])))
     levels = _reference_levels(summary, metric)
     panels = _panels(tidy, metric, summary.primary_auc)
+    everywhere = _shared_colours(panels)
 
     fig = Figure(figsize=(WIDTH_INCHES, PANEL_INCHES * len(panels) + 1.4), dpi=DPI)
     fig.set_layout_engine("constrained")
@@ -230,6 +241,7 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
             oracle_policies[policy] = None
         shown: list[Curve] = []
         colours: dict[str, Any] = {}
+        palette = iter(SYSTEM_COLOURS)
         same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
         for system, policy, part in panel.drawn:
             twin = next(
@@ -239,7 +251,9 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
                 same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
                 continue
             shown.append((system, policy, part))
-            colour = colours.setdefault(system, SYSTEM_COLOURS[len(colours) % len(SYSTEM_COLOURS)])
+            if system not in colours:
+                colours[system] = everywhere.get(system) or next(palette)
+            colour = colours[system]
             ax.plot(
                 part["t"],
                 part[metric],

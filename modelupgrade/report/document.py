@@ -124,7 +124,7 @@ def render_markdown(title: str, blocks: Iterable[Block]) -> str:
 
 
 _STYLE = (
-    "<style>body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em}"
+    "<style>body{font-family:sans-serif;max-width:80em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;"
     "text-align:right}th{background:#eee}td:first-child,th:first-child,td.text{text-align:left}"
     # Figures are drawn as wide as the text column (1,100 px): shown unscaled, without the

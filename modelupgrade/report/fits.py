@@ -51,7 +51,9 @@ def _length(record: Convergence) -> str:
         steps = statistics.get("steps")
         return MISSING if steps is None else f"{steps:.0f} steps"
     epochs = statistics.get("epochs", 0.0)
-    return "closed form" if not epochs else f"{epochs:.0f} epochs"
+    if not epochs:
+        return "closed form"
+    return f"{epochs:.0f} epoch{'' if epochs == 1 else 's'}"
 
 
 def _statistic(record: Convergence, name: str, digits: int = M_DIGITS) -> str:

@@ -116,10 +116,14 @@ def _cost(best: Option, old_mean: float) -> str:
     return NO_BACKFILL_COST.get(best.comparison, MISSING)
 
 
+def _seeds(count: int) -> str:
+    return f"{count} seed{'' if count == 1 else 's'}"
+
+
 def _seeds_text(option: Option | None) -> str:
     if option is None:
         return MISSING
-    return f"{sum(option.beats)}/{len(option.beats)} seeds"
+    return f"{sum(option.beats)}/{_seeds(len(option.beats))}"
 
 
 def lead_row(runs: Sequence[ScenarioResults]) -> list[object]:
@@ -141,7 +145,7 @@ def lead_row(runs: Sequence[ScenarioResults]) -> list[object]:
         MISSING if backfill is None else backfill.name,
         MISSING
         if backfill is None
-        else f"{spread(backfill.values, M_DIGITS)} ({len(backfill.values)} seeds)",
+        else f"{spread(backfill.values, M_DIGITS)} ({_seeds(len(backfill.values))})",
         tried(first),
     ]
 
