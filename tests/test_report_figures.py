@@ -73,25 +73,28 @@ def test_the_models_and_the_heads_have_panels_of_their_own() -> None:
     fig = heatmap_figure(
         cross_model_result(models, heads, reverse, ("mAP", "top1")), ["mAP", "top1"]
     )
-    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titles == [
-        "mAP: models",
-        "mAP: through a head or adapter",
-        "top1: models",
-        "top1: through a head or adapter",
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert list(panels) == [
+        f"{metric}: {part}"
+        for metric in ("mAP", "top1")
+        for part in (
+            "models",
+            "galleries through a head or adapter",
+            "queries through a head or adapter",
+        )
     ]
-    models_panel, heads_panel = (
-        fig.axes[0],
-        next(ax for ax in fig.axes if ax.get_title() == titles[1]),
-    )
-    assert [t.get_text() for t in models_panel.get_xticklabels()] == models
-    assert [t.get_text() for t in models_panel.get_yticklabels()] == models
-    # A head's gallery, and the old gallery its reverse head's queries searched.
-    assert [t.get_text() for t in heads_panel.get_xticklabels()] == [
-        "gen0",
-        "fct-independent(gen0)",
-    ]
-    assert [t.get_text() for t in heads_panel.get_yticklabels()] == models + reverse
+
+    def labels(title: str) -> tuple[list[str], list[str]]:
+        ax = panels[title]
+        return [t.get_text() for t in ax.get_yticklabels()], [
+            t.get_text() for t in ax.get_xticklabels()
+        ]
+
+    # Each pair once: the models' own, the models' queries on a head's gallery, a reverse head's
+    # queries on the old gallery.
+    assert labels("mAP: models") == (models, models)
+    assert labels("mAP: galleries through a head or adapter") == (models, heads)
+    assert labels("mAP: queries through a head or adapter") == (reverse, ["gen0"])
 
 
 def test_a_full_study_heatmap_fits_the_report_column_with_every_label_readable(tmp_path) -> None:

@@ -279,14 +279,19 @@ def heatmap_panels(
     queries: Sequence[str],
     galleries: Sequence[str],
 ) -> list[HeatmapPanel]:
-    """The panels of a heatmap, per metric: the models' own embedding sets against each other, then
-    the pairs through a head (a transformed gallery or transformed queries), each over only the rows
-    and columns it has values in; a panel with more columns than fit ``HEATMAP_MAX_WIDTH_PX`` at
-    the narrowest cell is cut into several."""
+    """The panels of a heatmap, per metric: the models' own embedding sets against each other, the
+    models' queries against the galleries a head or adapter transformed (ψ(old)), and the queries a
+    head or adapter transformed (ψ_rev(new)) against the galleries they searched; each over only the
+    rows and columns it has values in, so that no pair is shown twice. A panel with more columns
+    than fit ``HEATMAP_MAX_WIDTH_PX`` at the narrowest cell is cut into several."""
     parts = [
         ("models", lambda q, g: not is_head_set(q) and not is_head_set(g)),
-        ("through a head or adapter", lambda q, g: is_head_set(q) or is_head_set(g)),
+        ("galleries through a head or adapter", lambda q, g: is_head_set(g) and not is_head_set(q)),
+        ("queries through a head or adapter", lambda q, g: is_head_set(q)),
     ]
+    # The panels share the figure's left margin, as wide as its longest query name: so do their
+    # cells' room.
+    most = max(1, int(_cell_room(queries) // CELL_INCHES[0]))
     panels = []
     for metric in metrics:
         for name, belongs in parts:
@@ -294,7 +299,6 @@ def heatmap_panels(
             rows = [q for q in queries if any((q, g) in pairs for g in galleries)]
             columns = [g for g in galleries if any((q, g) in pairs for q in rows)]
             # As few panels as the columns need, the columns shared out evenly among them.
-            most = max(1, int(_cell_room(rows) // CELL_INCHES[0]))
             count = math.ceil(len(columns) / most)
             size = math.ceil(len(columns) / max(count, 1))
             for k in range(count):
@@ -349,7 +353,7 @@ def heatmap_figure(
     width = min(most, cell * widest + most - room)
     # A rotated gallery name drops below its panel by about two thirds of its length.
     heights = [
-        CELL_HEIGHT_INCHES * len(p.queries) + 0.66 * _label_inches(p.galleries) + 0.8
+        CELL_HEIGHT_INCHES * len(p.queries) + 0.66 * _label_inches(p.galleries) + 1.1
         for p in panels
     ]
     fig = Figure(
