@@ -997,3 +997,13 @@ def test_a_claim_panel_holds_at_most_eight_curves() -> None:
     panels = claim_panels([claim])
     assert [len(p.curves) for p in panels] == [MAX_CURVES, 11 - MAX_CURVES]
     assert [c for p in panels for c in p.curves] == list(refs)
+
+
+def test_run_metadata_names_the_replicates_seeds(tmp_path: Path) -> None:
+    from modelupgrade.report import run_metadata
+
+    study, _ = write_seeds(tmp_path)
+    metadata = run_metadata(study_params(seeds=list(REPLICATES)), study)
+    assert metadata["seed"].startswith("666 ")
+    assert metadata["replicate seeds"] == "1666, 2666, 3666, 4666"
+    assert run_metadata(study_params(), study)["replicate seeds"] == "none"

@@ -509,6 +509,7 @@ def run_metadata(params: Params, study: StudyResults) -> dict[str, str]:
         "params hash": params_hash(params),
         "DVC data hash": dvc_data_hash(),
         "seed": f"{params.seed} (generation g trains with seed {params.seed} + g)",
+        "replicate seeds": ", ".join(map(str, params.replicates.seeds)) or "none",
         "device": ", ".join(devices) or params.device,
         "dataset": f"{params.dataset.name} ({params.dataset.loader} loader, {params.dataset.root})",
     }
