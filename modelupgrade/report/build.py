@@ -1,8 +1,11 @@
 """The study report: what ``dvc repro`` measured, as markdown and HTML a person reads.
 
-Per scenario the papers' table, the cross-model heatmap and the backfill curves; the sequential
-compatibility matrices; the verdicts on the papers' claims; run metadata. Written with
-``atomic_path``: a report directory is either the old one or the complete new one.
+What to use per scenario over the seeds (``lead``); the verdicts on the papers' claims, how they are
+reached and the curves they compare (``claim_curves``); whether every model and head trained
+(``fits``); the levels over the seeds and the settings against the papers; per scenario the papers'
+table, the adapters, the cross-model heatmap and the backfill curves; the sequential compatibility
+matrices; run metadata. Numbers as ``numbers`` writes them. Written with ``atomic_path``: a report
+directory is either the old one or the complete new one.
 """
 
 from __future__ import annotations
