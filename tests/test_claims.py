@@ -839,8 +839,11 @@ def test_a_nan_check_is_left_out_and_the_claim_stands_on_the_measured_ones() -> 
     # against Procrustes is measured, holds, and carries its claim alone.
     claims = judged(study(scenario(old_self=NAN)))
     assert [c.verdict for c in claims] == all_hold_but(
-        {BCT_BACKWARD_COMPATIBLE, FORWARD_ADAPTERS_RAISE, DRIFT_ADAPTER_RECOVERS}, "not tested"
-    )
+        {BCT_BACKWARD_COMPATIBLE, FORWARD_ADAPTERS_RAISE}, "not tested"
+    )[:DRIFT_ADAPTER_RECOVERS] + [
+        "not tested (premise not measured: M(old, old) is missing)",
+        "holds",
+    ]
     slerp = claims[SLERP_BACKWARD_COMPATIBLE]
     lines = own_seed(slerp).split("; ")
     assert "= nan" in lines[0] and lines[1] == (

@@ -977,26 +977,35 @@ def drift_adapter_recovers_reindexing(study: StudyResults, sc: ScenarioResults) 
             f"{a.kind} {100 * a.row.value / own:.1f} %" if own else f"{a.kind} –" for a in fits
         )
         premise = (
-            ""
+            "premise not measured: M(old, old) is missing"
+            if math.isnan(old_self)
+            else ""
             if old_self >= COMPARABLE_PAIR * own
             else f"premise: the old model reaches {100 * old_self / own:.1f} % of the new one's M "
             f"(Drift-Adapter's upgrades: models of comparable quality, here ≥ "
             f"{100 * COMPARABLE_PAIR:.0f} %)"
         )
+        # The share of the old→new gap closed, beside the share of M(new, new): none where the
+        # old model is as good as the new one (no gap to close).
+        has_gap = math.isfinite(closed)
+        gap_text = f"; {100 * closed:.1f} % of the old→new gap" if has_gap else ""
+        closed_text = (
+            f", {100 * closed:.1f} % of the gap from M(old, old) = {old_self:.4f} closed"
+            if has_gap
+            else f", no gap from M(old, old) = {old_self:.4f} to close"
+        )
         yield Check(
             key=f"{sc.name}: best query-side adapter, % of M({strategy}, {strategy})",
             margin=100 * (share - DRIFT_ADAPTER_RECOVERY),
             ours=(
-                f"{sc.name}: {100 * share:.1f} % ({best.kind}, {best.sample_size} pairs; "
-                f"{100 * closed:.1f} % of the old→new gap)"
+                f"{sc.name}: {100 * share:.1f} % ({best.kind}, {best.sample_size} pairs{gap_text})"
             ),
             evidence=(
                 f"{sc.name}: best query-side adapter {best.name} M = {best.row.value:.4f} vs "
                 f"M({strategy}, {strategy}) = {own:.4f}: {100 * share:.1f} % on "
-                f"{best.sample_size} pairs, {100 * closed:.1f} % of the gap from M(old, old) = "
-                f"{old_self:.4f} closed (each kind: {each})"
+                f"{best.sample_size} pairs{closed_text} (each kind: {each})"
             ),
-            compared=(100 * share, 100 * closed),
+            compared=(100 * share, 100 * closed) if has_gap else (100 * share,),
             systems=(sc.evaluation.old_model, _model(strategy), best.name),
             digits=1,
             excluded=premise,
