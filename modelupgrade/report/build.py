@@ -39,6 +39,7 @@ from modelupgrade.report.document import (
     render_html,
     render_markdown,
 )
+from modelupgrade.report.gpu_scale import gpu_scale_blocks
 from modelupgrade.report.results import CURVE_METRIC, ScenarioResults, StudyResults
 
 
@@ -569,6 +570,7 @@ def write_report(
         *lead_blocks(study),
         *claim_blocks(claims, 1 + len(replicates)),
         *seed_blocks([study, *replicates]),
+        *gpu_scale_blocks([study, *replicates], claims),
         *settings_blocks(study),
     ]
     for sc in study.scenarios:
