@@ -280,8 +280,8 @@ def simulate_backfill(
     per_query_tables: list[pd.DataFrame] = []
     curves: list[CurveSummary] = []
     skipped: list[dict[str, str]] = []
-    for variant, new_dir in variants.items():
-        new_dir = Path(new_dir)
+    for variant, new_dir_name in variants.items():
+        new_dir = Path(new_dir_name)
         extra = {
             field: load_array(path, f"{variant} {field}", ndim=None)
             for field, path in arrays.get(variant, {}).items()
@@ -297,6 +297,7 @@ def simulate_backfill(
             new_gallery=new_gallery,
         )
         serving = replace(serving, **extra)
+        assert serving.new_query is not None and serving.new_gallery is not None
         new_new = evaluate(serving.new_query, serving.new_gallery)
         forms = serving.forms()
         mixed = build_serving_mode("mixed").plan(forms)
@@ -326,7 +327,7 @@ def simulate_backfill(
                 for name, orderings in orderings_of.items()
                 if plan is not None and policies[name].orders_for(mode_name)
             ]
-            if not served:
+            if plan is None or not served:
                 continue
             systems = serving.systems(plan)
             # The single-system ends of this mode's curves, the same for every policy.

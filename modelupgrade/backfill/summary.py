@@ -50,7 +50,7 @@ class BackfillConditions(_Record):
         # all_met is derived, and written for readers of the JSON: it is not read back.
         return {k: v for k, v in data.items() if k != "all_met"} if isinstance(data, dict) else data
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed property
     @property
     def all_met(self) -> bool:
         return self.starts_at_or_above_old and self.ends_at_or_above_new is True and self.monotone

@@ -26,7 +26,7 @@ from modelupgrade.ordering import build_ordering
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store.backends import BackendSettings
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.job import BackfillPreview, BackfillReport
+from modelupgrade.store.job import BackfillPreview, BackfillReport, VectorSource
 from modelupgrade.store.schema import DATABASE_FILE
 from modelupgrade.store.search import QueryVectors, Searcher, SearchHits, index_recall
 from modelupgrade.store.status import StoreStatus
@@ -325,7 +325,7 @@ def backfill(
         build_serving_mode(mode or params.store.serving_mode), forward_head is not None
     )
     rho = head_transform_fn(rho_head, device, "new_embedding")[0] if rho_head else None
-    form = "rho" if rho is not None else "new"
+    form: Literal["rho", "new"] = "rho" if rho is not None else "new"
     # A dry run is a reader: it takes no writer lock, so it leaves the store's files as they are.
     with (
         GalleryStore.open(store_path) as gallery,
@@ -342,7 +342,7 @@ def backfill(
             if not spec.upgrades_from and serving:
                 spec = space_for_model(model, name=space, upgrades_from=[serving])
             embed = model_embed_fn(model, params.store.embed_batch_size, device)
-            source = ReEmbedImages(
+            source: VectorSource = ReEmbedImages(
                 ManifestImageSource(params.dataset),
                 embed if rho is None else (lambda images: rho(embed(images))),
             )
@@ -358,6 +358,7 @@ def backfill(
                 _check_head(transform_head, "--transform-head", card, moving)
                 dim, source, ref = card.out_dim, TransformStored(transform), str(transform_head)
             else:
+                # --vectors and --items come together (checked above), here both given.
                 frame = _items_table(items)  # type: ignore[arg-type]
                 table = load_array(vectors, "new vector table")  # type: ignore[arg-type]
                 if "item_id" not in frame.columns:
@@ -566,7 +567,7 @@ def search(
     mode: str | None = None,
     forward_head: Path | None = None,
     reverse_head: Path | None = None,
-    distance: str | None = None,
+    distance: Literal["cosine", "l2"] | None = None,
     device: str = "cpu",
 ) -> SearchResult:
     """Top-k items for each query, naming the embedding space each hit came from.
@@ -777,6 +778,7 @@ def _query_vectors(
         )
     if vectors is not None:
         return load_array(vectors, f"{side}-space query vectors")
+    assert model is not None  # one of the two, checked above
     item_ids, sources = item_rows(frame, "the query split")
     rows = [
         ItemRow(i, item_id, path, index, None, "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,8 @@ def train(
         out = layout.model(scenario, model_name(generation, strategy))
     if old is None and scenario is not None and generation == 1:
         old = layout.model(scenario, OLD_MODEL)
-    asked = {
+    # The command's own arguments: what the stage's MLflow run records, and the job's inputs.
+    asked: dict[str, Any] = {
         "out": out,
         "generation": generation,
         "scenario": scenario,

@@ -518,7 +518,10 @@ def evaluate_sequential(
         )
         rows = pd.DataFrame(
             [
-                {"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
+                {
+                    "metric": m,
+                    **c.model_dump(exclude={"matrix", "generations"}),
+                }
                 for m, c in compat.items()
             ]
         )

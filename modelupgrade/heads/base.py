@@ -31,7 +31,7 @@ from torch import nn
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.layers import MLP, MarginClassifier
+from modelupgrade.layers import MLP, MarginClassifier, Transform
 from modelupgrade.registry_util import Registry
 
 Direction = Literal["forward", "reverse"]
@@ -104,6 +104,8 @@ class Head(nn.Module):
     # The settings of the paper that defines the kind; params.yaml overrides any of them.
     TRAINING_DEFAULTS: ClassVar[HeadTraining]
     Options: ClassVar[type[Section]] = NoOptions
+    options: Section
+    psi: Transform  # the head's main transform (``build_transform``)
     needs_classifier: ClassVar[bool] = False
     accepts_side_info: ClassVar[bool] = False
     class_balanced_batches: ClassVar[bool] = False
@@ -152,7 +154,7 @@ class Head(nn.Module):
         self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
         self.psi = self.build_transform()
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> Transform:
         """The module ``psi``: an MLP of ``hidden_dim`` × ``depth`` over the input (and the side
         information); a kind with another structure overrides this. It must have
         ``macs_per_row()``."""

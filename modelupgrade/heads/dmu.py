@@ -30,6 +30,7 @@ class DMUOptions(Section):
 class DMUForwardAdapter(Head):
     direction = "forward"
     Options = DMUOptions
+    options: DMUOptions
     needs_classifier = True
     aligns = False
     TRAINING_DEFAULTS = HeadTraining(

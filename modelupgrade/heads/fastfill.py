@@ -12,6 +12,8 @@ first) before any image is re-embedded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pydantic import Field
 from torch import nn
@@ -37,11 +39,12 @@ class FastFillOptions(Section):
 class FastFillAdapter(Head):
     direction = "forward"
     Options = FastFillOptions
+    options: FastFillOptions
     needs_classifier = True
     output_names = ("transform", "log_variance")
     TRAINING_DEFAULTS = FCTAdapter.TRAINING_DEFAULTS  # the FCT recipe, which FastFill re-used
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not (self.options.use_alignment or self.options.use_discriminative):
             raise UserError("FastFill needs at least one of use_alignment / use_discriminative")

@@ -26,11 +26,12 @@ input; there, ``procrustes_query`` (α = 0) is the adapter to serve. For an embe
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
@@ -74,15 +75,19 @@ class SlerpOptions(Section):
 class SlerpQueryAdapter(ClosedFormAdapter):
     direction = "reverse"
     Options = SlerpOptions
+    options: SlerpOptions
+    psi: LinearMap
     takes_old_embedding = True
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    alpha: torch.Tensor  # a buffer: the α the support split chose
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A buffer, so that the weights file keeps the α the support split chose.
         weight = self.options.weight
         self.register_buffer("alpha", torch.tensor(0.5 if weight is None else weight))
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> LinearMap:
         return LinearMap(self.in_dim, self.out_dim)
 
     def fit_closed_form(self, source: torch.Tensor, target: torch.Tensor) -> None:

@@ -93,6 +93,17 @@ ROUNDING = 1e-9
 SHOWN = 3
 
 
+class CurveRef(NamedTuple):
+    """A backfill curve a check compares, in one of its metrics: what the report draws with the
+    seeds' band."""
+
+    scenario: str
+    system: str
+    policy: str
+    mode: str
+    metric: str
+
+
 class Check(NamedTuple):
     """One check of a claim on one scenario, from one seed's results: what it compares (``key``,
     the same on every seed), how far it is from its threshold (``margin``: > 0 where it holds),
@@ -115,6 +126,8 @@ class Check(NamedTuple):
     excluded: str = ""
     # The standard error of the margin over a resampling of the test queries (NaN: not measured).
     query_se: float = math.nan
+    # The backfill curves the check compares (none for a check of the evaluation's numbers).
+    curves: tuple[CurveRef, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -218,7 +231,7 @@ class SeededCheck:
         if not math.isnan(self.query_se):
             spread += f", ± {self.query_se:.{digits}f} (query bootstrap, one seed)"
         statistic = (
-            f"paired t = {test.t:.2f}, p = {_p(test.p)}, Holm-adjusted {_p(self.adjusted_p)}"
+            f"paired t = {test.t:.2f}, p {_p(test.p)}, Holm-adjusted p {_p(self.adjusted_p)}"
             if test.n >= 2
             else "one seed: no test"
         )
@@ -253,9 +266,10 @@ class SeededCheck:
 
 
 def _p(p: float) -> str:
+    """A p-value after its relation: "= 0.123", "< 0.001", or "–" where there is none."""
     if math.isnan(p):
         return "–"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
 
 
 class Spread(NamedTuple):
@@ -263,7 +277,7 @@ class Spread(NamedTuple):
 
     mean: float
     sd: float
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count, which it shadows
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
@@ -844,6 +858,7 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
                 compared=(drop,),
                 systems=(sc.evaluation.old_model, _model(curve.strategy)),
                 query_se=se,
+                curves=(CurveRef(sc.name, curve.strategy, curve.policy, curve.mode, metric),),
             )
 
 
@@ -962,26 +977,35 @@ def drift_adapter_recovers_reindexing(study: StudyResults, sc: ScenarioResults) 
             f"{a.kind} {100 * a.row.value / own:.1f} %" if own else f"{a.kind} –" for a in fits
         )
         premise = (
-            ""
+            "premise not measured: M(old, old) is missing"
+            if math.isnan(old_self)
+            else ""
             if old_self >= COMPARABLE_PAIR * own
             else f"premise: the old model reaches {100 * old_self / own:.1f} % of the new one's M "
             f"(Drift-Adapter's upgrades: models of comparable quality, here ≥ "
             f"{100 * COMPARABLE_PAIR:.0f} %)"
         )
+        # The share of the old→new gap closed, beside the share of M(new, new): none where the
+        # old model is as good as the new one (no gap to close).
+        has_gap = math.isfinite(closed)
+        gap_text = f"; {100 * closed:.1f} % of the old→new gap" if has_gap else ""
+        closed_text = (
+            f", {100 * closed:.1f} % of the gap from M(old, old) = {old_self:.4f} closed"
+            if has_gap
+            else f", no gap from M(old, old) = {old_self:.4f} to close"
+        )
         yield Check(
             key=f"{sc.name}: best query-side adapter, % of M({strategy}, {strategy})",
             margin=100 * (share - DRIFT_ADAPTER_RECOVERY),
             ours=(
-                f"{sc.name}: {100 * share:.1f} % ({best.kind}, {best.sample_size} pairs; "
-                f"{100 * closed:.1f} % of the old→new gap)"
+                f"{sc.name}: {100 * share:.1f} % ({best.kind}, {best.sample_size} pairs{gap_text})"
             ),
             evidence=(
                 f"{sc.name}: best query-side adapter {best.name} M = {best.row.value:.4f} vs "
                 f"M({strategy}, {strategy}) = {own:.4f}: {100 * share:.1f} % on "
-                f"{best.sample_size} pairs, {100 * closed:.1f} % of the gap from M(old, old) = "
-                f"{old_self:.4f} closed (each kind: {each})"
+                f"{best.sample_size} pairs{closed_text} (each kind: {each})"
             ),
-            compared=(100 * share, 100 * closed),
+            compared=(100 * share, 100 * closed) if has_gap else (100 * share,),
             systems=(sc.evaluation.old_model, _model(strategy), best.name),
             digits=1,
             excluded=premise,
@@ -1122,5 +1146,8 @@ def _larger_auc(
                     for c in (curve, other)
                 ],
                 lambda a, b: a - b,
+            ),
+            curves=tuple(
+                CurveRef(sc.name, c.strategy, c.policy, c.mode, metric) for c in (curve, other)
             ),
         )

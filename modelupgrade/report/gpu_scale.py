@@ -19,8 +19,9 @@ from pathlib import Path
 from modelupgrade.config import Params
 from modelupgrade.gpu_study import GpuStudyRun, read_run
 from modelupgrade.replicates import replicate_layout, replicate_params
-from modelupgrade.report.claims import Claim, Spread, check_claims
+from modelupgrade.report.claims import Claim, check_claims
 from modelupgrade.report.document import MISSING, Block, Details, Heading, Paragraph, Table
+from modelupgrade.report.numbers import fixed, spread
 from modelupgrade.report.results import StudyResults, collect_results
 
 GPU_RESULTS = Path("results/gpu-quick")
@@ -111,15 +112,12 @@ def _how_it_ran(gpu: GpuScale) -> str:
     )
 
 
-def _levels(seeds: Sequence[StudyResults], scenario: str) -> tuple[Spread, Spread]:
+def _levels(seeds: Sequence[StudyResults], scenario: str) -> tuple[list[float], list[float]]:
+    """M(old, old) and the independent M(new, new) of ``scenario`` on each seed that has it."""
     runs = [sc.evaluation for study in seeds for sc in study.scenarios if sc.name == scenario]
     old = [ev.old_self for ev in runs if ev.old_self is not None and math.isfinite(ev.old_self)]
     new = [ev.oracle_self for ev in runs if ev.oracle_self is not None]
-    return Spread.of(old), Spread.of([value for value in new if math.isfinite(value)])
-
-
-def _text(spread: Spread) -> str:
-    return MISSING if spread.count == 0 else spread.text(3)
+    return old, [value for value in new if math.isfinite(value)]
 
 
 def _levels_table(cpu: Sequence[StudyResults], gpu: Sequence[StudyResults]) -> Table:
@@ -130,11 +128,11 @@ def _levels_table(cpu: Sequence[StudyResults], gpu: Sequence[StudyResults]) -> T
             [
                 sc.name,
                 sc.metric,
-                _text(cpu_old),
-                _text(gpu_old),
-                _text(cpu_new),
-                _text(gpu_new),
-                f"{cpu_old.count} / {gpu_old.count}",
+                spread(cpu_old),
+                spread(gpu_old),
+                spread(cpu_new),
+                spread(gpu_new),
+                f"{len(cpu_old)} / {len(gpu_old)}",
             ]
         )
     return Table(
@@ -223,8 +221,8 @@ def _timing_blocks(record: GpuStudyRun) -> list[Block]:
             model,
             runs[0][2],
             runs[0][3],
-            f"{sum(seconds for seconds, *_ in runs) / len(runs):.1f}",
-            f"{sum(rate for _, rate, *_ in runs) / len(runs):,.0f}",
+            fixed(sum(seconds for seconds, *_ in runs) / len(runs), 1),
+            fixed(sum(rate for _, rate, *_ in runs) / len(runs), 0),
         ]
         for (scenario, model), runs in by_model.items()
     ]

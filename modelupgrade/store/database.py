@@ -11,9 +11,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.schema import (
@@ -164,7 +165,7 @@ class Database:
                 raise
             self.connection.execute("COMMIT")
 
-    def query(self, sql: str, arguments: tuple[object, ...] | list[object] = ()) -> list[tuple]:
+    def query(self, sql: str, arguments: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """A single read statement's rows (one implicit transaction)."""
         with self.lock:
             return self.connection.execute(sql, arguments).fetchall()

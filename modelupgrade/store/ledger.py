@@ -136,6 +136,7 @@ class BackfillLedger:
                     time.time(),
                 ),
             )
+            assert cursor.lastrowid is not None  # set by the INSERT above
             backfill_id = int(cursor.lastrowid)
             db.executemany(
                 # the row's space is what a chunk commit does not rewrite: the source's
@@ -150,7 +151,7 @@ class BackfillLedger:
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
             Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
 
     def retry_failed(self) -> Backfill:
         """Re-queue the failed items of the last backfill as new chunks after its last one."""
@@ -181,7 +182,7 @@ class BackfillLedger:
                 "UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?",
                 (backfill.id,),
             )
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
 
     # ----- chunks -------------------------------------------------------------------------------
     def next_chunks(
@@ -239,17 +240,17 @@ class BackfillLedger:
             return
         with self.db.write() as db:
             for commit in commits:
-                chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
+                chunk, slots = commit.chunk, sorted(item.slot for item in commit.chunk.items)
                 logged = db.execute(
                     "SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ? AND chunk = ?",
                     (chunk.backfill_id, chunk.index),
                 ).fetchone()[0]
                 still_pending = db.execute(
                     "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ? AND "
-                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(expected))})",
-                    [chunk.backfill_id, chunk.index, *expected],
+                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(slots))})",
+                    [chunk.backfill_id, chunk.index, *slots],
                 ).fetchone()[0]
-                if logged or still_pending != len(expected):
+                if logged or still_pending != len(slots):
                     raise RuntimeError(
                         f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed"
                     )
@@ -258,7 +259,7 @@ class BackfillLedger:
                     (
                         chunk.backfill_id,
                         chunk.index,
-                        len(expected),
+                        len(slots),
                         len(commit.written),
                         len(commit.failures),
                         commit.vectors_sha256,

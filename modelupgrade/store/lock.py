@@ -145,6 +145,7 @@ class WriterLock:
         pid = record.get("pid") if record else None
         dead = (
             isinstance(pid, int)
+            # record is not None where pid is an int
             and record.get("host") == socket.gethostname()  # type: ignore[union-attr]
             and not pid_alive(pid)
         )
@@ -193,6 +194,6 @@ def writes(operation: str) -> Callable[[F], F]:
             with self.writing(operation):
                 return method(self, *args, **kwargs)
 
-        return locked  # type: ignore[return-value]
+        return locked  # type: ignore[return-value]  # functools.wraps keeps method's signature
 
     return decorate

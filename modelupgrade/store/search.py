@@ -189,9 +189,16 @@ class Searcher:
     ) -> np.ndarray:
         if form not in made:
             heads = self.heads
+
+            def old_queries() -> np.ndarray:
+                # A serving plan asks for the old form only where the queries have one.
+                assert queries.old is not None
+                return queries.old
+
+            # A plan asks for a head's form only when that head is loaded (not None).
             producers: dict[str, Callable[[], np.ndarray]] = {
                 "new": lambda: queries.new,
-                "old": lambda: queries.old,  # type: ignore[return-value]
+                "old": old_queries,
                 "reverse": lambda: heads.reverse(queries.new),  # type: ignore[misc]
                 "rho": lambda: heads.rho(queries.new),  # type: ignore[misc]
                 "rho_reverse": lambda: heads.rho_reverse(queries.new),  # type: ignore[misc]
@@ -215,6 +222,7 @@ class Searcher:
             todo = ~mapped[part.slots]
             if todo.any():
                 result = vector_rows(
+                    # a ψ-served part exists only with the forward head loaded
                     self.heads.forward(part.gallery.vectors(part.slots[todo])),  # type: ignore[misc]
                     "ψ(stored vectors)",
                     rows=int(todo.sum()),

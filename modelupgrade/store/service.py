@@ -193,7 +193,7 @@ def create_app(
     def backfill_status() -> dict[str, Any]:
         status = store.status().as_dict()
         status["path"] = Path(status["path"]).name
-        return public(status)  # type: ignore[no-any-return]
+        return public(status)
 
     @app.post("/search", response_model=SearchResponse, dependencies=[Depends(authorized)])
     def search(request: SearchRequest) -> SearchResponse:

@@ -137,7 +137,7 @@ class VectorJournal:
 
     def append(self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray) -> None:
         parts = [
-            memoryview(np.ascontiguousarray(part, dtype=dtype)).cast("B")
+            np.ascontiguousarray(part, dtype=dtype).data.cast("B")
             for part, dtype in ((slots, np.int64), (vectors, np.float32), (sums, np.uint64))
         ]
         header = _RECORD_HEADER.pack(_RECORD_MAGIC, len(slots), vectors.shape[1], _crc32(parts))

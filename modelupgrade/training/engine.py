@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,7 @@ class Trainer:
 
         local_rows = data_parallel.local_rows(batch_size)
         steps_per_epoch, total_steps = plan.steps_per_epoch, plan.total_steps
-        augment = data_parallel.augmentation(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
+        augment = data_parallel.augmentation(p.crop_scale, p.crop_ratio, p.hflip)
         separate_old_view = strategy.options.old_view == "separate"
         result = TrainingResult(
             images_on_device=images.device.type == device.type, world_size=data_parallel.world_size
@@ -228,7 +229,7 @@ class Trainer:
 
         fingerprint = _fingerprint(model, strategy, p, self.seed, n)
         start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
-        forward_model = data_parallel.wrap(model)
+        forward_model: Callable[..., torch.Tensor] = data_parallel.wrap(model)
         if p.compile and device.type == "cuda":
             forward_model = torch.compile(forward_model)
         bar = tqdm(

@@ -183,6 +183,7 @@ def embedding_targets(
         raise UserError(
             f"split files share a name ({', '.join(stems)}); their outputs would collide"
         )
+    assert out_dir is not None  # exactly one of out and out_dir, checked above
     return [Path(out_dir) / embedding_file_name(stem) for stem in stems]
 
 
@@ -220,7 +221,8 @@ def embed_splits(
         images = load_split_images(pd.concat(frames, ignore_index=True), params)
         embeddings = embed(model, images, params.training.eval_batch_size, device)
     else:
-        # An embeddings-only model gives the vectors it holds for the splits' items.
+        # An embeddings-only model gives the vectors it holds for the splits' items (it is a
+        # PrecomputedEmbeddings, whose lookup the EmbeddingModel type does not declare).
         embeddings = np.concatenate(
             [
                 model.lookup(split_item_ids(frame, split), Path(split).stem).cpu().numpy()  # type: ignore[operator]
