@@ -215,6 +215,8 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     for package in ("modelupgrade", "stages"):
         shutil.copytree(ROOT / package, project / package, ignore=ignore)
     shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
+    # The report reads the GPU-scale study's folder (here as committed: no run yet).
+    shutil.copytree(ROOT / "results" / "gpu-quick", project / "results" / "gpu-quick")
     write_learnable_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
     (project / "params.yaml").write_text(
         yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False)
@@ -243,6 +245,7 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         check["seeds"] + check["seeds_left_out"] == 3 for c in tested for check in c["checks"]
     )
     assert "Across training seeds" in report
+    assert "## At GPU scale" in report and "has not been run" in report
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",
         "seed-2666",
