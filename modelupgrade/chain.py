@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -311,16 +311,17 @@ class UpgradeChain:
             reports_dir=self.layout.reports,
         )
 
-    def upgrade_report(self, generation: int, registration: dict[str, Any]) -> WrittenReport:
+    def upgrade_report(self, generation: int, registration: Mapping[str, Any]) -> WrittenReport:
         """The report of the cycle that registered ``generation`` (``registration``: what
-        ``register`` returned)."""
+        ``register`` returned, as the flows pass it between tasks: ``as_dict()``)."""
+        from modelupgrade.registry.study import RegistrationSummary
         from modelupgrade.report.upgrade import write_upgrade_report
 
         return write_upgrade_report(
             self.report_chain(),
             generation,
             self.layout.sequential_model_name(self.strategy, generation),
-            registration,
+            RegistrationSummary.from_dict(registration),
             snapshot=self.snapshot(generation),
             registration_file=self.layout.cycle_registration(generation),
         )
