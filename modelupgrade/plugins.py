@@ -11,7 +11,9 @@ there. This module sits above the config and every plugin family and checks each
   for a kind fitted in closed form (it runs no epochs);
 - ``backfill.policies`` are in ``ORDERINGS`` and ``backfill.serving_modes`` in ``SERVING_MODES``;
 - ``store.policy`` is a deployable ordering policy, ``store.serving_mode`` a serving mode and
-  ``store.backend`` a vector backend.
+  ``store.backend`` a vector backend;
+- ``dataset.loader`` is in ``LOADERS``, each ``architectures.<name>.classifier`` in
+  ``CLASSIFIERS`` and ``evaluation.search.index`` in ``INDEXES``.
 
 Every problem is reported, each naming its params key, in one ``ParamsError``. Front ends (stages,
 the CLI, flows, benchmarks) read params.yaml with ``load_params``.
@@ -27,10 +29,13 @@ from pydantic import BaseModel, ValidationError
 
 from modelupgrade.config import DEFAULT_PARAMS_PATH, HeadParams, Params, read_params
 from modelupgrade.config.errors import invalid_params, validation_problems
+from modelupgrade.data.loaders import LOADERS
 from modelupgrade.heads import HEADS
+from modelupgrade.layers import CLASSIFIERS
 from modelupgrade.models.adopted import MODEL_SOURCES
 from modelupgrade.ordering import ORDERINGS, build_ordering
 from modelupgrade.registry_util import Registry
+from modelupgrade.retrieval.index import INDEXES
 from modelupgrade.serving import SERVING_MODES
 from modelupgrade.store.backends import VECTOR_BACKENDS
 from modelupgrade.strategies import STRATEGIES
@@ -82,6 +87,12 @@ def plugin_problems(params: Params) -> list[str]:
     problems += _store_policy_problems(params.store.policy)
     problems += _unknown_names("store.serving_mode", SERVING_MODES, [params.store.serving_mode])
     problems += _unknown_names("store.backend", VECTOR_BACKENDS, [params.store.backend])
+    problems += _unknown_names("dataset.loader", LOADERS, [params.dataset.loader])
+    for name, architecture in params.architectures.items():
+        problems += _unknown_names(
+            f"architectures.{name}.classifier", CLASSIFIERS, [architecture.classifier]
+        )
+    problems += _unknown_names("evaluation.search.index", INDEXES, [params.evaluation.search.index])
     return problems
 
 
