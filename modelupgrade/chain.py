@@ -37,7 +37,7 @@ from modelupgrade.layout import (
     chain_model_name,
     snapshot_split,
 )
-from modelupgrade.plugins import load_params
+from modelupgrade.params import load_params
 from modelupgrade.registry.chain import ChainChampion, ChainState, read_chain
 from modelupgrade.registry.versions import ModelRegistry, registered_model_name
 

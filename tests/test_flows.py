@@ -377,7 +377,7 @@ def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
 def test_flow_params_are_checked(tmp_path: Path) -> None:
     from modelupgrade.chain import load_chain
     from modelupgrade.config import FlowParams, ParamsError
-    from modelupgrade.plugins import load_params
+    from modelupgrade.params import load_params
 
     assert FlowParams().upgrade_cron == "0 3 * * 1"
     for bad in (

@@ -1,4 +1,4 @@
-"""params.yaml's plugin references checked against the registries (``modelupgrade.plugins``), and
+"""params.yaml's plugin references checked against the registries (``modelupgrade.params``), and
 a bad params file reported like any user error by the front ends."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from modelupgrade.data.loaders import LOADERS
 from modelupgrade.errors import UserError
 from modelupgrade.heads import HEADS
 from modelupgrade.layers import CLASSIFIERS
-from modelupgrade.plugins import check_params, load_params
+from modelupgrade.params import check_params, load_params
 from modelupgrade.retrieval.index import INDEXES
 
 ROOT = Path(__file__).resolve().parents[1]

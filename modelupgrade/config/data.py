@@ -26,7 +26,7 @@ class Gldv2Params(Section):
 
 class DatasetParams(Section):
     name: str = "fashion-mnist"
-    # A registered dataset loader (``modelupgrade.data.loaders``; modelupgrade.plugins checks it).
+    # A registered dataset loader (``modelupgrade.data.loaders``; modelupgrade.params checks it).
     loader: str = "idx"
     root: str = "/usr/share/datasets/fashion-mnist"
     # Names of the classes in label order; None = the known names of ``name`` or "0".."C-1".

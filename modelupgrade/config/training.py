@@ -108,7 +108,7 @@ class StrategyParams(Section):
     """One compatibility strategy: its registered ``kind`` and that kind's hyper-parameters.
 
     ``options`` left out take the defaults of the paper that defines the kind (the ``Options`` class
-    of each strategy in ``modelupgrade.strategies``); ``modelupgrade.plugins`` checks the kind and
+    of each strategy in ``modelupgrade.strategies``); ``modelupgrade.params`` checks the kind and
     validates the options strictly against that class (the config imports none of the library).
     """
 

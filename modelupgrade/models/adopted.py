@@ -38,7 +38,7 @@ from modelupgrade.io import atomic_path, file_sha256, write_json
 from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard, PreprocessingCard
 from modelupgrade.models.embedding import PIXEL_MEAN, PIXEL_STD, resized_unit_images
 from modelupgrade.models.weights_file import checked_file, load_matching, read_state_dict
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 

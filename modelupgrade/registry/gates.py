@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from modelupgrade.config import GateParams
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 
 @dataclass(frozen=True)

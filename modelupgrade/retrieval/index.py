@@ -25,7 +25,7 @@ import torch
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 
