@@ -326,12 +326,12 @@ def test_a_failing_task_fails_its_flow_and_registers_nothing(
     assert registry_of(project).versions() == []
 
     # Bad input is not retried: it would fail the same way again.
-    import modelupgrade.data
+    import modelupgrade.chain
 
     reads = []
-    real_read = modelupgrade.data.read_manifest
+    real_read = modelupgrade.chain.read_manifest
     monkeypatch.setattr(
-        modelupgrade.data, "read_manifest", lambda path: reads.append(path) or real_read(path)
+        modelupgrade.chain, "read_manifest", lambda path: reads.append(path) or real_read(path)
     )
     with pytest.raises(UserError, match="missing.parquet does not exist"):
         upgrade(project.params, snapshot=str(tmp_path / "missing.parquet"))
