@@ -81,7 +81,7 @@ def tiny_params(dataset_root: Path) -> dict:
         "softmax": {**tiny, "classifier": "softmax"},
         "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}},
     }
-    params["training"].update(steps=8, warmup_steps=1, batch_size=32, cpu_threads=1)
+    params["training"].update(steps=16, warmup_steps=2, batch_size=32, cpu_threads=1)
     # Three of the five scenarios and the sequential chain; the others train nothing.
     params["study"] = {
         "scenarios": ["extended-data", "extended-class", "open-class"],
@@ -110,8 +110,8 @@ def tiny_params(dataset_root: Path) -> dict:
     params["sequential"]["heads"] = {"dmu": "bict_momentum"}
     # The adapter study on extended-data: two sample sizes (of ~240 pairs), every adapter kind.
     params["adapters"]["sample_sizes"] = [16, "all"]
-    # Eight steps train nothing to convergence: the gate is opened, so that the claims' plumbing is
-    # tested (tests/test_claims.py tests the gate itself).
+    # Sixteen steps train nothing to convergence: the gate is opened, so that the claims'
+    # plumbing is tested (tests/test_claims.py tests the gate itself).
     params["evaluation"]["convergence"] = {
         "max_loss_ratio": 1e9,
         "min_prototype_accuracy": 0.0,
@@ -233,9 +233,12 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
     assert len(claims) == 9
     # Each measured claim rests on the three seeds' numbers: the study's and two replicates'.
-    seeds = {c["statement"][:40]: c["seeds"] for c in claims if c["verdict"] != "not tested"}
+    # (A claim whose premise does not hold in this toy, e.g. Drift-Adapter's comparable old model,
+    # is "not tested (premise: …)" and rests on none.)
+    tested = [c for c in claims if not c["verdict"].startswith("not tested")]
+    seeds = {c["statement"][:40]: c["seeds"] for c in tested}
     assert seeds and set(seeds.values()) == {3}, seeds
-    assert all(check["seeds"] == 3 for c in claims for check in c["checks"])
+    assert all(check["seeds"] == 3 for c in tested for check in c["checks"])
     assert "Across training seeds" in report
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",
