@@ -45,7 +45,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.io import read_json, write_json
 from modelupgrade.layout import OLD_MODEL, StudyLayout, head_name, model_name
 from modelupgrade.overrides import merge
-from modelupgrade.plugins import check_params
+from modelupgrade.params import check_params
 from modelupgrade.replicates import replicate_dir, run_replicate
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,8 @@ class GpuScale:
 
 def collect_gpu_scale(root: Path | None = None) -> GpuScale | None:
     """The GPU run under ``root`` (default ``GPU_RESULTS``), None where there is none."""
-    found = read_run(root or GPU_RESULTS)
+    root = root or GPU_RESULTS
+    found = read_run(root)
     if found is None:
         return None
     record, params = found

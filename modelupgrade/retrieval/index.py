@@ -31,7 +31,7 @@ import torch
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +269,8 @@ class TorchFlatIndex(SearchIndex):
                 )
             if mask is not None:
                 scores[:, ~mask] = -torch.inf
-            values, ids = torch.topk(scores, width, dim=1)
-            values, ids = values.cpu().numpy(), ids.cpu().numpy()
+            top_values, top_ids = torch.topk(scores, width, dim=1)
+            values, ids = top_values.cpu().numpy(), top_ids.cpu().numpy()
             ids[~np.isfinite(values)] = -1
             end = start + len(block)
             scores_out[start:end, :width] = -values if l2 else values
