@@ -11,13 +11,14 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser repro lint test test-slow ui benchmarks gpu-study help
+.PHONY: install dataset browser repro lint test test-slow ui benchmarks full-cpu-study gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
 	@echo "make lint   - ruff check and ruff format --check over the whole tree, mypy over the library"
 	@echo "make test   - install what is missing, then run lint and the fast test suite"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
+	@echo "make full-cpu-study - every scenario, strategy, head and chain on one seed (a dvc experiment)"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
 	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
 
@@ -73,6 +74,10 @@ ui: install
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 # The full-size study: params/gpu-full.yaml applied over params.yaml as one DVC experiment.
+# Everything the CPU study can train (params/full-cpu.yaml) on its one seed, as a DVC experiment.
+full-cpu-study: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/modelupgrade experiments --overlay params/full-cpu.yaml --seeds 666
+
 gpu-study: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 

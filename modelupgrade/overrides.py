@@ -22,11 +22,14 @@ from modelupgrade.params import check_params
 
 
 def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """``overlay`` over ``base``, mapping into mapping; an empty mapping replaces what it
+    overlays (``backbone_kwargs: {}`` clears the CPU network's widths), as ``set_arguments`` sets
+    it for DVC."""
     merged = dict(base)
     for key, value in overlay.items():
         merged[key] = (
             merge(base[key], value)
-            if isinstance(value, Mapping) and isinstance(base.get(key), Mapping)
+            if isinstance(value, Mapping) and value and isinstance(base.get(key), Mapping)
             else value
         )
     return merged

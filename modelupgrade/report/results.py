@@ -44,6 +44,8 @@ class ScenarioResults:
     curves_plot: Path | None
     # A head's system in the backfill curves (``layout.head_name``) → the strategy it pairs with.
     head_systems: dict[str, str] = field(default_factory=dict)
+    # A trained head (``layout.head_name``) → its kind in params (fct, fastfill, …).
+    head_kinds: dict[str, str] = field(default_factory=dict)
     # Where the scenario's per-query files are (None: not kept; no query bootstrap).
     metrics_dir: Path | None = None
 
@@ -70,6 +72,16 @@ class ScenarioResults:
             & (table.kind == kind)
         ]
         return rows.sort_values("query").value.to_numpy() if len(rows) else None
+
+    def curve_points(self, strategy: str, policy: str, mode: str) -> pd.DataFrame | None:
+        """One backfill curve's points in t order (the simulator's ``backfill_curves.parquet``);
+        None where it was not simulated."""
+        table = self._per_query(f"{BACKFILL_CURVES}.parquet")
+        if table is None:
+            return None
+        chosen = (table.strategy == strategy) & (table.policy == policy) & (table["mode"] == mode)
+        rows = table[chosen]
+        return rows.sort_values("t") if len(rows) else None
 
     def _per_query(self, name: str) -> pd.DataFrame | None:
         if self.metrics_dir is None or not (self.metrics_dir / name).is_file():
@@ -113,6 +125,7 @@ class StudyResults:
     sequential_plots: dict[str, Path] = field(default_factory=dict)
     strategy_kinds: dict[str, str] = field(default_factory=dict)  # strategy name → its kind
     settings: list[SettingRow] = field(default_factory=list)  # where the params leave the papers
+    seed: int | None = None  # the training seed the results are of
 
     def strategies_of_kind(self, kind: str) -> list[str]:
         return [name for name, of_kind in self.strategy_kinds.items() if of_kind == kind]
@@ -135,6 +148,11 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
                 heatmap=heatmap if heatmap.is_file() else None,
                 curves_plot=curves_plot if curves_plot.is_file() else None,
                 head_systems={head_name(h, s): s for h, s in scenario.heads.items()},
+                head_kinds={
+                    head_name(h, s): params.heads[h].kind
+                    for h, s in scenario.heads.items()
+                    if h in params.heads
+                },
                 metrics_dir=metrics,
             )
         )
@@ -142,6 +160,7 @@ def collect_results(params: Params, layout: StudyLayout) -> StudyResults:
         scenarios,
         strategy_kinds={name: s.kind for name, s in params.strategies.items()},
         settings=settings_against_papers(params),
+        seed=params.seed,
     )
     for strategy in params.sequential.strategies:
         summary = layout.metrics(SEQUENTIAL, strategy) / f"{SUMMARY}.json"
