@@ -269,8 +269,8 @@ class TorchFlatIndex(SearchIndex):
                 )
             if mask is not None:
                 scores[:, ~mask] = -torch.inf
-            top_values, top_ids = torch.topk(scores, width, dim=1)
-            values, ids = top_values.cpu().numpy(), top_ids.cpu().numpy()
+            top = torch.topk(scores, width, dim=1)
+            values, ids = top.values.cpu().numpy(), top.indices.cpu().numpy()
             ids[~np.isfinite(values)] = -1
             end = start + len(block)
             scores_out[start:end, :width] = -values if l2 else values
