@@ -54,7 +54,8 @@ def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path)
         split=[splits / "query.parquet", splits / "gallery.parquet"],
         out_dir=Path("embeddings/toy/gen1-bct"),
     ).paths
-    assert [p.name for p in written] == ["query.npy", "gallery.npy"]
+    # With the model's fit beside them, which the evaluation reads instead of the model.
+    assert [p.name for p in written] == ["query.npy", "gallery.npy", "training_fit.json"]
     gallery = np.load(written[1])
     expected = embed(load_model("models/toy/gen1-bct"), TOY_PIXELS[72:80])
     np.testing.assert_allclose(gallery, expected, atol=1e-6)
