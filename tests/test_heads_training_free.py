@@ -331,7 +331,8 @@ def write_scenario(root: Path, dim_old: int = 12, dim_new: int = 12) -> np.ndarr
 def test_the_adapter_study_fits_every_size_and_the_evaluation_and_report_show_them(
     tmp_path: Path,
 ) -> None:
-    from modelupgrade.evaluation.scenario import discover_heads, evaluate_scenario
+    from modelupgrade.evaluation.head_sets import discover_heads
+    from modelupgrade.evaluation.scenario import evaluate_scenario
     from modelupgrade.heads.adapter_study import fit_adapter_study, nested_samples
     from modelupgrade.layout import StudyLayout
     from modelupgrade.report import check_claims, collect_results, write_report

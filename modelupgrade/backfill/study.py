@@ -25,31 +25,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from modelupgrade.arrays import load_array
-from modelupgrade.backfill.engine import backfill_curves, mean_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
-from modelupgrade.backfill.per_query import (
-    largest_drop_se,
-    mean_over_orders,
-    per_query_table,
-    per_query_values,
-)
 from modelupgrade.backfill.plots import plot_curves
-from modelupgrade.backfill.serving_arrays import ServingArrays
-from modelupgrade.backfill.simulate import evaluate_state
-from modelupgrade.backfill.summary import (
-    BackfillSummary,
-    CurveSummary,
-    GridRecord,
-    auc_mean,
-    auc_trapezoid,
-    check_conditions,
+from modelupgrade.backfill.summary import BackfillSummary, GridRecord
+from modelupgrade.backfill.variant_curves import (
+    ReferenceLevels,
+    StudyArrays,
+    VariantCurves,
+    checked_rows,
+    variant_curves,
 )
 from modelupgrade.backfill.variants import ScenarioVariants, scenario_variants
 from modelupgrade.config import Params
@@ -65,9 +54,9 @@ from modelupgrade.layout import (
     StudyLayout,
     embedding_file_name,
 )
-from modelupgrade.ordering import ORDERINGS, OrderingInputs, build_ordering
+from modelupgrade.ordering import ORDERINGS
 from modelupgrade.retrieval.protocol import read_evaluation_splits
-from modelupgrade.serving import SERVING_MODES, build_serving_mode
+from modelupgrade.serving import SERVING_MODES
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +68,6 @@ ARRAY_FIELDS = (
     "rho_gallery",
     "rho_reverse_query",
 )
-QUERY_FIELDS = ("reverse_query", "rho_query", "rho_reverse_query")
 CURVES_FILE = f"{BACKFILL_CURVES}.parquet"
 CURVES_CSV_FILE = f"{BACKFILL_CURVES}.csv"
 PLOT_FILE = f"{BACKFILL_CURVES}.png"
@@ -184,6 +172,64 @@ def output_dirs(
     )
 
 
+def read_study_arrays(
+    params: Params,
+    scenario: str,
+    found: ScenarioVariants,
+    query_split: str | Path | None,
+    gallery_split: str | Path | None,
+    layout: StudyLayout,
+) -> StudyArrays:
+    """The scenario's evaluation splits (``layout``'s unless given) and the old model's arrays of
+    ``found``, each checked to have one row per item of its split."""
+    splits = read_evaluation_splits(
+        params.evaluation.protocol,
+        query_split or layout.split_file(scenario, QUERY_SPLIT),
+        gallery_split or layout.split_file(scenario, GALLERY_SPLIT),
+    )
+    leave_one_out, gallery_labels = splits.leave_one_out, splits.gallery_labels
+    query_labels = gallery_labels if leave_one_out else splits.query_labels
+    query_file = embedding_file_name(GALLERY_SPLIT if leave_one_out else QUERY_SPLIT)
+    gallery_file = embedding_file_name(GALLERY_SPLIT)
+    n, nq = len(gallery_labels), len(query_labels)
+    old_dir = Path(found.old)
+    old_query = checked_rows(
+        load_array(old_dir / query_file, "old query embeddings"), nq, "old query embeddings"
+    )
+    old_gallery = checked_rows(
+        load_array(old_dir / gallery_file, "old gallery embeddings"), n, "old gallery embeddings"
+    )
+    logits = (
+        None
+        if found.old_logits is None
+        else checked_rows(load_array(found.old_logits, "old logits"), n, "old logits")
+    )
+    return StudyArrays(
+        params=params,
+        leave_one_out=leave_one_out,
+        query_labels=query_labels,
+        gallery_labels=gallery_labels,
+        query_file=query_file,
+        gallery_file=gallery_file,
+        old_query=old_query,
+        old_gallery=old_gallery,
+        old_logits=logits,
+        grid=_grid(params, n),
+    )
+
+
+def reference_levels(study: StudyArrays, variants: dict[str, str]) -> ReferenceLevels:
+    """M(old, old), and M(new, new) of the oracle strategy's model when it is a variant: Seo et
+    al.'s end condition (Eq. 7) compares with the independently trained new model."""
+    reference = study.params.evaluation.oracle_strategy
+    return ReferenceLevels(
+        old_old=study.evaluate(study.old_query, study.old_gallery),
+        new_new=study.evaluate(*study.new_embeddings(reference, Path(variants[reference])))
+        if reference in variants
+        else None,
+    )
+
+
 def simulate_backfill(
     params: Params,
     scenario: str,
@@ -202,248 +248,71 @@ def simulate_backfill(
     compared with the old vectors: with ψ, they are the systems whose old-state vectors live in
     the new space, which the oracle order needs."""
     params.scenario(scenario)
-    cfg = params.backfill
-    old, variants, arrays = found.old, found.variants, found.arrays
-    old_logits, compatible = found.old_logits, found.compatible
-    if not variants:
+    if not found.variants:
         raise UserError(
             "no --variant given",
             hint="name at least one upgraded model: --variant bct=embeddings/...",
         )
     layout = layout or StudyLayout()
-    splits = read_evaluation_splits(
-        params.evaluation.protocol,
-        query_split or layout.split_file(scenario, QUERY_SPLIT),
-        gallery_split or layout.split_file(scenario, GALLERY_SPLIT),
-    )
-    leave_one_out, gallery_labels = splits.leave_one_out, splits.gallery_labels
-    query_labels = gallery_labels if leave_one_out else splits.query_labels
-    query_file = embedding_file_name(GALLERY_SPLIT if leave_one_out else QUERY_SPLIT)
-    gallery_file = embedding_file_name(GALLERY_SPLIT)
-    n, nq = len(gallery_labels), len(query_labels)
-    self_index = np.arange(n) if leave_one_out else None
-
-    def rows(array: np.ndarray, count: int, what: str) -> np.ndarray:
-        if len(array) != count:
-            raise UserError(
-                f"{what} has {len(array)} rows but its split has {count}",
-                hint="embeddings must be computed on the same split files, in their order",
-            )
-        return array
-
-    old_dir = Path(old)
-    old_query = rows(
-        load_array(old_dir / query_file, "old query embeddings"), nq, "old query embeddings"
-    )
-    old_gallery = rows(
-        load_array(old_dir / gallery_file, "old gallery embeddings"), n, "old gallery embeddings"
-    )
-    logits = (
-        None if old_logits is None else rows(load_array(old_logits, "old logits"), n, "old logits")
-    )
-    grid = _grid(params, n)
-    topk = tuple(sorted(set(cfg.topk)))
-    memory = cfg.memory_mb * 1024 * 1024
-
-    def evaluate(query: np.ndarray, gallery: np.ndarray) -> dict[str, float]:
-        result = evaluate_state(
-            query,
-            gallery,
-            gallery_labels,
-            leave_one_out,
-            cfg.distance,
-            query_labels=query_labels,
-            topk=topk,
-            map_at_k=cfg.map_at_k,
-            memory_bytes=memory,
-        )
-        return {
-            k: float(v[0])
-            for k, v in result.as_dict().items()
-            if k not in ("t", "cutoff", "nfr", "pfr")
-        }
-
-    def new_embeddings(variant: str, new_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-        query = load_array(new_dir / query_file, f"{variant} query embeddings")
-        gallery = load_array(new_dir / gallery_file, f"{variant} gallery embeddings")
-        return rows(query, nq, "new query"), rows(gallery, n, "new gallery")
-
-    old_old = evaluate(old_query, old_gallery)
-    # Seo et al.'s end condition (Eq. 7) compares with the independently trained new model.
-    reference_system = params.evaluation.oracle_strategy
-    reference_new_new = (
-        evaluate(*new_embeddings(reference_system, Path(variants[reference_system])))
-        if reference_system in variants
-        else None
-    )
-    records: list[pd.DataFrame] = []
-    per_query_tables: list[pd.DataFrame] = []
-    curves: list[CurveSummary] = []
-    skipped: list[dict[str, str]] = []
-    for variant, new_dir_name in variants.items():
-        new_dir = Path(new_dir_name)
-        extra = {
-            field: load_array(path, f"{variant} {field}", ndim=None)
-            for field, path in arrays.get(variant, {}).items()
-        }
-        for field, value in extra.items():
-            rows(value, nq if field in QUERY_FIELDS else n, f"{variant} {field}")
-        sigma2 = extra.pop("sigma2", None)
-        new_query, new_gallery = new_embeddings(variant, new_dir)
-        serving = ServingArrays(
-            old_query=old_query,
-            old_gallery=old_gallery,
-            new_query=new_query,
-            new_gallery=new_gallery,
-        )
-        serving = replace(serving, **extra)
-        assert serving.new_query is not None and serving.new_gallery is not None
-        new_new = evaluate(serving.new_query, serving.new_gallery)
-        forms = serving.forms()
-        mixed = build_serving_mode("mixed").plan(forms)
-        inputs = OrderingInputs(
-            n=n,
-            old_logits=logits,
-            sigma2=None if sigma2 is None else np.asarray(sigma2).reshape(-1),
-            old_state_vectors=serving.systems(mixed).gallery_old_side,
-            new_vectors=serving.new_gallery,
-            old_state_in_new_space=mixed.old_part.gallery == "forward" or variant in compatible,
-        )
-        policies = {name: build_ordering(name) for name in cfg.policies}
-        orderings_of = {
-            name: [
-                policy.order_items(inputs, params.seed + i)
-                for i in range(cfg.random_permutations if policy.draws_from_seed else 1)
-            ]
-            for name, policy in policies.items()
-            if policy.available(inputs)
-        }
-        modes = {name: build_serving_mode(name) for name in cfg.serving_modes}
-        plans = {name: mode.try_plan(forms) for name, mode in modes.items()}
-        curves_of, ends_of, per_query_of = {}, {}, {}
-        for mode_name, plan in plans.items():
-            served = [
-                (name, orderings)
-                for name, orderings in orderings_of.items()
-                if plan is not None and policies[name].orders_for(mode_name)
-            ]
-            if plan is None or not served:
-                continue
-            systems = serving.systems(plan)
-            # The single-system ends of this mode's curves, the same for every policy.
-            ends_of[mode_name] = (
-                evaluate(systems.query_old_side, systems.gallery_old_side),
-                evaluate(systems.query_new_side, systems.gallery_new_side),
-            )
-            # Every order of every policy over this mode's systems, each query block ranked once.
-            results = iter(
-                backfill_curves(
-                    systems,
-                    query_labels,
-                    gallery_labels,
-                    [ordering for _, orderings in served for ordering in orderings],
-                    grid.cutoffs,
-                    grid.t,
-                    self_index=self_index,
-                    distance=cfg.distance,
-                    topk=topk,
-                    map_at_k=cfg.map_at_k,
-                    memory_bytes=memory,
-                )
-            )
-            for name, orderings in served:
-                drawn = [next(results) for _ in orderings]
-                curves_of[name, mode_name] = mean_curve([r.as_dict() for r in drawn])
-                per_query_of[name, mode_name] = mean_over_orders(
-                    [per_query_values(r) for r in drawn]
-                )
-        for policy_name, policy in policies.items():
-            if policy_name not in orderings_of:
-                skipped.append(
-                    {"strategy": variant, "policy": policy_name, "reason": policy.description}
-                )
-                continue
-            orderings = orderings_of[policy_name]
-            for mode_name, mode in modes.items():
-                refused = (
-                    None
-                    if policy.orders_for(mode_name)
-                    else f"the {policy_name} order is meant for {policy.serving_modes} only"
-                )
-                if refused or plans[mode_name] is None:
-                    skipped.append(
-                        {
-                            "strategy": variant,
-                            "policy": policy_name,
-                            "mode": mode_name,
-                            "reason": refused or mode.description,
-                        }
-                    )
-                    continue
-                log.info(
-                    "%s / %s / %s: %d points over %d items, %d order(s)",
-                    variant,
-                    policy_name,
-                    mode_name,
-                    len(grid),
-                    n,
-                    len(orderings),
-                )
-                values = curves_of[policy_name, mode_name]
-                per_query = per_query_of[policy_name, mode_name]
-                per_query_tables.append(
-                    per_query_table(variant, policy_name, mode_name, values["t"], per_query)
-                )
-                table = pd.DataFrame(values)
-                table.insert(0, "permutations", len(orderings))
-                table.insert(0, "deployable", policy.deployable)
-                table.insert(0, "mode", mode_name)
-                table.insert(0, "policy", policy_name)
-                table.insert(0, "strategy", variant)
-                records.append(table)
-                start, end = ends_of[mode_name]
-                curves.append(
-                    CurveSummary(
-                        strategy=variant,
-                        policy=policy_name,
-                        mode=mode_name,
-                        deployable=policy.deployable,
-                        auc_mean={m: auc_mean(values[m]) for m in start},
-                        auc_trapezoid={m: auc_trapezoid(values["t"], values[m]) for m in start},
-                        conditions={
-                            m: check_conditions(
-                                values[m],
-                                old_old[m],
-                                None if reference_new_new is None else reference_new_new[m],
-                                drop_se=largest_drop_se(per_query[m]),
-                            )
-                            for m in ("top1", "mAP")
-                        },
-                        start={m: float(values[m][0]) for m in start},
-                        end={m: float(values[m][-1]) for m in start},
-                        start_single_system=start,
-                        end_single_system=end,
-                        endpoints_match=all(
-                            abs(values[m][0] - start[m]) < 1e-9
-                            and abs(values[m][-1] - end[m]) < 1e-9
-                            for m in start
-                        ),
-                        max_negative_flip_rate=float(values["nfr"].max()),
-                        new_new=new_new,
-                        permutations=len(orderings),
-                    )
-                )
-    if not records:
+    study = read_study_arrays(params, scenario, found, query_split, gallery_split, layout)
+    levels = reference_levels(study, found.variants)
+    every = VariantCurves()
+    for variant, new_dir in found.variants.items():
+        arrays = found.arrays.get(variant, {})
+        compatible = variant in found.compatible
+        one = variant_curves(study, variant, Path(new_dir), arrays, compatible, levels)
+        every.tables += one.tables
+        every.per_query += one.per_query
+        every.curves += one.curves
+        every.skipped += one.skipped
+    if not every.tables:
         raise UserError(
             "no (strategy, policy, serving mode) combination had the inputs it needs",
             hint="pass new embeddings with --variant and head outputs with --array",
         )
-
-    tidy = pd.concat(records, ignore_index=True)
+    summary = study_summary(scenario, study, levels, every)
     metrics_dir, plots_dir = output_dirs(scenario, metrics_dir, plots_dir, layout)
+    write_study(metrics_dir, plots_dir, every, summary)
+    return summary
+
+
+def study_summary(
+    scenario: str, study: StudyArrays, levels: ReferenceLevels, every: VariantCurves
+) -> BackfillSummary:
+    """The study's summary (``backfill_summary.json``): its setting, the reference levels, every
+    curve's summary and every combination skipped."""
+    cfg = study.params.backfill
+    return BackfillSummary(
+        scenario=scenario,
+        protocol="leave-one-out" if study.leave_one_out else "query-gallery",
+        distance=cfg.distance,
+        grid=GridRecord(
+            kind=cfg.grid, t=study.grid.t.tolist(), cutoffs=study.grid.cutoffs.tolist()
+        ),
+        gallery_size=study.n,
+        queries=study.nq,
+        old_old=levels.old_old,
+        reference_system=study.params.evaluation.oracle_strategy
+        if levels.new_new is not None
+        else None,
+        reference_new_new=levels.new_new,
+        primary_auc=cfg.primary_auc,
+        curves=every.curves,
+        skipped=every.skipped,
+        policies_known=ORDERINGS.names(),
+        serving_modes_known=SERVING_MODES.names(),
+    )
+
+
+def write_study(
+    metrics_dir: Path, plots_dir: Path, every: VariantCurves, summary: BackfillSummary
+) -> None:
+    """The study's files: the tidy curves (parquet, CSV), their per-query areas, one CSV per curve
+    for dvc plots, the summary and the figure."""
+    tidy = pd.concat(every.tables, ignore_index=True)
     save_parquet(metrics_dir / CURVES_FILE, tidy)
     save_parquet(
-        metrics_dir / BACKFILL_PER_QUERY_FILE, pd.concat(per_query_tables, ignore_index=True)
+        metrics_dir / BACKFILL_PER_QUERY_FILE, pd.concat(every.per_query, ignore_index=True)
     )
     write_text(metrics_dir / CURVES_CSV_FILE, tidy.to_csv(index=False))
     with atomic_path(metrics_dir / BACKFILL_PLOTS_DIR) as tmp:
@@ -454,28 +323,14 @@ def simulate_backfill(
             part.drop(columns=["strategy", "policy", "mode", "deployable", "permutations"]).to_csv(
                 tmp / f"{strategy}__{policy}__{mode}.csv", index=False
             )
-    summary = BackfillSummary(
-        scenario=scenario,
-        protocol="leave-one-out" if leave_one_out else "query-gallery",
-        distance=cfg.distance,
-        grid=GridRecord(kind=cfg.grid, t=grid.t.tolist(), cutoffs=grid.cutoffs.tolist()),
-        gallery_size=n,
-        queries=nq,
-        old_old=old_old,
-        reference_system=reference_system if reference_new_new is not None else None,
-        reference_new_new=reference_new_new,
-        primary_auc=cfg.primary_auc,
-        curves=curves,
-        skipped=skipped,
-        policies_known=ORDERINGS.names(),
-        serving_modes_known=SERVING_MODES.names(),
-    )
     write_json(metrics_dir / BACKFILL_SUMMARY_FILE, summary.as_dict())
     plot_curves(tidy, summary, plots_dir / PLOT_FILE)
     log.info(
-        "%d curves written to %s (%d combinations skipped)", len(curves), metrics_dir, len(skipped)
+        "%d curves written to %s (%d combinations skipped)",
+        len(summary.curves),
+        metrics_dir,
+        len(summary.skipped),
     )
-    return summary
 
 
 def report_files(metrics_dir: Path, plots_dir: Path) -> list[Path]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,89 +125,29 @@ def train_and_save_head(
     """Train (or take from the new model's training) the head ``heads.<name>`` and save it to
     ``out``; returns its card."""
     head_params = head_entry(params, name)
-    head_class = HEADS.get(head_params.kind)
     training = resolve_training(head_params)
-    device = select_device(params.device)
     seed_everything(params.seed)
 
     old = load_embeddings(old_embeddings, "old embeddings")
     new = load_embeddings(new_embeddings, "new embeddings")
     side = load_embeddings(side_info, "side information") if side_info is not None else None
     data = EmbeddingPairs(old, new, load_labels(labels), side)
-
     previous_dirs = [str(p) for p in previous_heads]
-    inputs = None
-    # BiCT Eq. 9: ψ_1 takes F_0 itself; the momentum mix of F_{i−1} and F_{i−2} starts at ψ_2, so
-    # one head entry serves every generation of a chain.
-    momentum = training.input_momentum if previous_dirs else 0.0
-    if training.input_momentum and not previous_dirs:
-        log.info(
-            "heads.%s: the first head of a chain takes the old vectors as they are; its "
-            "input_momentum %s applies from the second generation on",
-            name,
-            training.input_momentum,
-        )
-    if previous_dirs:
-        if head_class.direction != "forward":
-            raise UserError(
-                "--previous-heads chains forward adapters; a reverse head cannot follow them"
-            )
-        previous = [load_head(d)[0] for d in previous_dirs]
-        momenta = [read_head_card(d).input_momentum for d in previous_dirs]
-        inputs = HeadChain(previous, momenta).next_input(old, momentum)
-
+    chain = chain_input(name, head_params, training, previous_dirs, old)
     in_dim, out_dim = head_dims(head_params.kind, old.shape[1], new.shape[1])
-    if inputs is not None:
-        in_dim = inputs.shape[1]
-    sources = {
-        "old_embeddings": source_entry(old_embeddings),
-        "new_embeddings": source_entry(new_embeddings),
-        "labels": source_entry(labels),
-        "new_model": source_entry(new_model),
-        "old_model": source_entry(old_model),
-        "side_info": source_entry(side_info),
-    }
-
-    joint = (
-        head_class.trained_with(new_model, head_params.options) if new_model is not None else None
-    )
+    if chain.inputs is not None:
+        in_dim = chain.inputs.shape[1]
+    joint = joint_head(name, head_params, new_model, in_dim, out_dim)
     if joint is not None:
         head: Head = joint
-        if (head.in_dim, head.out_dim) != (in_dim, out_dim):
-            raise UserError(
-                f"the head trained with {new_model} maps {head.in_dim}-d to {head.out_dim}-d, "
-                f"but the embeddings are {in_dim}-d old and {out_dim}-d new",
-                hint="pass the embeddings of the models this head was trained with",
-            )
         record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
-        log.info("head %s: using the head trained jointly with %s", name, new_model)
     else:
-        classifier = (
-            load_new_classifier(new_model)
-            if head_class.needs_classifier and new_model is not None
-            else None
+        head, record = standalone_head(
+            params, head_params, training, data, (in_dim, out_dim), new_model, chain.inputs
         )
-        head = build_head(
-            head_params.kind,
-            in_dim,
-            out_dim,
-            training.hidden_dim,
-            training.depth,
-            options=head_params.options,
-            side_info_dim=0 if side is None else side.shape[1],
-        )
-        result = fit_head(
-            head,
-            data,
-            training,
-            classifier=classifier,
-            device=device,
-            seed=params.seed,
-            inputs=inputs,
-        )
-        head = head.cpu()
-        record = training_record(head, training, result, device, params.seed)
-    source_vectors = inputs if inputs is not None else (old if head.direction == "forward" else new)
+    source_vectors = (
+        chain.inputs if chain.inputs is not None else (old if head.direction == "forward" else new)
+    )
     target_vectors = new if head.direction == "forward" else old
     record["fit_cosine"] = fit_cosine(
         head, source_vectors, target_vectors, old if head.takes_old_embedding else side
@@ -215,10 +156,17 @@ def train_and_save_head(
         head,
         out,
         name=name,
-        input_momentum=momentum,
+        input_momentum=chain.momentum,
         previous_heads=previous_dirs,
         training=record,
-        sources=sources,
+        sources={
+            "old_embeddings": source_entry(old_embeddings),
+            "new_embeddings": source_entry(new_embeddings),
+            "labels": source_entry(labels),
+            "new_model": source_entry(new_model),
+            "old_model": source_entry(old_model),
+            "side_info": source_entry(side_info),
+        },
     )
     log.info(
         "head %s (%s) saved to %s: fit cosine %.4f, %d MACs per embedding",
@@ -229,3 +177,95 @@ def train_and_save_head(
         card.macs_per_embedding,
     )
     return card
+
+
+@dataclass(frozen=True)
+class ChainInput:
+    """What a head of a sequential chain trains on: the chain's current gallery state of the old
+    embeddings (None for a head that takes them as they are), and its input momentum."""
+
+    inputs: np.ndarray | None
+    momentum: float
+
+
+def chain_input(
+    name: str,
+    head_params: HeadParams,
+    training: HeadTraining,
+    previous_dirs: Sequence[str],
+    old: np.ndarray,
+) -> ChainInput:
+    """The input of head ``name`` after the chain's ``previous_dirs`` heads (oldest first)."""
+    # BiCT Eq. 9: ψ_1 takes F_0 itself; the momentum mix of F_{i−1} and F_{i−2} starts at ψ_2, so
+    # one head entry serves every generation of a chain.
+    momentum = training.input_momentum if previous_dirs else 0.0
+    if training.input_momentum and not previous_dirs:
+        log.info(
+            "heads.%s: the first head of a chain takes the old vectors as they are; its "
+            "input_momentum %s applies from the second generation on",
+            name,
+            training.input_momentum,
+        )
+    if not previous_dirs:
+        return ChainInput(None, momentum)
+    if HEADS.get(head_params.kind).direction != "forward":
+        raise UserError(
+            "--previous-heads chains forward adapters; a reverse head cannot follow them"
+        )
+    previous = [load_head(d)[0] for d in previous_dirs]
+    momenta = [read_head_card(d).input_momentum for d in previous_dirs]
+    return ChainInput(HeadChain(previous, momenta).next_input(old, momentum), momentum)
+
+
+def joint_head(
+    name: str, head_params: HeadParams, new_model: str | Path | None, in_dim: int, out_dim: int
+) -> Head | None:
+    """The head of this kind trained jointly with ``new_model`` (DMU's ψ), checked to map the
+    embeddings' widths; None where the kind has none there."""
+    if new_model is None:
+        return None
+    head = HEADS.get(head_params.kind).trained_with(new_model, head_params.options)
+    if head is None:
+        return None
+    if (head.in_dim, head.out_dim) != (in_dim, out_dim):
+        raise UserError(
+            f"the head trained with {new_model} maps {head.in_dim}-d to {head.out_dim}-d, "
+            f"but the embeddings are {in_dim}-d old and {out_dim}-d new",
+            hint="pass the embeddings of the models this head was trained with",
+        )
+    log.info("head %s: using the head trained jointly with %s", name, new_model)
+    return head
+
+
+def standalone_head(
+    params: Params,
+    head_params: HeadParams,
+    training: HeadTraining,
+    data: EmbeddingPairs,
+    dims: tuple[int, int],
+    new_model: str | Path | None,
+    inputs: np.ndarray | None,
+) -> tuple[Head, dict[str, Any]]:
+    """A new head of ``dims`` (input, output) trained on ``data`` (its input replaced by
+    ``inputs`` where given), through the new model's classifier where its kind needs it; returns
+    it on the CPU with its training record."""
+    device = select_device(params.device)
+    # Loaded before the head is built: building the new model draws from the seeded RNG the
+    # head's initial weights then come from.
+    classifier = (
+        load_new_classifier(new_model)
+        if HEADS.get(head_params.kind).needs_classifier and new_model is not None
+        else None
+    )
+    head = build_head(
+        head_params.kind,
+        *dims,
+        training.hidden_dim,
+        training.depth,
+        options=head_params.options,
+        side_info_dim=0 if data.side_info is None else data.side_info.shape[1],
+    )
+    result = fit_head(
+        head, data, training, classifier, device=device, seed=params.seed, inputs=inputs
+    )
+    return head.cpu(), training_record(head, training, result, device, params.seed)

@@ -95,6 +95,43 @@ def fit_head(
     (Procrustes, low-rank affine, SLERP) stops there: no epochs, its fit's loss is the record.
     """
     device = torch.device(device)
+    _check_dimensions(head, data, inputs)
+    # A head that reads the old embedding of its input (SLERP) trains with the old embeddings of
+    # the training images as that side input.
+    side_array = data.old if head.takes_old_embedding else data.side_info
+    if (side_array is None) != (head.side_info_dim == 0) or (
+        side_array is not None and side_array.shape[1] != head.side_info_dim
+    ):
+        raise UserError(
+            f"head {head.registry_name!r} expects side information of width {head.side_info_dim}"
+        )
+    classifier = _frozen_classifier(head, data, classifier, device)
+    pairs = _TrainingTensors.of(head, data, inputs, side_array, classifier, device)
+    head.to(device).train()
+    started = time.perf_counter()
+    with torch.no_grad():
+        if head.direction == "forward":
+            head.fit_closed_form(pairs.old, pairs.new)
+        else:
+            head.fit_closed_form(pairs.new, pairs.old)
+        # A closed form with a hyper-parameter chosen on held-out pairs (SLERP's α) chooses it.
+        head.calibrate(pairs.batch())
+    if not head.iterative:
+        # Fitted in closed form: the training loss of the fit is the whole record.
+        head.eval()
+        with torch.no_grad():
+            loss = head.loss(pairs.batch())
+        seconds = time.perf_counter() - started
+        log.info("head %s fitted in closed form: loss %.5f", head.registry_name, float(loss))
+        return TrainingResult([float(loss)], 0, seconds)
+    result = _train_epochs(head, pairs, data.labels, training, seed)
+    result.seconds = time.perf_counter() - started
+    head.eval()
+    return result
+
+
+def _check_dimensions(head: Head, data: EmbeddingPairs, inputs: np.ndarray | None) -> None:
+    """Refuse training embeddings (or replacing ``inputs``) of other widths than the head maps."""
     old_dim, new_dim = data.old.shape[1], data.new.shape[1]
     source_dim = old_dim if head.direction == "forward" else new_dim
     target_dim = new_dim if head.direction == "forward" else old_dim
@@ -109,84 +146,111 @@ def fit_head(
             hint="check --old-embeddings / --new-embeddings "
             "(a forward head maps old → new, a reverse head new → old)",
         )
-    # A head that reads the old embedding of its input (SLERP) trains with the old embeddings of
-    # the training images as that side input.
-    side_array = data.old if head.takes_old_embedding else data.side_info
-    if (side_array is None) != (head.side_info_dim == 0) or (
-        side_array is not None and side_array.shape[1] != head.side_info_dim
-    ):
-        raise UserError(
-            f"head {head.registry_name!r} expects side information of width {head.side_info_dim}"
-        )
+
+
+def _frozen_classifier(
+    head: Head, data: EmbeddingPairs, classifier: MarginClassifier | None, device: torch.device
+) -> MarginClassifier | None:
+    """The new model's classifier a head trains through, checked against the training data, as a
+    frozen private copy on ``device`` (the caller's keeps its mode and gradients)."""
     if head.needs_classifier and classifier is None:
         raise UserError(
             f"head {head.registry_name!r} trains through the new model's "
             "classifier, but none was given",
             hint="pass --new-model <dir of the new model>",
         )
-    if classifier is not None:
-        n_classes = int(data.labels.max()) + 1
-        if classifier.num_classes < n_classes or classifier.weight.shape[1] != head.out_dim:
-            raise UserError(
-                f"the new classifier ({classifier.num_classes} classes, "
-                f"{classifier.weight.shape[1]}-d) does not fit the training data ({n_classes} "
-                f"classes, {head.out_dim}-d head output)",
-                hint="use the classifier of the model whose embeddings are --new-embeddings",
-            )
-        # A frozen private copy: the caller's classifier keeps its mode and gradients.
-        classifier = copy.deepcopy(classifier).to(device).eval().requires_grad_(False)
+    if classifier is None:
+        return None
+    n_classes = int(data.labels.max()) + 1
+    if classifier.num_classes < n_classes or classifier.weight.shape[1] != head.out_dim:
+        raise UserError(
+            f"the new classifier ({classifier.num_classes} classes, "
+            f"{classifier.weight.shape[1]}-d) does not fit the training data ({n_classes} "
+            f"classes, {head.out_dim}-d head output)",
+            hint="use the classifier of the model whose embeddings are --new-embeddings",
+        )
+    return copy.deepcopy(classifier).to(device).eval().requires_grad_(False)
 
-    def to_device(array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        # a copy: inputs may be read-only
-        return torch.tensor(np.asarray(array), dtype=dtype, device=device)
 
-    old = to_device(data.old)
-    new = to_device(data.new)
-    if inputs is not None:
-        replaced = to_device(inputs)
-        old, new = (replaced, new) if head.direction == "forward" else (old, replaced)
-    labels = to_device(data.labels, torch.int64)
-    side_info = None if side_array is None else to_device(side_array)
+@dataclass(frozen=True)
+class _TrainingTensors:
+    """The whole training set on the device: the head's old and new embeddings (its input replaced
+    where the caller gives one), labels, side information, and the classifier it trains through."""
 
-    head.to(device).train()
-    started = time.perf_counter()
-    with torch.no_grad():
-        if head.direction == "forward":
-            head.fit_closed_form(old, new)
-        else:
-            head.fit_closed_form(new, old)
-        # A closed form with a hyper-parameter chosen on held-out pairs (SLERP's α) chooses it.
-        head.calibrate(HeadBatch(old, new, labels, side_info, classifier))
-    if not head.iterative:
-        # Fitted in closed form: the training loss of the fit is the whole record.
-        head.eval()
-        with torch.no_grad():
-            loss = head.loss(HeadBatch(old, new, labels, side_info, classifier))
-        seconds = time.perf_counter() - started
-        log.info("head %s fitted in closed form: loss %.5f", head.registry_name, float(loss))
-        return TrainingResult([float(loss)], 0, seconds)
+    old: torch.Tensor
+    new: torch.Tensor
+    labels: torch.Tensor
+    side_info: torch.Tensor | None
+    classifier: MarginClassifier | None
+    device: torch.device
+
+    @classmethod
+    def of(
+        cls,
+        head: Head,
+        data: EmbeddingPairs,
+        inputs: np.ndarray | None,
+        side_array: np.ndarray | None,
+        classifier: MarginClassifier | None,
+        device: torch.device,
+    ) -> _TrainingTensors:
+        def to_device(array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            # a copy: inputs may be read-only
+            return torch.tensor(np.asarray(array), dtype=dtype, device=device)
+
+        old = to_device(data.old)
+        new = to_device(data.new)
+        if inputs is not None:
+            replaced = to_device(inputs)
+            old, new = (replaced, new) if head.direction == "forward" else (old, replaced)
+        labels = to_device(data.labels, torch.int64)
+        side_info = None if side_array is None else to_device(side_array)
+        return cls(old, new, labels, side_info, classifier, device)
+
+    def batch(self, rows: np.ndarray | None = None) -> HeadBatch:
+        """The rows ``rows`` (all of them by default) as a head's batch."""
+        if rows is None:
+            return HeadBatch(self.old, self.new, self.labels, self.side_info, self.classifier)
+        index = torch.as_tensor(rows, device=self.device)
+        return HeadBatch(
+            old=self.old[index],
+            new=self.new[index],
+            labels=self.labels[index],
+            side_info=None if self.side_info is None else self.side_info[index],
+            classifier=self.classifier,
+        )
+
+
+def _optimizer(head: Head, training: HeadTraining) -> torch.optim.Optimizer:
     parameters = [p for p in head.parameters() if p.requires_grad]
     if training.optimizer == "sgd":
-        optimizer: torch.optim.Optimizer = torch.optim.SGD(
+        return torch.optim.SGD(
             parameters,
             lr=training.lr,
             momentum=training.momentum,
             weight_decay=training.weight_decay,
         )
-    else:
-        optimizer = torch.optim.Adam(parameters, lr=training.lr, weight_decay=training.weight_decay)
+    return torch.optim.Adam(parameters, lr=training.lr, weight_decay=training.weight_decay)
 
+
+def _train_epochs(
+    head: Head,
+    pairs: _TrainingTensors,
+    labels: np.ndarray,
+    training: HeadTraining,
+    seed: int,
+) -> TrainingResult:
+    """``training.epochs`` epochs of minibatch steps under the warm-up and cosine schedule, the
+    batches drawn from ``seed`` (class-balanced for a head that asks); BatchNorm frozen from
+    ``training.freeze_bn_after`` of the epochs on."""
+    optimizer = _optimizer(head, training)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     samples_per_class = getattr(head.options, "samples_per_class", 2)
 
     def batches(generator: np.random.Generator) -> list[np.ndarray]:
         return epoch_batches(
-            data.labels,
-            training.batch_size,
-            head.class_balanced_batches,
-            samples_per_class,
-            generator,
+            labels, training.batch_size, head.class_balanced_batches, samples_per_class, generator
         )
 
     steps_per_epoch = len(batches(np.random.default_rng(0)))
@@ -197,7 +261,6 @@ def fit_head(
         if training.freeze_bn_after < 1
         else None
     )
-
     result = TrainingResult()
     step = 0
     for epoch in range(training.epochs):
@@ -205,14 +268,7 @@ def fit_head(
             _freeze_batchnorm(head)
         losses = []
         for rows in batches(rng):
-            index = torch.as_tensor(rows, device=device)
-            batch = HeadBatch(
-                old=old[index],
-                new=new[index],
-                labels=labels[index],
-                side_info=None if side_info is None else side_info[index],
-                classifier=classifier,
-            )
+            batch = pairs.batch(rows)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(
                     step,
@@ -222,17 +278,7 @@ def fit_head(
                     training.warmup_start_ratio,
                     training.lr_min_ratio,
                 )
-            loss = head.loss(batch)
-            if not torch.isfinite(loss):
-                raise UserError(
-                    f"head {head.registry_name!r} diverged (loss {loss.item()}) "
-                    f"at epoch {epoch + 1}",
-                    hint="lower heads.<name>.lr in params.yaml",
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.detach())
+            losses.append(_step(head, optimizer, batch, epoch))
             step += 1
         result.epoch_losses.append(float(torch.stack(losses).mean()))
         log.info(
@@ -243,6 +289,20 @@ def fit_head(
             result.epoch_losses[-1],
         )
     result.steps = step
-    result.seconds = time.perf_counter() - started
-    head.eval()
     return result
+
+
+def _step(
+    head: Head, optimizer: torch.optim.Optimizer, batch: HeadBatch, epoch: int
+) -> torch.Tensor:
+    """One optimiser step on the head's loss of ``batch``; refuses a loss that is not finite."""
+    loss = head.loss(batch)
+    if not torch.isfinite(loss):
+        raise UserError(
+            f"head {head.registry_name!r} diverged (loss {loss.item()}) at epoch {epoch + 1}",
+            hint="lower heads.<name>.lr in params.yaml",
+        )
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()

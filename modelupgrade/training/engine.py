@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
@@ -44,6 +44,10 @@ from modelupgrade.models import (
 from modelupgrade.runtime import enable_determinism, seed_everything
 from modelupgrade.schedule import learning_rate
 from modelupgrade.strategies import CompatibilityStrategy, StepInputs, TrainingContext
+from modelupgrade.training.augment import BatchAugment
+
+if TYPE_CHECKING:
+    from modelupgrade.training.distributed import DataParallel
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,112 @@ class TrainingPlan:
         return min(self.steps_per_epoch, self.total_steps - epoch * self.steps_per_epoch)
 
 
+def _check_training_data(model: EmbeddingModel, images: torch.Tensor, labels: torch.Tensor) -> None:
+    """Refuse images that are not a uint8 (N, C, H, W) tensor of at least two, or labels that do
+    not name one of the model's classes per image."""
+    if images.dtype != torch.uint8 or images.ndim != 4:
+        raise UserError(
+            f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} "
+            f"{tuple(images.shape)}"
+        )
+    n = images.shape[0]
+    if n < 2:
+        raise UserError(f"training needs at least 2 images, got {n}")
+    if labels.shape != (n,):
+        raise UserError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
+    if int(labels.max()) >= model.num_classes:
+        raise UserError(
+            f"label {int(labels.max())} is out of range for a {model.num_classes}-class model"
+        )
+
+
+@dataclass(frozen=True)
+class _FitRun:
+    """What one fit sets up once: the models and the strategy, the data on the process's device,
+    the step plan, the optimiser, and how each step draws its views."""
+
+    model: EmbeddingModel
+    strategy: CompatibilityStrategy
+    context: TrainingContext
+    data_parallel: DataParallel
+    images: torch.Tensor
+    labels: torch.Tensor
+    plan: TrainingPlan
+    batch_size: int  # the global batch
+    local_rows: slice  # this process's rows of every global batch
+    optimizer: torch.optim.Optimizer
+    strategy_trainable: list[torch.nn.Parameter]
+    step_old_model: EmbeddingModel | None  # the old model each step runs, if the strategy asks
+    augment: BatchAugment
+    separate_old_view: bool  # the old model sees its own augmented view of the batch
+
+    @property
+    def device(self) -> torch.device:
+        return self.data_parallel.device
+
+    @property
+    def n(self) -> int:
+        return int(self.images.shape[0])
+
+
+@dataclass
+class _Progress:
+    """A fit's progress bar and its running counts: images trained, when it started, when the last
+    resume checkpoint was written."""
+
+    bar: tqdm
+    started: float = field(default_factory=time.perf_counter)
+    last_checkpoint: float = field(default_factory=time.perf_counter)
+    trained_images: int = 0
+
+    def show(self, step: int, loss: float) -> None:
+        elapsed = time.perf_counter() - self.started
+        self.bar.update(step + 1 - self.bar.n)
+        self.bar.set_postfix(
+            loss=f"{loss:.3f}",
+            img_s=f"{self.trained_images / max(elapsed, 1e-9):.0f}",
+            refresh=False,
+        )
+
+
+def _train_step(
+    run: _FitRun,
+    forward_model: Callable[..., torch.Tensor],
+    global_rows: torch.Tensor,
+    generator: torch.Generator,
+    epoch: int,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One SGD step on this process's rows of the global batch ``global_rows``: the classification
+    loss and the strategy's terms (on the all-gathered batch); returns the loss and its terms."""
+    index = global_rows[run.local_rows].to(run.images.device)
+    batch = run.images.index_select(0, index).to(run.device, non_blocking=True)
+    batch_labels = run.labels.index_select(0, index.to(run.device))
+    new_view = run.augment(batch, generator)
+    old_view = run.augment(batch, generator) if run.separate_old_view else new_view
+    with autocast_for(run.device):
+        new_features = forward_model(new_view)
+        old_features = None
+        if run.step_old_model is not None:
+            with torch.no_grad():
+                old_features = run.step_old_model(old_view).detach()
+        terms = {"classification": run.model.classifier.loss(new_features, batch_labels)}
+        gather = run.data_parallel.gather
+        global_batch = StepInputs(
+            gather(batch_labels),
+            gather(new_features),
+            None if old_features is None else gather(old_features),
+            run.model,
+            epoch,
+        )
+        terms.update(run.strategy.losses(global_batch))
+    loss = torch.stack([t.float() for t in terms.values()]).sum()
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    run.data_parallel.average_gradients(run.strategy_trainable)
+    run.optimizer.step()
+    return loss, terms
+
+
 class Trainer:
     def __init__(
         self,
@@ -161,25 +271,49 @@ class Trainer:
         ``old_training_features`` (N, D_old), when given, are the old embeddings of ``images``
         (an embeddings-only old model's vectors), used instead of running the old model on them.
         """
+        _check_training_data(model, images, labels)
+        run = self._set_up(model, images, labels, strategy, old_model, old_training_features)
+        result = TrainingResult(
+            images_on_device=run.images.device.type == run.device.type,
+            world_size=run.data_parallel.world_size,
+        )
+        fingerprint = _fingerprint(model, strategy, self.params, self.seed, run.n)
+        start_epoch = self._maybe_resume(fingerprint, model, strategy, run.optimizer, result)
+        # Wrapped after resuming: DDP takes the parameters as they are when it wraps the model.
+        forward_model: Callable[..., torch.Tensor] = run.data_parallel.wrap(model)
+        if self.params.compile and run.device.type == "cuda":
+            forward_model = torch.compile(forward_model)
+        progress = _Progress(self._progress_bar(run, start_epoch))
+        try:
+            for epoch in range(start_epoch, run.plan.epochs):
+                result.history.append(self._train_epoch(run, forward_model, epoch, progress))
+                if run.data_parallel.is_primary:
+                    self._after_epoch(run, epoch, fingerprint, result, progress)
+        finally:
+            progress.bar.close()
+        total_steps = run.plan.total_steps
+        result.seconds = time.perf_counter() - progress.started
+        result.steps = total_steps - min(total_steps, start_epoch * run.plan.steps_per_epoch)
+        result.images_per_second = progress.trained_images / max(result.seconds, 1e-9)
+        model.eval()
+        strategy.eval()
+        return result
+
+    def _set_up(
+        self,
+        model: EmbeddingModel,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        strategy: CompatibilityStrategy,
+        old_model: EmbeddingModel | None,
+        old_training_features: torch.Tensor | None,
+    ) -> _FitRun:
+        """Join the process group, seed, put the data and the models on the device, set the
+        strategy up and build the optimiser over the model's and the strategy's parameters."""
         # Imported here: torch.distributed loads only when a model is trained.
         from modelupgrade.training.distributed import join_process_group
 
         p = self.params
-        if images.dtype != torch.uint8 or images.ndim != 4:
-            raise UserError(
-                f"training images must be a uint8 (N, C, H, W) tensor, got {images.dtype} "
-                f"{tuple(images.shape)}"
-            )
-        n = images.shape[0]
-        if n < 2:
-            raise UserError(f"training needs at least 2 images, got {n}")
-        if labels.shape != (n,):
-            raise UserError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
-        if int(labels.max()) >= model.num_classes:
-            raise UserError(
-                f"label {int(labels.max())} is out of range for a {model.num_classes}-class model"
-            )
-
         data_parallel = join_process_group(self.device)
         device = data_parallel.device
         seed_everything(self.seed)
@@ -196,7 +330,7 @@ class Trainer:
         if old_model is not None and runs_on_images(old_model):
             old_model.to(device).eval().requires_grad_(False)
             old_model.to(memory_format=torch.channels_last)
-
+        n = images.shape[0]
         batch_size = min(p.batch_size, n)
         plan = TrainingPlan.of(p, n, batch_size)
         context = TrainingContext(
@@ -208,158 +342,132 @@ class Trainer:
             if old_training_features is None
             else old_training_features.to(device).float(),
         )
-        # Only a strategy that compares each batch with the old model runs it on every step.
-        step_old_model = context.old_model if strategy.runs_old_model else None
         strategy.setup(model, context)
         strategy.to(device)
-        trainable = [q for q in model.parameters() if q.requires_grad]
         strategy_trainable = [q for q in strategy.parameters() if q.requires_grad]
-        trainable += strategy_trainable
-        optimizer = torch.optim.SGD(
-            trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
+        trainable = [q for q in model.parameters() if q.requires_grad] + strategy_trainable
+        return _FitRun(
+            model=model,
+            strategy=strategy,
+            context=context,
+            data_parallel=data_parallel,
+            images=images,
+            labels=labels,
+            plan=plan,
+            batch_size=batch_size,
+            local_rows=data_parallel.local_rows(batch_size),
+            optimizer=torch.optim.SGD(
+                trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
+            ),
+            strategy_trainable=strategy_trainable,
+            # Only a strategy that compares each batch with the old model runs it on every step.
+            step_old_model=context.old_model if strategy.runs_old_model else None,
+            augment=data_parallel.augmentation(p.crop_scale, p.crop_ratio, p.hflip),
+            separate_old_view=strategy.options.old_view == "separate",
         )
 
-        local_rows = data_parallel.local_rows(batch_size)
-        steps_per_epoch, total_steps = plan.steps_per_epoch, plan.total_steps
-        augment = data_parallel.augmentation(p.crop_scale, p.crop_ratio, p.hflip)
-        separate_old_view = strategy.options.old_view == "separate"
-        result = TrainingResult(
-            images_on_device=images.device.type == device.type, world_size=data_parallel.world_size
-        )
-
-        fingerprint = _fingerprint(model, strategy, p, self.seed, n)
-        start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
-        forward_model: Callable[..., torch.Tensor] = data_parallel.wrap(model)
-        if p.compile and device.type == "cuda":
-            forward_model = torch.compile(forward_model)
-        bar = tqdm(
-            total=total_steps,
-            initial=start_epoch * steps_per_epoch,
+    def _progress_bar(self, run: _FitRun, start_epoch: int) -> tqdm:
+        return tqdm(
+            total=run.plan.total_steps,
+            initial=start_epoch * run.plan.steps_per_epoch,
             desc=self.description,
-            disable=not data_parallel.is_primary
+            disable=not run.data_parallel.is_primary
             or (None if self.progress is None else not self.progress),
             mininterval=1.0,
             dynamic_ncols=True,
         )
-        started = last_checkpoint = time.perf_counter()
-        trained_images = 0
-        try:
-            for epoch in range(start_epoch, plan.epochs):
-                model.train()
-                strategy.train()
-                strategy.on_epoch_start(epoch, model, context)
-                model.train()
-                generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                order = torch.randperm(n, generator=generator)[: steps_per_epoch * batch_size]
-                order = order.view(steps_per_epoch, batch_size)
-                # The last epoch of a step budget can be a part of one.
-                epoch_steps = plan.steps_in_epoch(epoch)
-                epoch_losses = torch.zeros(epoch_steps, device=device)
-                term_sums: dict[str, torch.Tensor] = {}
-                epoch_started = time.perf_counter()
-                checked = 0
-                for step_in_epoch in range(epoch_steps):
-                    step = epoch * steps_per_epoch + step_in_epoch
-                    lr = learning_rate(
-                        step,
-                        total_steps,
-                        plan.warmup_steps,
-                        p.lr,
-                        p.warmup_start_ratio,
-                        p.lr_min_ratio,
-                    )
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    index = order[step_in_epoch, local_rows].to(images.device)
-                    batch = images.index_select(0, index).to(device, non_blocking=True)
-                    batch_labels = labels.index_select(0, index.to(device))
-                    new_view = augment(batch, generator)
-                    old_view = augment(batch, generator) if separate_old_view else new_view
-                    with autocast_for(device):
-                        new_features = forward_model(new_view)
-                        old_features = None
-                        if step_old_model is not None:
-                            with torch.no_grad():
-                                old_features = step_old_model(old_view).detach()
-                        terms = {
-                            "classification": model.classifier.loss(new_features, batch_labels)
-                        }
-                        global_batch = StepInputs(
-                            data_parallel.gather(batch_labels),
-                            data_parallel.gather(new_features),
-                            None if old_features is None else data_parallel.gather(old_features),
-                            model,
-                            epoch,
-                        )
-                        terms.update(strategy.losses(global_batch))
-                    loss = torch.stack([t.float() for t in terms.values()]).sum()
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    data_parallel.average_gradients(strategy_trainable)
-                    optimizer.step()
-                    epoch_losses[step_in_epoch] = loss.detach()
-                    for name, value in terms.items():
-                        term_sums[name] = term_sums.get(name, 0.0) + value.detach().float()
-                    trained_images += batch_size
-                    last = step_in_epoch == epoch_steps - 1
-                    if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
-                        # From here on the losses are the global batch's: the mean
-                        # over the processes.
-                        epoch_losses[checked : step_in_epoch + 1] = data_parallel.average(
-                            epoch_losses[checked : step_in_epoch + 1]
-                        )
-                        checked = self._check_finite(
-                            epoch_losses, checked, step_in_epoch + 1, epoch, steps_per_epoch
-                        )
-                        elapsed = time.perf_counter() - started
-                        bar.update(step + 1 - bar.n)
-                        bar.set_postfix(
-                            loss=f"{float(epoch_losses[step_in_epoch]):.3f}",
-                            img_s=f"{trained_images / max(elapsed, 1e-9):.0f}",
-                            refresh=False,
-                        )
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                seconds = time.perf_counter() - epoch_started
-                averaged = data_parallel.average(torch.stack(list(term_sums.values())))
-                term_sums = dict(zip(term_sums, averaged, strict=True))
-                result.history.append(
-                    {
-                        "epoch": epoch,
-                        "loss": float(epoch_losses.mean()),
-                        **{f"loss_{k}": float(v) / epoch_steps for k, v in term_sums.items()},
-                        "steps": epoch * steps_per_epoch + epoch_steps,
-                        "lr_end": lr,
-                        "seconds": round(seconds, 3),
-                        "images_per_second": round(
-                            epoch_steps * batch_size / max(seconds, 1e-9), 1
-                        ),
-                    }
+
+    def _train_epoch(
+        self,
+        run: _FitRun,
+        forward_model: Callable[..., torch.Tensor],
+        epoch: int,
+        progress: _Progress,
+    ) -> dict[str, Any]:
+        """One epoch of SGD steps over a permutation drawn from (seed, epoch); returns its record
+        in the history."""
+        p, plan, device = self.params, run.plan, run.device
+        run.model.train()
+        run.strategy.train()
+        run.strategy.on_epoch_start(epoch, run.model, run.context)
+        run.model.train()
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(run.n, generator=generator)[: plan.steps_per_epoch * run.batch_size]
+        order = order.view(plan.steps_per_epoch, run.batch_size)
+        # The last epoch of a step budget can be a part of one.
+        epoch_steps = plan.steps_in_epoch(epoch)
+        epoch_losses = torch.zeros(epoch_steps, device=device)
+        term_sums: dict[str, torch.Tensor] = {}
+        epoch_started = time.perf_counter()
+        checked = 0
+        lr = p.lr
+        for step_in_epoch in range(epoch_steps):
+            step = epoch * plan.steps_per_epoch + step_in_epoch
+            lr = learning_rate(
+                step,
+                plan.total_steps,
+                plan.warmup_steps,
+                p.lr,
+                p.warmup_start_ratio,
+                p.lr_min_ratio,
+            )
+            for group in run.optimizer.param_groups:
+                group["lr"] = lr
+            loss, terms = _train_step(run, forward_model, order[step_in_epoch], generator, epoch)
+            epoch_losses[step_in_epoch] = loss.detach()
+            for name, value in terms.items():
+                term_sums[name] = term_sums.get(name, 0.0) + value.detach().float()
+            progress.trained_images += run.batch_size
+            last = step_in_epoch == epoch_steps - 1
+            if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
+                # From here on the losses are the global batch's: the mean over the processes.
+                done = step_in_epoch + 1
+                epoch_losses[checked:done] = run.data_parallel.average(epoch_losses[checked:done])
+                checked = self._check_finite(
+                    epoch_losses, checked, done, epoch, plan.steps_per_epoch
                 )
-                if data_parallel.is_primary:
-                    # About ten lines a run, however many short epochs a step budget makes.
-                    logged = (epoch + 1) % max(1, plan.epochs // 10) == 0 or epoch == 0
-                    log.log(
-                        logging.INFO if logged else logging.DEBUG,
-                        "%s epoch %d/%d: %s",
-                        self.description,
-                        epoch + 1,
-                        plan.epochs,
-                        result.history[-1],
-                    )
-                    if time.perf_counter() - last_checkpoint >= p.checkpoint_seconds:
-                        self._save_resume(
-                            fingerprint, epoch + 1, model, strategy, optimizer, result
-                        )
-                        last_checkpoint = time.perf_counter()
-        finally:
-            bar.close()
-        result.seconds = time.perf_counter() - started
-        result.steps = total_steps - min(total_steps, start_epoch * steps_per_epoch)
-        result.images_per_second = trained_images / max(result.seconds, 1e-9)
-        model.eval()
-        strategy.eval()
-        return result
+                progress.show(step, float(epoch_losses[step_in_epoch]))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - epoch_started
+        averaged = run.data_parallel.average(torch.stack(list(term_sums.values())))
+        term_means = {k: float(v) / epoch_steps for k, v in zip(term_sums, averaged, strict=True)}
+        return {
+            "epoch": epoch,
+            "loss": float(epoch_losses.mean()),
+            **{f"loss_{k}": v for k, v in term_means.items()},
+            "steps": epoch * plan.steps_per_epoch + epoch_steps,
+            "lr_end": lr,
+            "seconds": round(seconds, 3),
+            "images_per_second": round(epoch_steps * run.batch_size / max(seconds, 1e-9), 1),
+        }
+
+    def _after_epoch(
+        self,
+        run: _FitRun,
+        epoch: int,
+        fingerprint: str,
+        result: TrainingResult,
+        progress: _Progress,
+    ) -> None:
+        """Log the epoch's record and write the resume checkpoint when it is due (the primary
+        process only)."""
+        epochs = run.plan.epochs
+        # About ten lines a run, however many short epochs a step budget makes.
+        logged = (epoch + 1) % max(1, epochs // 10) == 0 or epoch == 0
+        log.log(
+            logging.INFO if logged else logging.DEBUG,
+            "%s epoch %d/%d: %s",
+            self.description,
+            epoch + 1,
+            epochs,
+            result.history[-1],
+        )
+        if time.perf_counter() - progress.last_checkpoint >= self.params.checkpoint_seconds:
+            self._save_resume(
+                fingerprint, epoch + 1, run.model, run.strategy, run.optimizer, result
+            )
+            progress.last_checkpoint = time.perf_counter()
 
     def _check_finite(
         self, losses: torch.Tensor, checked: int, upto: int, epoch: int, steps_per_epoch: int

@@ -27,8 +27,8 @@ from modelupgrade.models.card import ModelCard
 from modelupgrade.models.weights_file import load_pretrained_backbone
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
-from modelupgrade.training.convergence import fit_of_trained_model
-from modelupgrade.training.engine import Trainer
+from modelupgrade.training.convergence import TrainingFit, fit_of_trained_model
+from modelupgrade.training.engine import Trainer, TrainingResult
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +91,8 @@ def train_model(
     from modelupgrade.training.distributed import current as current_process_group
 
     device = torch.device(device)
-    if generation == 0:
-        if strategy_name is not None or old_model_dir is not None:
-            raise UserError(
-                "generation 0 is trained without a strategy or an old model",
-                hint="drop --strategy/--old",
-            )
-        strategy: CompatibilityStrategy = Independent()
-    else:
-        if strategy_params is None or strategy_name is None:
-            raise UserError(
-                f"generation {generation} needs a strategy",
-                hint="pass --strategy <name from params.yaml>",
-            )
-        strategy = build_strategy(strategy_params.kind, strategy_params.options)
+    strategy = generation_strategy(generation, strategy_name, strategy_params, old_model_dir)
     old_model = None
-    parent = None
     if strategy.needs_old_model:
         if old_model_dir is None:
             raise UserError(
@@ -114,29 +100,13 @@ def train_model(
                 hint="pass --old <model dir>",
             )
         old_model = load_model(old_model_dir)
-    if old_model_dir is not None:
-        parent_card = Path(old_model_dir) / CARD_FILE
-        if not parent_card.is_file():
-            raise UserError(
-                f"{parent_card} does not exist", hint="train the previous generation first"
-            )
-        parent = {"path": str(old_model_dir), "card_sha256": file_sha256(parent_card)}
-
+    parent = parent_entry(old_model_dir)
     seed_everything(seed)  # the initial weights depend on the seed only
     model = build_model(architecture, images, labels)
     old_training_features = None
     if old_model is not None:
         strategy.check_models(model, old_model)
-        if not runs_on_images(old_model):
-            if item_ids is None:
-                raise UserError(
-                    f"{old_model_dir} is embeddings-only: its vectors are looked up by item id, "
-                    "and these training images come without ids",
-                    hint="train from a split file (--scenario or --split), whose rows name items",
-                )
-            split = str((data or {}).get("split") or "the training split")
-            # An embeddings-only model is a PrecomputedEmbeddings: the type does not say lookup.
-            old_training_features = old_model.lookup(list(item_ids), split)  # type: ignore[operator]
+        old_training_features = looked_up_old_features(old_model, old_model_dir, item_ids, data)
     resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
     name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
     trainer = Trainer(
@@ -150,7 +120,6 @@ def train_model(
     result = trainer.fit(model, images, labels, strategy, old_model, old_training_features)
     # Measured on the training images, without augmentation: did this model train at all?
     fit = fit_of_trained_model(model, images, labels, result.history)
-
     card_fields = {
         "generation": generation,
         "architecture_name": architecture_name,
@@ -163,18 +132,7 @@ def train_model(
             "classes": len(model.trained_classes or []),
         },
         "training": training.model_dump(mode="json"),
-        "history": result.history,
-        "fit": fit.as_dict(),
-        "train_seconds": round(result.seconds, 3),
-        "train_images_per_second": round(result.images_per_second, 1),
-        "resumed_from_epoch": result.resumed_from_epoch,
-        "device": describe_device(device),
-        "training_processes": result.world_size,
-        "versions": {
-            "torch": torch.__version__,
-            "timm": importlib.metadata.version("timm"),
-            "python": platform.python_version(),
-        },
+        **run_entries(result, fit, device),
         **strategy.card_entries(),
     }
     if model.initialised_from is not None:
@@ -188,3 +146,77 @@ def train_model(
         )
     data_parallel.barrier()
     return card if data_parallel.is_primary else read_model_card(out_dir)
+
+
+def generation_strategy(
+    generation: int,
+    strategy_name: str | None,
+    strategy_params: StrategyParams | None,
+    old_model_dir: str | Path | None,
+) -> CompatibilityStrategy:
+    """Generation 0's independent training (without a strategy or an old model), or a later
+    generation's configured strategy."""
+    if generation == 0:
+        if strategy_name is not None or old_model_dir is not None:
+            raise UserError(
+                "generation 0 is trained without a strategy or an old model",
+                hint="drop --strategy/--old",
+            )
+        return Independent()
+    if strategy_params is None or strategy_name is None:
+        raise UserError(
+            f"generation {generation} needs a strategy",
+            hint="pass --strategy <name from params.yaml>",
+        )
+    return build_strategy(strategy_params.kind, strategy_params.options)
+
+
+def parent_entry(old_model_dir: str | Path | None) -> dict[str, str] | None:
+    """The previous generation as the card records it: its directory and its card's hash."""
+    if old_model_dir is None:
+        return None
+    parent_card = Path(old_model_dir) / CARD_FILE
+    if not parent_card.is_file():
+        raise UserError(f"{parent_card} does not exist", hint="train the previous generation first")
+    return {"path": str(old_model_dir), "card_sha256": file_sha256(parent_card)}
+
+
+def looked_up_old_features(
+    old_model: EmbeddingModel,
+    old_model_dir: str | Path | None,
+    item_ids: Sequence[str] | None,
+    data: Mapping[str, Any] | None,
+) -> torch.Tensor | None:
+    """An embeddings-only old model's vectors of the training images, looked up by item id; None
+    for an old model that runs on images (the strategy runs it)."""
+    if runs_on_images(old_model):
+        return None
+    if item_ids is None:
+        raise UserError(
+            f"{old_model_dir} is embeddings-only: its vectors are looked up by item id, "
+            "and these training images come without ids",
+            hint="train from a split file (--scenario or --split), whose rows name items",
+        )
+    split = str((data or {}).get("split") or "the training split")
+    # An embeddings-only model is a PrecomputedEmbeddings: the type does not say lookup.
+    features: torch.Tensor = old_model.lookup(list(item_ids), split)  # type: ignore[operator]
+    return features
+
+
+def run_entries(result: TrainingResult, fit: TrainingFit, device: torch.device) -> dict[str, Any]:
+    """How the run went, as the card records it: the history and fit, its time and speed, where
+    it resumed, the device and processes, the library versions."""
+    return {
+        "history": result.history,
+        "fit": fit.as_dict(),
+        "train_seconds": round(result.seconds, 3),
+        "train_images_per_second": round(result.images_per_second, 1),
+        "resumed_from_epoch": result.resumed_from_epoch,
+        "device": describe_device(device),
+        "training_processes": result.world_size,
+        "versions": {
+            "torch": torch.__version__,
+            "timm": importlib.metadata.version("timm"),
+            "python": platform.python_version(),
+        },
+    }
