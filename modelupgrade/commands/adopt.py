@@ -86,4 +86,11 @@ def adopt(
         )
         stage.log_metrics({"embedding_dim": card.embedding_dim, "parameters": card.parameters})
         stage.log_artifact(Path(out) / CARD_FILE, "model")
-    return AdoptedModel(Path(out), card, [], ("model", "written"), f"adopted {model} as {out}:")
+    assert card.adopted is not None
+    heading = (
+        f"adopted {model} ({entry.kind}) as {out}: {card.embedding_dim}-dimensional embeddings "
+        f"from {card.adopted.embedding_from}"
+    )
+    if card.adopted.ignored_keys:
+        heading += f"; {len(card.adopted.ignored_keys)} key(s) of the file not used"
+    return AdoptedModel(Path(out), card, [], ("model", "written"), heading)
