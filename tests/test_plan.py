@@ -358,7 +358,7 @@ def test_bad_input_is_one_error_line_with_exit_code_2(recoverable, capsys, tmp_p
     base = ["plan", "--params", str(params_file), "--out", str(tmp_path / "p")]
     cases = {
         "is not a model directory": ["--old", "nowhere", "--new", str(recoverable["new"])],
-        "has no label column": ["--sample", str(unlabelled)],
+        "has no column(s) ['label']": ["--sample", str(unlabelled)],
         "--gallery-size must be a positive number": ["--gallery-size", "0"],
     }
     for message, changed in cases.items():

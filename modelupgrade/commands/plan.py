@@ -63,14 +63,17 @@ def plan(
 
     Args:
         params: the params file: evaluation (metric), backfill (curve grid), adapters, training
-        old: the model the gallery holds vectors of (models/<sc>/gen0, or `modelupgrade adopt`)
+        old: the model the gallery holds vectors of (models/<sc>/gen0, or `modelupgrade adopt`),
+            or its vectors as a parquet of item_id and embedding when it cannot run any more
         new: the model to upgrade to (a trained generation, or an adopted model)
-        sample: labelled images, a split or manifest parquet (item_id, label, path/index): the
+        sample: labelled images: a table (CSV or parquet) of item_id, label and path (each an
+            image file, absolute or relative to the table's folder), or a split file; the
             adapters are fitted on it, and without --query/--gallery a part of it is evaluated
         gallery_size: images in the production gallery the costs are for, e.g. 50000000
         out: directory for plan.json, plan.md and plan.csv
-        query: split file of evaluation queries (with --gallery; default: split the sample)
-        gallery: split file of the evaluation gallery (with --query)
+        query: table of evaluation queries, as --sample (with --gallery; default: split the
+            sample)
+        gallery: table of the evaluation gallery, as --sample (with --query)
         tolerance_pct: how far below M(new, new), in percent, a recommended option may be
         fit_fraction: share of the sample the adapters are fitted on when it is split; the rest is
             evaluated leave-one-out

@@ -67,60 +67,19 @@ class EmbeddingsSource(ModelSource):
     runs_on_images: ClassVar[bool] = False
 
     def table(self, path: Path) -> tuple[list[str], np.ndarray]:
-        import pandas as pd
+        """The ids and vectors of the source: the project's one vector table format
+        (``modelupgrade.data.vector_table``), its id and vector columns as the options name."""
+        from modelupgrade.data.vector_table import read_vector_table
 
         options = self.options
         assert isinstance(options, EmbeddingsOptions)
-        if path.suffix == ".npy":
-            if options.ids is None:
-                raise UserError(
-                    f"{path} is a bare matrix: say which item each row is",
-                    hint="give options.ids: a parquet or text file of the item ids in row order",
-                )
+        ids_path = None
+        if options.ids is not None:
             ids_path, _ = checked_file(options.ids, options.ids_sha256, "ids file")
-            if ids_path.suffix == ".parquet":
-                ids = self._column(pd.read_parquet(ids_path), options.id_column, ids_path)
-            else:
-                ids = ids_path.read_text(encoding="utf-8").split()
-            try:
-                vectors = np.load(path, allow_pickle=False)
-            except ValueError as err:
-                raise UserError(f"{path} is not a numeric .npy matrix: {err}") from None
-        elif path.suffix == ".parquet":
-            frame = pd.read_parquet(path)
-            ids = self._column(frame, options.id_column, path)
-            column = self._column(frame, options.vector_column, path)
-            try:
-                vectors = np.stack([np.asarray(v, dtype=np.float32) for v in column])
-            except ValueError as err:
-                raise UserError(
-                    f"column {options.vector_column!r} of {path} is not one vector per row of "
-                    f"equal length: {err}"
-                ) from None
-        else:
-            raise UserError(
-                f"{path} is neither a .parquet table nor a .npy matrix",
-                hint="give a parquet table (id and vector columns) or a .npy matrix with ids",
-            )
-        if vectors.ndim != 2 or len(vectors) != len(ids) or vectors.shape[1] < 2:
-            raise UserError(
-                f"{path} holds {vectors.shape} vectors for {len(ids)} ids; expected (ids, D ≥ 2)"
-            )
-        if len(set(ids)) != len(ids):
-            raise UserError(f"the ids of {path} repeat", hint="give each item one vector")
-        if not np.isfinite(vectors).all():
-            bad = int((~np.isfinite(vectors).all(axis=1)).sum())
-            raise UserError(f"{path} has {bad} vector(s) with NaN or infinite values")
-        return [str(i) for i in ids], vectors.astype(np.float32, copy=False)
-
-    @staticmethod
-    def _column(frame: Any, name: str, path: Path) -> list[Any]:
-        if name not in frame.columns:
-            raise UserError(
-                f"{path} has no column {name!r} (it has: {', '.join(map(str, frame.columns))})",
-                hint="name the column in options (id_column, vector_column)",
-            )
-        return frame[name].tolist()
+        table = read_vector_table(
+            path, "embeddings table", ids_path, options.id_column, options.vector_column
+        )
+        return table.item_ids, table.vectors
 
     def adopt(self, path: Path, required: Mapping[str, Sequence[str]]) -> Adoption:
         import pandas as pd

@@ -15,6 +15,7 @@ import torch
 
 from modelupgrade.config import Params
 from modelupgrade.config.heads import HeadParams
+from modelupgrade.data.vector_table import is_vector_table
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import PairResult, RetrievalEvaluator
 from modelupgrade.metrics import negative_flip_rate
@@ -198,6 +199,11 @@ def compatible_training_estimate(
         raise UserError(
             f"--compatible-strategy {strategy!r} is not a strategy of params.yaml",
             hint=f"strategies: {', '.join(params.strategies) or 'none'}",
+        )
+    if is_vector_table(old_dir):
+        return None, (
+            "training time not measured: the old model is a vector table, which a compatible "
+            "strategy cannot train against (adopt it: `modelupgrade adopt`, kind embeddings)."
         )
     if architecture is not None:
         if architecture not in params.architectures:
@@ -391,7 +397,8 @@ def measure_plan(
     from modelupgrade.models import read_model_card
     from modelupgrade.runtime import describe_device
 
-    old, new = check_model_dir(old, "the old model"), check_model_dir(new, "the new model")
+    old = check_model_dir(old, "the old model", vectors_allowed=True)
+    new = check_model_dir(new, "the new model")
     if compatible_model is not None:
         compatible_model = check_model_dir(compatible_model, "the compatible model")
     check_choices(adapters, backfill_mode, backfill_policy, compatible_training_images)
@@ -480,10 +487,10 @@ def _measuring(
         seed=params.seed,
         topk=tuple(sorted(set(cfg.topk))),
     )
-    old_model = load_model(old)
+    old_model = None if is_vector_table(old) else load_model(old)
     old_logits = (
         classifier_logits(old_model, old_vectors.gallery)
-        if getattr(old_model, "classifier", None) is not None
+        if old_model is not None and getattr(old_model, "classifier", None) is not None
         else None
     )
     score = _Scorer(parts.evaluator)

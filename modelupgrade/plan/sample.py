@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from modelupgrade.config import Params
+from modelupgrade.data.vector_table import is_vector_table, read_vector_table
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import RetrievalEvaluator
 
@@ -36,38 +37,30 @@ class PlanSample:
     description: str
 
 
-def check_model_dir(path: Path, what: str) -> Path:
+def check_model_dir(path: Path, what: str, vectors_allowed: bool = False) -> Path:
+    """``path`` when it is a model directory (or, with ``vectors_allowed``, a vector table of
+    ``item_id`` and ``embedding``: an old model that cannot run any more)."""
     from modelupgrade.cards import CARD_FILE
 
     path = Path(path)
+    if vectors_allowed and is_vector_table(path):
+        return path
     if not (path / CARD_FILE).is_file():
         raise UserError(
-            f"{what} {path} is not a model directory (no {CARD_FILE})",
-            hint="pass a directory written by `modelupgrade train` or `modelupgrade adopt`",
+            f"{what} {path} is not a model directory (no {CARD_FILE})"
+            + (" nor a vector table" if vectors_allowed else ""),
+            hint="pass a directory written by `modelupgrade train` or `modelupgrade adopt`"
+            + (", or a parquet of item_id and embedding" if vectors_allowed else ""),
         )
     return path
 
 
 def read_labelled(path: Path, what: str) -> pd.DataFrame:
-    """A split or manifest file with a label per image (and the item ids and image locations
-    the pipeline's split files carry)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{what} {path} does not exist", hint="pass a split or manifest parquet")
-    frame = pd.read_parquet(path)
-    missing = [c for c in ("item_id", "label") if c not in frame.columns]
-    if missing or frame.empty:
-        raise UserError(
-            f"{what} {path} " + (f"has no {', '.join(missing)} column" if missing else "is empty"),
-            hint="the sample must be labelled images: a split or manifest parquet with item_id, "
-            "label and the image's path/index, as data/splits/<scenario>/*.parquet",
-        )
-    if frame["label"].isna().any():
-        raise UserError(
-            f"{what} {path}: {int(frame['label'].isna().sum())} images have no label",
-            hint="label every image of the sample (the plan scores retrieval by label)",
-        )
-    return frame.reset_index(drop=True)
+    """Labelled images: a plain table (item_id, label, path; paths anywhere) or a split file
+    (``modelupgrade.data.image_table``)."""
+    from modelupgrade.data.image_table import read_labelled_images
+
+    return read_labelled_images(path, what)
 
 
 def plan_sample(
@@ -89,13 +82,15 @@ def plan_sample(
             hint="pass both to evaluate on them, or neither to split the sample",
         )
     if query is not None and gallery is not None:
-        read_labelled(query, "the query file")
-        read_labelled(gallery, "the gallery file")
-        evaluator = RetrievalEvaluator.from_split_files(params.evaluation, query, gallery, device)
+        query_rows = read_labelled(query, "the query file")
+        gallery_rows = read_labelled(gallery, "the gallery file")
+        evaluator = RetrievalEvaluator.from_frames(
+            params.evaluation, query_rows, gallery_rows, device
+        )
         return PlanSample(
             fit=frame,
-            query=pd.read_parquet(query).reset_index(drop=True),
-            gallery=pd.read_parquet(gallery).reset_index(drop=True),
+            query=query_rows,
+            gallery=gallery_rows,
             leave_one_out=evaluator.leave_one_out,
             evaluator=evaluator,
             description=f"{Path(query).name} against {Path(gallery).name} "
@@ -144,13 +139,26 @@ def embed_sample(
     params: Params, model_dir: Path, sample: PlanSample, device: torch.device
 ) -> SampleEmbeddings:
     """Embed the sample's parts with the model in ``model_dir`` and time its forward passes
-    (``seconds_per_image``)."""
+    (``seconds_per_image``); a vector table (an old model that cannot run) is looked up."""
     from modelupgrade.models import embed, load_model, runs_on_images
     from modelupgrade.training.generation import load_split_images, split_item_ids
 
-    model = load_model(model_dir, device)
     parts = [sample.fit, sample.query, sample.gallery]
+    names = ("fit", "query", "gallery")
     sizes = [len(p) for p in parts]
+    bounds = np.cumsum([0, *sizes])
+    if is_vector_table(model_dir):
+        table = read_vector_table(model_dir, "the old model's vector table")
+        looked_up = np.concatenate(
+            [
+                table.vectors_of(split_item_ids(part, name), f"the sample's {name} part")
+                for part, name in zip(parts, names, strict=True)
+            ]
+        )
+        looked_up /= np.maximum(np.linalg.norm(looked_up, axis=1, keepdims=True), 1e-12)
+        fit, query, gallery = (looked_up[bounds[i] : bounds[i + 1]] for i in range(3))
+        return SampleEmbeddings(fit, query, gallery, None)
+    model = load_model(model_dir, device)
     seconds_per_image = None
     if runs_on_images(model):
         images = load_split_images(pd.concat(parts, ignore_index=True), params)
@@ -163,10 +171,9 @@ def embed_sample(
             [
                 # An embeddings-only model (PrecomputedEmbeddings) looks its vectors up.
                 model.lookup(split_item_ids(part, name), name).cpu().numpy()  # type: ignore[operator]
-                for part, name in zip(parts, ("fit", "query", "gallery"), strict=True)
+                for part, name in zip(parts, names, strict=True)
             ]
         )
-    bounds = np.cumsum([0, *sizes])
     fit, query, gallery = (vectors[bounds[i] : bounds[i + 1]] for i in range(3))
     return SampleEmbeddings(fit, query, gallery, seconds_per_image)
 
