@@ -903,3 +903,48 @@ def test_the_seed_table_says_where_the_new_model_is_no_clear_upgrade() -> None:
     assert "| unclear | 0.400 ± 0.000 | 0.410 ± 0.053 | +0.010 ± 0.053 | 3 | 0.775 | no |" in text
     assert "Not clear here: unclear;" in text
     assert seed_blocks(seeds[:1]) == []  # one seed: no spread to show
+
+
+def test_a_checks_query_bootstrap_reads_the_per_query_files(tmp_path) -> None:
+    # The evaluation's per-query APs and the simulator's per-query curve areas give each check the
+    # standard error a different draw of test queries would put on its margin: for a difference
+    # of two means over the same queries, about sd(per-query difference) / √queries.
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    queries = 400
+    bct, old = rng.uniform(0.4, 0.9, queries), rng.uniform(0.4, 0.8, queries)
+    pd.DataFrame(
+        {
+            "query_set": ["gen1-bct"] * queries + ["gen0"] * queries,
+            "gallery_set": ["gen0"] * (2 * queries),
+            "query": np.tile(np.arange(queries), 2),
+            "ap": np.concatenate([bct, old]),
+        }
+    ).to_parquet(tmp_path / "per_query_ap.parquet")
+    full, naive = rng.uniform(0.5, 0.7, queries), rng.uniform(0.4, 0.6, queries)
+    pd.DataFrame(
+        {
+            "strategy": ["rm_full-independent"] * queries + ["independent"] * queries,
+            "policy": "old-confidence",
+            "mode": ["rank-merge-full"] * queries + ["rank-merge"] * queries,
+            "metric": "mAP",
+            "kind": "auc_trapezoid",
+            "query": np.tile(np.arange(queries), 2),
+            "value": np.concatenate([full, naive]),
+        }
+    ).to_parquet(tmp_path / "backfill_per_query.parquet")
+    sc = scenario()
+    sc.metrics_dir = tmp_path
+    claims = judged(study(sc))
+    expected = np.std(bct - old, ddof=1) / np.sqrt(queries)
+    compatible = claims[BCT_BACKWARD_COMPATIBLE].checks[0]
+    assert compatible.query_se == pytest.approx(expected, rel=0.1)
+    assert compatible.as_dict()["query_bootstrap_se"] == pytest.approx(expected, rel=0.1)
+    full_method = claims[FULL_METHOD_BEATS_NAIVE].checks[0]
+    assert full_method.query_se == pytest.approx(
+        np.std(full - naive, ddof=1) / np.sqrt(queries), rel=0.1
+    )
+    # Without the files there is no bootstrap: NaN, shown as not measured, never a zero.
+    assert math.isnan(judged(study(scenario()))[BCT_BACKWARD_COMPATIBLE].checks[0].query_se)

@@ -62,11 +62,15 @@ def test_settings_at_the_papers_values_are_not_listed() -> None:
 
 
 def test_a_head_left_at_its_papers_recipe_is_not_listed() -> None:
-    heads = {"fct": {"hidden_dim": None}, "bict": {"epochs": 12}}
+    heads = {"fct": {"hidden_dim": None, "batch_size": None}, "bict": {"epochs": 12}}
     listed = rows_of(study_params({"heads": heads}))["transformation heads"]
     assert "fct," not in listed and "fct:" not in listed
-    assert "bict: width 256, 12 epochs" in listed
-    assert "bict_momentum, dmu: width 256, 30 epochs" in listed  # narrower than their papers'
+    assert "bict: width 256, 12 epochs of batches of 128" in listed
+    assert "bict_momentum: width 256, 30 epochs of batches of 128" in listed
+    assert "dmu: width 256, 30 epochs of batches of 512" in listed  # narrower than its paper's
+    # A head at its paper's width and epochs but in smaller batches is listed too.
+    fastfill = rows_of(study_params({"heads": {"fastfill": {"hidden_dim": None}}}))
+    assert "fastfill: width 2048, 80 epochs of batches of 128" in fastfill["transformation heads"]
 
 
 def test_the_report_shows_the_table_and_leaves_it_out_when_empty(tmp_path: Path) -> None:

@@ -64,14 +64,15 @@ class ScenarioResults:
         table = self._per_query(BACKFILL_PER_QUERY_FILE)
         if table is None:
             return None
+        # By item, not attribute: ``mode`` is also a DataFrame method.
         rows = table[
-            (table.strategy == strategy)
-            & (table.policy == policy)
-            & (table.mode == mode)
-            & (table.metric == metric)
-            & (table.kind == kind)
+            (table["strategy"] == strategy)
+            & (table["policy"] == policy)
+            & (table["mode"] == mode)
+            & (table["metric"] == metric)
+            & (table["kind"] == kind)
         ]
-        return rows.sort_values("query").value.to_numpy() if len(rows) else None
+        return rows.sort_values("query")["value"].to_numpy() if len(rows) else None
 
     def curve_points(self, strategy: str, policy: str, mode: str) -> pd.DataFrame | None:
         """One backfill curve's points in t order (the simulator's ``backfill_curves.parquet``);

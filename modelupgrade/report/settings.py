@@ -117,16 +117,20 @@ def _dmu_width(params: Params) -> str | None:
 
 def _heads(params: Params) -> str | None:
     """The heads whose width or length is not their paper's, grouped by what they use instead."""
-    groups: dict[tuple[int, int], list[str]] = {}
+    groups: dict[tuple[int, int, int], list[str]] = {}
     for name, head in params.heads.items():
         paper = HEADS.get(head.kind).TRAINING_DEFAULTS
         ours = resolve_training(head)
-        if (ours.hidden_dim, ours.epochs) != (paper.hidden_dim, paper.epochs):
-            groups.setdefault((ours.hidden_dim, ours.epochs), []).append(name)
+        if (ours.hidden_dim, ours.epochs, ours.batch_size) != (
+            paper.hidden_dim,
+            paper.epochs,
+            paper.batch_size,
+        ):
+            groups.setdefault((ours.hidden_dim, ours.epochs, ours.batch_size), []).append(name)
     return (
         "; ".join(
-            f"{', '.join(names)}: width {width}, {epochs} epochs"
-            for (width, epochs), names in groups.items()
+            f"{', '.join(names)}: width {width}, {epochs} epochs of batches of {batch}"
+            for (width, epochs, batch), names in groups.items()
         )
         or None
     )
@@ -188,14 +192,15 @@ PAPER_SETTINGS: tuple[PaperSetting, ...] = (
     PaperSetting(
         "DMU's jointly trained ψ",
         "3 × [fc-bn-relu] + fc, width 1024 (DMU)",
-        "64-d embeddings and 3,000 training images",
+        "64-d embeddings and 1,500 training images",
         _dmu_width,
     ),
     PaperSetting(
         "transformation heads",
-        "each kind's paper recipe (FCT/FastFill width 2048, 80 epochs; BiCT 4096, 30; DMU 1024, "
-        "30; Seo et al. 2 blocks, 50 epochs)",
-        "64-d embeddings and 3,000 training pairs",
+        "each kind's paper recipe (FCT/FastFill width 2048, 80 epochs of 1,024; BiCT 4096, 30 "
+        "of 512; DMU 1024, 30 of 512; Seo et al. 2 blocks, 50 of 512)",
+        "64-d embeddings and 1,500 training pairs, where the papers' batches make one or two "
+        "steps an epoch",
         _heads,
     ),
     PaperSetting(
