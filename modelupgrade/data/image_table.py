@@ -118,18 +118,21 @@ def read_image_rows(path: str | Path, what: str) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def read_labelled_images(path: str | Path, what: str) -> pd.DataFrame:
+def read_labelled_images(path: str | Path, what: str, images: bool = True) -> pd.DataFrame:
     """A table of labelled images (a plain table or manifest rows) as manifest rows with int64
-    labels and unique item ids."""
+    labels and unique item ids; without ``images`` (their vectors are given elsewhere) a table
+    of item_id and label alone is enough."""
     path = Path(path)
     frame = read_table_file(path, what)
     if frame.empty:
         raise UserError(f"{what} {path} is empty", hint=PLAIN_HINT)
-    missing = [c for c in ("item_id", "label", "path") if c not in frame.columns]
+    needed = ("item_id", "label", "path") if images else ("item_id", "label")
+    missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise UserError(f"{what} {path} has no column(s) {missing}", hint=PLAIN_HINT)
     repeated = frame["item_id"].astype(str).duplicated()
     if repeated.any():
         shown = ", ".join(frame["item_id"].astype(str)[repeated].unique()[:_SHOWN])
         raise UserError(f"{what} {path} names an item more than once: {shown}")
-    return whole_labels(as_manifest_rows(frame, path, what), path, what).reset_index(drop=True)
+    rows = as_manifest_rows(frame, path, what) if images else frame
+    return whole_labels(rows, path, what).reset_index(drop=True)

@@ -187,3 +187,24 @@ def write_vector_table(path: str | Path, item_ids: Sequence[str], vectors: np.nd
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return path
+
+
+def vectors_for_items(path: str | Path, item_ids: Sequence[str], what: str) -> np.ndarray:
+    """The vectors of ``item_ids`` in their order: looked up by id in a vector table, or the rows
+    of a ``.npy`` matrix whose row i is item i (the pipeline's embeddings files)."""
+    from modelupgrade.arrays import load_array
+
+    if is_vector_table(path):
+        return read_vector_table(path, what).vectors_of(item_ids, f"the items {what} is for")
+    if Path(path).suffix.lower() == ".parquet":
+        raise UserError(
+            f"{what} {path} is a parquet file without an {VECTOR_COLUMN!r} column", hint=_HINT
+        )
+    matrix = load_array(path, what)
+    if len(matrix) != len(item_ids):
+        raise UserError(
+            f"{what} {path} has {len(matrix)} rows for {len(item_ids)} items",
+            hint="row i of a .npy matrix is item i of the table it goes with; or give a parquet "
+            "of item_id and embedding, looked up by id",
+        )
+    return matrix
