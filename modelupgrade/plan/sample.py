@@ -18,10 +18,10 @@ from modelupgrade.data.vector_table import is_vector_table, read_vector_table
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import RetrievalEvaluator
 
-# A transform is timed on this many vectors, a model on up to this many images, each at least
-# TIMING_REPEATS times and for TIMING_SECONDS in all, so that one timer tick or one cold cache does
-# not decide a cost that is multiplied by millions (``fastest_per_row``).
-TIMING_ROWS, TIMING_IMAGES, TIMING_REPEATS, TIMING_SECONDS = 8192, 1024, 3, 0.5
+# A transform is timed on this many vectors, a model on up to this many images, in rounds of at
+# least TIMING_SECONDS each, so that one timer tick or one cold cache does not decide a cost that
+# is multiplied by millions (``timed_per_row``).
+TIMING_ROWS, TIMING_IMAGES, TIMING_SECONDS = 8192, 1024, 0.2
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,11 @@ class SampleEmbeddings:
     fit: np.ndarray
     query: np.ndarray
     gallery: np.ndarray
-    seconds_per_image: float | None
+    timing: Timing | None
+
+    @property
+    def seconds_per_image(self) -> float | None:
+        return None if self.timing is None else self.timing.best
 
 
 def embed_sample(
@@ -159,13 +163,13 @@ def embed_sample(
         fit, query, gallery = (looked_up[bounds[i] : bounds[i + 1]] for i in range(3))
         return SampleEmbeddings(fit, query, gallery, None)
     model = load_model(model_dir, device)
-    seconds_per_image = None
+    timing = None
     if runs_on_images(model):
         images = load_split_images(pd.concat(parts, ignore_index=True), params)
         batch = params.training.eval_batch_size
         vectors = embed(model, images, batch, device)
         block = images[: min(len(images), TIMING_IMAGES)]
-        seconds_per_image = fastest_per_row(lambda: embed(model, block, batch, device), len(block))
+        timing = timed_per_row(lambda: embed(model, block, batch, device), len(block))
     else:
         vectors = np.concatenate(
             [
@@ -175,26 +179,57 @@ def embed_sample(
             ]
         )
     fit, query, gallery = (vectors[bounds[i] : bounds[i + 1]] for i in range(3))
-    return SampleEmbeddings(fit, query, gallery, seconds_per_image)
+    return SampleEmbeddings(fit, query, gallery, timing)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per row of a cost, timed in ``TIMING_ROUNDS`` rounds: the fastest round's
+    (``best``, what the plan costs with) and every round's, whose spread says how stable the
+    estimate is on this machine now."""
+
+    best: float
+    rounds: tuple[float, ...]
+
+    @property
+    def spread(self) -> float:
+        """The slowest round over the fastest (1.0: every round alike)."""
+        return max(self.rounds) / self.best if self.best > 0 else 1.0
+
+
+# Rounds a cost is timed in: each at least one call and TIMING_SECONDS long; the rounds' fastest
+# calls are compared to say how stable the cost is.
+TIMING_ROUNDS = 3
+
+
+def timed_per_row(run: Callable[[], Any], rows: int) -> Timing:
+    """Seconds per row of ``run``: after an untimed call, ``TIMING_ROUNDS`` rounds of timed calls
+    (each round at least one call, more while it is shorter than ``TIMING_SECONDS``); ``run``
+    returns host arrays, so a GPU's work is finished when it returns. The cost is the fastest
+    call, not the mean: on a shared machine the other processes only ever add time, and a cost
+    multiplied by millions should not carry a neighbour's burst; the rounds' spread says how
+    much they added."""
+    run()
+    rounds = []
+    for _ in range(TIMING_ROUNDS):
+        times: list[float] = []
+        while not times or sum(times) < TIMING_SECONDS:
+            started = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - started)
+        rounds.append(min(times) / rows)
+    return Timing(min(rounds), tuple(rounds))
 
 
 def fastest_per_row(run: Callable[[], Any], rows: int) -> float:
-    """Seconds per row of the fastest of ``TIMING_REPEATS`` timed calls of ``run`` (more while
-    they add up to less than ``TIMING_SECONDS``), after an untimed one; ``run`` returns host
-    arrays, so a GPU's work is finished when it returns. The fastest, not the mean:
-    on a shared machine the other processes only ever add time, and a cost multiplied by
-    millions should not carry a neighbour's burst."""
-    run()
-    times: list[float] = []
-    while len(times) < TIMING_REPEATS or sum(times) < TIMING_SECONDS:
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times) / rows
+    """Seconds per row of ``run``'s fastest call (``timed_per_row``)."""
+    return timed_per_row(run, rows).best
 
 
-def seconds_per_vector(transform: Callable[[np.ndarray], np.ndarray], vectors: np.ndarray) -> float:
+def seconds_per_vector(
+    transform: Callable[[np.ndarray], np.ndarray], vectors: np.ndarray
+) -> Timing:
     """Seconds ``transform`` takes per vector, on the vectors tiled to ``TIMING_ROWS`` rows."""
     count = max(TIMING_ROWS, len(vectors))
     block = np.ascontiguousarray(np.resize(vectors, (count, *vectors.shape[1:])))
-    return fastest_per_row(lambda: transform(block), count)
+    return timed_per_row(lambda: transform(block), count)
