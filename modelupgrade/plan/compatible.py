@@ -1,12 +1,12 @@
-"""A compatible (BCT-family) successor in the plan: scored when one is given
-(``compatible_options``), else its training time estimated from a short probe
-(``compatible_training_estimate``)."""
+"""A compatible (BCT-family) successor in the plan that was not given: its training time estimated
+from a short probe (``compatible_training_estimate``). One that was given is scored by
+``Measuring.compatible``."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,11 +14,7 @@ import torch
 from modelupgrade.config import Params
 from modelupgrade.data.vector_table import is_vector_table
 from modelupgrade.errors import UserError
-from modelupgrade.plan.records import OptionMeasure, duration
-from modelupgrade.plan.sample import PlanSample, embed_sample
-
-if TYPE_CHECKING:
-    from modelupgrade.plan.measure import Measuring
+from modelupgrade.plan.sample import PlanSample
 
 # Images of the sample the compatible-training probe trains on for one epoch.
 TRAINING_PROBE_IMAGES = 1024
@@ -101,50 +97,3 @@ def compatible_training_estimate(
         f"{len(probe)} sample images), {epochs} epochs × {count:,} images; quality unknown until "
         "it is trained (pass --compatible-model DIR)."
     )
-
-
-def compatible_options(measuring: Measuring, model_dir: Path) -> list[OptionMeasure]:
-    """A trained compatible successor: without a backfill (its queries against the old gallery)
-    and after a re-embedding backfill."""
-    from modelupgrade.models import read_model_card
-
-    card = read_model_card(model_dir)
-    vectors = embed_sample(measuring.params, model_dir, measuring.parts, measuring.device)
-    if vectors.seconds_per_image is None:
-        raise UserError(
-            f"the compatible model {model_dir} is embeddings-only: it cannot embed queries",
-            hint="pass a model trained with `modelupgrade train --strategy ...`",
-        )
-    # Already trained: what it took is shown, not counted, as for the new model itself.
-    trained = (
-        f"already trained, in {duration(card.train_seconds)} on "
-        f"{card.device or 'an unrecorded device'} (its card)."
-        if card.train_seconds is not None
-        else "already trained (its card records no training time)."
-    )
-    old_query_metrics, old_flips = measuring.score(vectors.query, measuring.old_vectors.gallery)
-    metrics, flips = measuring.score(vectors.query, vectors.gallery)
-    auc, points, note = measuring.curve(vectors.query, vectors.gallery, True)
-    return [
-        OptionMeasure(
-            "compatible",
-            "compatible",
-            "compatible model, no backfill: M(compatible, old gallery)",
-            old_query_metrics,
-            old_flips,
-            training_note=trained,
-        ),
-        OptionMeasure(
-            "compatible/backfill",
-            "compatible",
-            "compatible model, every gallery image re-embedded: M(compatible, compatible)",
-            metrics,
-            flips,
-            seconds_per_image=vectors.seconds_per_image,
-            timing_spread=None if vectors.timing is None else vectors.timing.spread,
-            training_note=trained,
-            backfill_auc=auc,
-            backfill_curve=points,
-            note=note,
-        ),
-    ]

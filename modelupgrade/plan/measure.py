@@ -25,7 +25,7 @@ from modelupgrade.plan.adapters import (
     check_adapters,
     fit_adapter,
 )
-from modelupgrade.plan.compatible import compatible_options, compatible_training_estimate
+from modelupgrade.plan.compatible import compatible_training_estimate
 from modelupgrade.plan.curves import Curve, CurveSettings, backfill_curve_of
 from modelupgrade.plan.records import MachineLoad, OptionMeasure, PlanMeasurements, duration
 from modelupgrade.plan.sample import (
@@ -189,6 +189,52 @@ class Measuring:
             head=head,
         )
 
+    def compatible(self, model_dir: Path) -> list[OptionMeasure]:
+        """A trained compatible successor: without a backfill (its queries against the old gallery)
+        and after a re-embedding backfill."""
+        from modelupgrade.models import read_model_card
+
+        card = read_model_card(model_dir)
+        vectors = embed_sample(self.params, model_dir, self.parts, self.device)
+        if vectors.seconds_per_image is None:
+            raise UserError(
+                f"the compatible model {model_dir} is embeddings-only: it cannot embed queries",
+                hint="pass a model trained with `modelupgrade train --strategy ...`",
+            )
+        # Already trained: what it took is shown, not counted, as for the new model itself.
+        trained = (
+            f"already trained, in {duration(card.train_seconds)} on "
+            f"{card.device or 'an unrecorded device'} (its card)."
+            if card.train_seconds is not None
+            else "already trained (its card records no training time)."
+        )
+        old_query_metrics, old_flips = self.score(vectors.query, self.old_vectors.gallery)
+        metrics, flips = self.score(vectors.query, vectors.gallery)
+        auc, points, note = self.curve(vectors.query, vectors.gallery, True)
+        return [
+            OptionMeasure(
+                "compatible",
+                "compatible",
+                "compatible model, no backfill: M(compatible, old gallery)",
+                old_query_metrics,
+                old_flips,
+                training_note=trained,
+            ),
+            OptionMeasure(
+                "compatible/backfill",
+                "compatible",
+                "compatible model, every gallery image re-embedded: M(compatible, compatible)",
+                metrics,
+                flips,
+                seconds_per_image=vectors.seconds_per_image,
+                timing_spread=None if vectors.timing is None else vectors.timing.spread,
+                training_note=trained,
+                backfill_auc=auc,
+                backfill_curve=points,
+                note=note,
+            ),
+        ]
+
     def save(self, option: str, fitted: FittedAdapter) -> str | None:
         """Save ``fitted`` in ``heads_dir`` as a head directory named after ``option``; its name
         relative to the plan's directory (``heads/gallery-affine``), None when the plan keeps
@@ -246,7 +292,7 @@ def measure_plan(
     measuring.heads_dir, measuring.models = heads_dir, (old, new)
     options = measuring.baselines() + [measuring.adapter(kind) for kind in adapters]
     if compatible_model is not None:
-        options += compatible_options(measuring, compatible_model)
+        options += measuring.compatible(compatible_model)
     else:
         seconds, how = compatible_training_estimate(
             params,
