@@ -41,6 +41,7 @@ COLUMNS = {
     "M",
     "delta_vs_old_pct",
     "of_new_new_pct",
+    "gap_closed_pct",
     "negative_flip_rate",
     "images_to_embed",
     "vectors_to_transform",
@@ -59,9 +60,15 @@ OPTIONS = [
     "query/procrustes",
     "query/affine",
     "query/residual_mlp",
+    "query/local_procrustes",
+    "query/local_affine",
+    "query/qdc",
+    "query/slerp",
     "gallery/procrustes",
     "gallery/affine",
     "gallery/residual_mlp",
+    "gallery/local_procrustes",
+    "gallery/local_affine",
     "compatible",
 ]
 
@@ -203,7 +210,15 @@ def test_the_plan_writes_every_option_with_the_evaluators_values_and_recommends_
     m_old, m_new = table.row("keep-old").M, table.row("reembed").M
     assert m_new > 0.99 and m_old < 0.9
     query = table.row("query/procrustes")
+    assert query.gap_closed_pct == pytest.approx((query.M - m_old) / (m_new - m_old) * 100)
     assert query.of_new_new_pct > 95 and query.images_to_embed == query.vectors_to_transform == 0
+    # SLERP (α tuned on a support split) blends with the old model's query: its per-query cost
+    # carries the old model's forward pass. The local adapters stand beside the global ones.
+    slerp = table.row("query/slerp")
+    assert "also runs the old model" in slerp.note
+    assert slerp.query_overhead_us > query.query_overhead_us
+    local = table.row("gallery/local_procrustes")
+    assert local.head == "heads/gallery-local_procrustes" and local.vectors_to_transform == 10**9
     assert query.query_overhead_us > 0 and query.backfill_auc is None
     # A query adapter costs milliseconds of fitting, re-embedding 10⁹ images a good half hour
     # even for these tiny models: an adapter is recommended, the best-scoring one among those as

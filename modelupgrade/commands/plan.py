@@ -56,7 +56,8 @@ class PlanWritten:
 
         table = plan_table(measured, gallery_size, tolerance_pct)
         steps = next_steps(table, context)
-        text = ["", *steps_markdown(steps, (context.store / DATABASE_FILE).exists(), context)]
+        exists = (context.store / DATABASE_FILE).exists()
+        text = ["", *steps_markdown(steps, exists, context, table)]
         commands = [step.command for step in steps]
         return cls(table, write_plan(table, context.out, heads, text, commands), steps, text)
 

@@ -15,8 +15,18 @@ from modelupgrade.config.heads import HeadParams
 from modelupgrade.errors import UserError
 from modelupgrade.plan.sample import SampleEmbeddings
 
-QUERY_ADAPTERS = ("procrustes_query", "affine_query", "residual_mlp_query")
-GALLERY_ADAPTERS = ("procrustes", "affine", "residual_mlp")
+# Drift-Adapter's three, their local (per-cluster) forms, query drift compensation and SLERP (its
+# α tuned on a support split; it needs the old model on every query too).
+QUERY_ADAPTERS = (
+    "procrustes_query",
+    "affine_query",
+    "residual_mlp_query",
+    "local_procrustes_query",
+    "local_affine_query",
+    "qdc_query",
+    "slerp_query",
+)
+GALLERY_ADAPTERS = ("procrustes", "affine", "residual_mlp", "local_procrustes", "local_affine")
 DEFAULT_ADAPTERS = (*QUERY_ADAPTERS, *GALLERY_ADAPTERS)
 
 
@@ -30,16 +40,12 @@ def adapter_entry(params: Params, kind: str) -> HeadParams:
 
 
 def check_adapters(kinds: Sequence[str]) -> None:
-    from modelupgrade.heads.base import HEADS
-
     for kind in kinds:
         if kind not in DEFAULT_ADAPTERS:
-            known = ", ".join(DEFAULT_ADAPTERS)
-            if kind in HEADS.names() and getattr(HEADS.get(kind), "takes_old_embedding", False):
-                why = "it runs the old model on every query"
-            else:
-                why = "the plan fits training-free adapters only"
-            raise UserError(f"--adapters names {kind!r}: {why}", hint=f"pick from: {known}")
+            raise UserError(
+                f"--adapters names {kind!r}: the plan fits the training-free adapters only",
+                hint=f"pick from: {', '.join(DEFAULT_ADAPTERS)}",
+            )
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,8 @@ def fit_adapter(
     record = training_record(head, training, result, device, params.seed)
     source, target = (old.fit, new.fit) if head.direction == "forward" else (new.fit, old.fit)
     record["sample_size"] = len(labels)
-    record["fit_cosine"] = fit_cosine(head, source, target, None)
+    side = old.fit if head.takes_old_embedding else None
+    record["fit_cosine"] = fit_cosine(head, source, target, side)
     return FittedAdapter(head, result.seconds, record)
 
 

@@ -90,6 +90,8 @@ class PlanRow:
     M: float | None
     delta_vs_old_pct: float | None
     of_new_new_pct: float | None
+    # The share of the way from M(old, old) to M(new, new) this option covers.
+    gap_closed_pct: float | None
     negative_flip_rate: float | None
     images_to_embed: int
     vectors_to_transform: int
@@ -144,8 +146,9 @@ class UpgradePlan:
     def markdown(self) -> str:
         m = self.metric
         header = (
-            f"| option | {m} | Δ vs old | of M(new,new) | neg. flips | images to re-embed | "
-            "vectors to transform | backfill time | fit / training | per query | backfill AUC |"
+            f"| option | {m} | Δ vs old | of M(new,new) | of the gap | neg. flips | "
+            "images to re-embed | vectors to transform | backfill time | fit / training | "
+            "per query | backfill AUC |"
         )
         lines = [
             f"# Upgrade plan for a gallery of {self.gallery_size:,} images",
@@ -156,12 +159,13 @@ class UpgradePlan:
             ),
             "",
             header,
-            "|" + "---|" * 11,
+            "|" + "---|" * 12,
         ]
         for r in self.rows:
             lines.append(
                 f"| {r.option} | {number(r.M)} | {percent(r.delta_vs_old_pct, signed=True)} | "
-                f"{percent(r.of_new_new_pct)} | {number(r.negative_flip_rate)} | "
+                f"{percent(r.of_new_new_pct)} | {percent(r.gap_closed_pct)} | "
+                f"{number(r.negative_flip_rate)} | "
                 f"{r.images_to_embed:,} | {r.vectors_to_transform:,} | "
                 f"{duration(r.backfill_seconds)} | {duration(r.training_seconds)} | "
                 f"{'' if r.query_overhead_us is None else f'{r.query_overhead_us:.2f} µs'} | "

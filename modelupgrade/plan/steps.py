@@ -45,6 +45,8 @@ def next_steps(plan: UpgradePlan, context: PlanContext) -> list[NextStep]:
     backfill = plan.measurements.backfill
     common = ("--params", str(context.params_file), "--store", str(context.store))
     reason = f"plan {context.out}: {option}"
+    if row.kind == "query-adapter" and option == "query/slerp":
+        return []  # both models embed each query: the caller's query path applies it
     if row.kind == "query-adapter":
         head = str(context.out / str(row.head))
         return [
@@ -85,8 +87,19 @@ def next_steps(plan: UpgradePlan, context: PlanContext) -> list[NextStep]:
     ]
 
 
-def steps_markdown(steps: list[NextStep], store_exists: bool, context: PlanContext) -> list[str]:
+def steps_markdown(
+    steps: list[NextStep], store_exists: bool, context: PlanContext, plan: UpgradePlan
+) -> list[str]:
     """The plan's "Next steps" section: the commands in a shell block."""
+    option = plan.recommendation.option
+    if not steps and option == "query/slerp":
+        head = context.out / str(plan.row(option).head)
+        serve = (
+            f"Nothing for the store to run: SLERP blends each new query with the old model's "
+            f"embedding of it, so your query path runs both models and the head in {head} "
+            "(`modelupgrade.heads.load_head`) on the pair; the gallery stays as it is."
+        )
+        return ["## Next steps", "", serve]
     if not steps:
         return ["## Next steps", "", "Nothing to run: keep serving the old model."]
     lines = ["## Next steps", ""]

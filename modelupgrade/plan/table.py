@@ -59,6 +59,9 @@ def plan_table(
                 if value is None or m_old == 0
                 else (value - m_old) / m_old * 100,
                 of_new_new_pct=None if value is None or m_new == 0 else value / m_new * 100,
+                gap_closed_pct=None
+                if value is None or not m_new > m_old
+                else (value - m_old) / (m_new - m_old) * 100,
                 negative_flip_rate=option.negative_flip_rate,
                 images_to_embed=images,
                 vectors_to_transform=vectors,
