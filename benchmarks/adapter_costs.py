@@ -3,14 +3,18 @@
     python -m benchmarks.adapter_costs [--dims 64 128] [--samples 1000 4000 16000] [--repeats 5]
 
 For each adapter kind (``modelupgrade.heads``: Procrustes, low-rank affine at rank 32, residual MLP
-at its defaults, SLERP; old and new dimension equal, d) it prints:
+at its defaults, SLERP at α 0.5 and with α tuned on a support split, Local Drift-Adapters'
+per-cluster Procrustes and affine maps (K = 8, soft routing), query drift compensation with its
+default 4,096 anchors; old and new dimension equal, d) it prints:
 
 * the cost of mapping one query, in µs: the folded head (``inference_copy``, what ``FrozenHead``
   runs) on a torch tensor of batch 1 and per query of batch 1024, and at batch 1 end to end through
   ``FrozenHead.outputs`` from a numpy row (what a serving process pays per query);
 * the time to fit it on n synthetic pairs (new = tanh(old·R) + noise, R a random rotation) through
-  ``fit_head``, the pipeline's fitting path: closed form for Procrustes, affine and SLERP, the
-  Procrustes map plus 20 epochs of the MLP for the residual MLP.
+  ``fit_head``, the pipeline's fitting path: closed form for Procrustes, affine and SLERP (the
+  tuned one searching its α grid on a fifth of the pairs), k-means and a closed form per cluster
+  for the local adapters, the anchors' drifts for query drift compensation, the Procrustes map
+  plus 20 epochs of the MLP for the residual MLP.
 
 Every figure is the median over ``--repeats`` repeats (each repeat of a per-query figure loops
 until 0.1 s have passed), as the other benchmark scripts measure. The query-side and gallery-side
@@ -38,6 +42,10 @@ ADAPTERS = (
     ("low-rank affine (r 32)", "affine_query", {"rank": 32}),
     ("residual MLP", "residual_mlp_query", {}),
     ("SLERP (α 0.5)", "slerp_query", {"weight": 0.5}),
+    ("SLERP (α tuned)", "slerp_query", {}),
+    ("local Procrustes (K 8)", "local_procrustes_query", {}),
+    ("local affine (K 8, r 32)", "local_affine_query", {"rank": 32}),
+    ("query drift comp. (4,096)", "qdc_query", {}),
 )
 CPU = torch.device("cpu")
 
@@ -117,25 +125,25 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("cost per query (µs)")
     header = (
-        f"{'adapter':<24} {'d':>4} {'MACs':>7} {'batch 1':>9} {'batch 1024':>11} "
+        f"{'adapter':<26} {'d':>4} {'MACs':>10} {'batch 1':>9} {'batch 1024':>11} "
         f"{'batch 1, numpy':>15}"
     )
     print(header)
     print("-" * len(header))
     for dim in args.dims:
-        data = synthetic_pairs(2000, dim)
+        data = synthetic_pairs(5000, dim)
         for label, kind, options in ADAPTERS:
             head = fit(kind, options, data)
             costs = per_query_costs(head, dim, args.repeats)
             macs = head.macs_per_embedding()["transform"]
             print(
-                f"{label:<24} {dim:>4} {macs:>7,d} {costs['module_b1']:>9.2f} "
+                f"{label:<26} {dim:>4} {macs:>10,d} {costs['module_b1']:>9.2f} "
                 f"{costs['module_b1024']:>11.3f} {costs['numpy_b1']:>15.2f}"
             )
     print()
     print("fitting time (s) against the sample size")
     sizes = "".join(f"{f'n = {n:,}':>12}" for n in args.samples)
-    header = f"{'adapter':<24} {'d':>4}{sizes}"
+    header = f"{'adapter':<26} {'d':>4}{sizes}"
     print(header)
     print("-" * len(header))
     for dim in args.dims:
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{fit_seconds(kind, options, samples[n], args.fit_repeats):>12.4f}"
                 for n in args.samples
             )
-            print(f"{label:<24} {dim:>4}{cells}")
+            print(f"{label:<26} {dim:>4}{cells}")
     return 0
 
 

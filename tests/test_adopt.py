@@ -54,12 +54,37 @@ def params_for(adopted: dict[str, Any], dim: int, **architecture: Any) -> Any:
 
 
 def torchvision_resnet(tmp: Path) -> tuple[dict[str, Any], int]:
+    """A torchvision classifier whose penultimate features are the embedding: its 5-class fc is
+    named as the classifier to drop."""
     torch.manual_seed(0)
     network = torchvision.models.resnet18(num_classes=5)
     path = tmp / "resnet18.pt"
     torch.save(network.state_dict(), path)
-    options = {"path": str(path), "network": "resnet18", "preprocessing": {"input_size": 16}}
+    options = {
+        "path": str(path),
+        "network": "resnet18",
+        "classifier_layer": "fc",
+        "preprocessing": {"input_size": 16},
+    }
     return {"kind": "torchvision", "options": options}, 512
+
+
+def torchvision_fc_embedding(tmp: Path) -> tuple[dict[str, Any], int]:
+    """A torchvision ResNet-18 whose 16-d fc is the embedding (as a team trains a retrieval
+    model): named as the embedding layer, with its dimension declared."""
+    torch.manual_seed(0)
+    network = torchvision.models.resnet18(num_classes=16)
+    path = tmp / "resnet18_fc16.pt"
+    torch.save(network.state_dict(), path)
+    options = {
+        "path": str(path),
+        "network": "resnet18",
+        "network_kwargs": {"num_classes": 16},
+        "embedding_layer": "fc",
+        "embedding_dim": 16,
+        "preprocessing": {"input_size": 16},
+    }
+    return {"kind": "torchvision", "options": options}, 16
 
 
 def timm_with_custom_head(tmp: Path) -> tuple[dict[str, Any], int]:
@@ -77,6 +102,7 @@ def timm_with_custom_head(tmp: Path) -> tuple[dict[str, Any], int]:
         "network": "resnet10t",
         "network_kwargs": TIMM_KWARGS,
         "key_prefix": "module.",
+        "classifier_layer": "fc",
         "preprocessing": GREY_16,
     }
     return {"kind": "timm", "options": options}, 16
@@ -103,6 +129,17 @@ def torchscript_file(tmp: Path, flat: bool = True) -> tuple[dict[str, Any], int]
     return {"kind": "torchscript", "options": options}, 8
 
 
+def exported_program(tmp: Path) -> tuple[dict[str, Any], int]:
+    """A ``torch.export`` program traced for a fixed batch of 3 images (modelupgrade embeds in
+    other batch sizes)."""
+    torch.manual_seed(0)
+    path = tmp / "encoder.pt2"
+    program = torch.export.export(SmallEncoder().eval(), (torch.zeros(3, 1, 16, 16),))
+    torch.export.save(program, path)
+    options = {"path": str(path), "embedding_dim": 8, "preprocessing": GREY_16}
+    return {"kind": "torch_export", "options": options}, 8
+
+
 def embeddings_table(tmp: Path, leave_out: tuple[int, ...] = ()) -> tuple[dict[str, Any], int]:
     """Vectors of every toy image (a class direction plus noise), as a parquet table."""
     rng = np.random.default_rng(0)
@@ -117,6 +154,8 @@ def embeddings_table(tmp: Path, leave_out: tuple[int, ...] = ()) -> tuple[dict[s
 
 SOURCES = {
     "torchvision-state-dict": torchvision_resnet,
+    "torchvision-fc-embedding": torchvision_fc_embedding,
+    "torch-export": exported_program,
     "timm-state-dict-custom-head": timm_with_custom_head,
     "torchscript": torchscript_file,
     "embeddings-only": embeddings_table,
@@ -216,14 +255,23 @@ def own_forward(form: str, adopted: dict[str, Any], images: torch.Tensor) -> np.
     network rebuilt from its file, the preprocessing done by hand."""
     options = adopted["options"]
     x = images.float() / 255.0
-    if form == "torchvision-state-dict":
-        network = torchvision.models.resnet18(num_classes=5)
+    if form.startswith("torchvision"):
+        classes = options.get("network_kwargs", {}).get("num_classes", 5)
+        network = torchvision.models.resnet18(num_classes=classes)
         network.load_state_dict(torch.load(options["path"]))
-        network.fc = nn.Identity()
+        if form == "torchvision-state-dict":
+            network.fc = nn.Identity()
         x = (x.expand(-1, 3, -1, -1) - 0.5) / 0.5
     else:
         if form == "torchscript":
             network = torch.jit.load(options["path"])
+        elif form == "torch-export":
+            # Traced for 3 images: run on batches of 3, the last one padded.
+            network = torch.export.load(options["path"]).module()
+            padded = torch.cat([x, torch.zeros(-len(x) % 3, *x.shape[1:])])
+            with torch.no_grad():
+                out = [network((padded[i : i + 3] - 0.25) / 0.5) for i in range(0, len(x), 3)]
+            return torch.cat(out)[: len(x)].numpy().astype(np.float64)
         else:
             network = timm.create_model(
                 "resnet10t", pretrained=False, num_classes=0, in_chans=1, **TIMM_KWARGS
@@ -254,6 +302,70 @@ def test_the_card_records_the_source_its_preprocessing_the_ignored_head_and_what
     assert any(item.startswith("preprocessing.mean") for item in card.unknown)
 
 
+def test_a_layer_with_weights_is_never_dropped_silently_and_a_declared_dimension_is_held(
+    project,
+):
+    # The issue's case: a torchvision state dict whose 64-d fc is the embedding. Adopting it as
+    # a classifier network used to drop fc and give 512-d features with a warning only.
+    adopted, _ = torchvision_fc_embedding(project)
+    options = adopted["options"]
+    options.pop("embedding_layer")
+    with pytest.raises(UserError, match=r"would drop with its classifier 'fc': fc.bias \(16,\)"):
+        adopt(params_for(adopted, 16), "old", out=Path("m"))
+    options["classifier_layer"] = "fc"
+    with pytest.raises(UserError, match="gives 512-dimensional embeddings, not the 16 its options"):
+        adopt(params_for(adopted, 16), "old", out=Path("m"))
+    assert not Path("m").exists()
+    # Named as the embedding layer: kept, 16-d, and the summary says so.
+    del options["classifier_layer"]
+    options["embedding_layer"] = "fc"
+    result = adopt(params_for(adopted, 16), "old", out=Path("m"))
+    assert result.card.embedding_dim == 16 and result.card.adopted.ignored_keys == []
+    assert "16-dimensional embeddings from layer 'fc'" in result.describe()
+    # An unknown layer, or both roles at once, are refused with the model's layers named.
+    options["embedding_layer"] = "head"
+    with pytest.raises(UserError, match="(?s)has no layer 'head'.*avgpool, fc"):
+        adopt(params_for(adopted, 16), "old", out=Path("m2"))
+    options["classifier_layer"] = "fc"
+    with pytest.raises(ParamsError, match="not both"):
+        params_for(adopted, 16)
+
+
+def test_a_timm_network_keeps_its_projection_when_it_is_named_the_embedding_layer(project):
+    torch.manual_seed(0)
+    network = timm.create_model(
+        "resnet10t", pretrained=False, num_classes=24, in_chans=1, **TIMM_KWARGS
+    )
+    path = project / "timm_projection.pt"
+    torch.save(network.state_dict(), path)
+    options = {
+        "path": str(path),
+        "network": "resnet10t",
+        "network_kwargs": {**TIMM_KWARGS, "num_classes": 24},
+        "embedding_layer": "fc",
+        "preprocessing": GREY_16,
+    }
+    card = adopt(params_for({"kind": "timm", "options": options}, 24), "old", out=Path("m")).card
+    assert card.embedding_dim == 24 and card.adopted.embedding_from == "layer 'fc'"
+    with torch.no_grad():
+        expected = network.eval()((TOY_PIXELS[:3].float() / 255.0 - 0.25) / 0.5).numpy()
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(embed_images(load_model("m"), TOY_PIXELS[:3]), expected, atol=1e-5)
+
+
+def test_a_file_of_the_other_compiled_form_is_refused_naming_its_kind(project):
+    exported, _ = exported_program(project)
+    scripted, _ = torchscript_file(project)
+    exported["options"]["path"], scripted["options"]["path"] = (
+        scripted["options"]["path"],
+        exported["options"]["path"],
+    )
+    with pytest.raises(UserError, match="not a torch.export program.*"):
+        adopt(params_for(exported, 8), "old", out=Path("m"))
+    with pytest.raises(UserError, match="not a TorchScript file"):
+        adopt(params_for(scripted, 8), "old", out=Path("m"))
+
+
 def test_a_weights_file_that_does_not_fit_its_architecture_is_refused(project):
     adopted, dim = torchvision_resnet(project)
     path = Path(adopted["options"]["path"])
@@ -282,7 +394,7 @@ def test_a_torchscript_file_with_the_wrong_output_shape_is_refused(project):
         adopt(params_for(adopted, dim), "old", out=Path("m"))
     adopted, dim = torchscript_file(project)
     adopted["options"]["embedding_dim"] = 16
-    with pytest.raises(UserError, match="returns 8-dimensional embeddings, not the 16"):
+    with pytest.raises(UserError, match="gives 8-dimensional embeddings, not the 16"):
         adopt(params_for(adopted, dim), "old", out=Path("m"))
     assert not Path("m").exists()
 

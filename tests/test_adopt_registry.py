@@ -258,6 +258,7 @@ def adopted_resnet(root: Path, seed: int) -> Path:
         "path": str(weights),
         "network": "resnet10t",
         "network_kwargs": kwargs,
+        "classifier_layer": "fc",
         "preprocessing": {"input_size": 16, "channels": 1},
     }
     adopt_model("timm", options, root / f"adopted-{seed}")

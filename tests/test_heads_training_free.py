@@ -34,6 +34,11 @@ ADAPTER_KINDS = {
     "residual_mlp": "forward",
     "residual_mlp_query": "reverse",
     "slerp_query": "reverse",
+    "local_procrustes": "forward",
+    "local_procrustes_query": "reverse",
+    "local_affine": "forward",
+    "local_affine_query": "reverse",
+    "qdc_query": "reverse",
 }
 
 
@@ -408,6 +413,7 @@ def test_the_adapter_study_fits_every_size_and_the_evaluation_and_report_show_th
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:4] == ["procrustes_query.all-independent", "procrustes_query", "query", "200"]
     assert float(cells[5]) == pytest.approx(100.0, abs=1e-3)  # % of own M(new, new)
+    assert "% of the old → new gap" in table
     claims = {c.source.split(" (")[0]: c for c in check_claims(study)}
     # One training seed gives no test: the check is measured (the adapter recovers 100 % of
     # M(new, new), above Drift-Adapter's 95 %) but the verdict waits for further seeds.

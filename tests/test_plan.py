@@ -41,6 +41,7 @@ COLUMNS = {
     "M",
     "delta_vs_old_pct",
     "of_new_new_pct",
+    "gap_closed_pct",
     "negative_flip_rate",
     "images_to_embed",
     "vectors_to_transform",
@@ -50,6 +51,8 @@ COLUMNS = {
     "query_overhead_us",
     "backfill_auc",
     "note",
+    "timing_spread",
+    "head",
 }
 OPTIONS = [
     "keep-old",
@@ -57,9 +60,15 @@ OPTIONS = [
     "query/procrustes",
     "query/affine",
     "query/residual_mlp",
+    "query/local_procrustes",
+    "query/local_affine",
+    "query/qdc",
+    "query/slerp",
     "gallery/procrustes",
     "gallery/affine",
     "gallery/residual_mlp",
+    "gallery/local_procrustes",
+    "gallery/local_affine",
     "compatible",
 ]
 
@@ -180,7 +189,9 @@ def test_the_plan_writes_every_option_with_the_evaluators_values_and_recommends_
     table = result.plan
     written = pd.read_csv("plan/plan.csv")
     assert list(written["option"]) == OPTIONS and set(written.columns) == COLUMNS
-    assert {p.name for p in result.written} == {"plan.json", "plan.md", "plan.csv"}
+    adapters = [name for name in OPTIONS if "/" in name]
+    saved = {name.replace("/", "-") for name in adapters}
+    assert {p.name for p in result.written} == {"plan.json", "plan.md", "plan.csv", *saved}
     assert f"**Recommended: {table.recommendation.option}.**" in Path("plan/plan.md").read_text()
 
     # Every M is the project's evaluator on the same vectors; flips are counted against old/old.
@@ -199,7 +210,15 @@ def test_the_plan_writes_every_option_with_the_evaluators_values_and_recommends_
     m_old, m_new = table.row("keep-old").M, table.row("reembed").M
     assert m_new > 0.99 and m_old < 0.9
     query = table.row("query/procrustes")
+    assert query.gap_closed_pct == pytest.approx((query.M - m_old) / (m_new - m_old) * 100)
     assert query.of_new_new_pct > 95 and query.images_to_embed == query.vectors_to_transform == 0
+    # SLERP (α tuned on a support split) blends with the old model's query: its per-query cost
+    # carries the old model's forward pass. The local adapters stand beside the global ones.
+    slerp = table.row("query/slerp")
+    assert "also runs the old model" in slerp.note
+    assert slerp.query_overhead_us > query.query_overhead_us
+    local = table.row("gallery/local_procrustes")
+    assert local.head == "heads/gallery-local_procrustes" and local.vectors_to_transform == 10**9
     assert query.query_overhead_us > 0 and query.backfill_auc is None
     # A query adapter costs milliseconds of fitting, re-embedding 10⁹ images a good half hour
     # even for these tiny models: an adapter is recommended, the best-scoring one among those as
@@ -358,7 +377,7 @@ def test_bad_input_is_one_error_line_with_exit_code_2(recoverable, capsys, tmp_p
     base = ["plan", "--params", str(params_file), "--out", str(tmp_path / "p")]
     cases = {
         "is not a model directory": ["--old", "nowhere", "--new", str(recoverable["new"])],
-        "has no label column": ["--sample", str(unlabelled)],
+        "has no column(s) ['label']": ["--sample", str(unlabelled)],
         "--gallery-size must be a positive number": ["--gallery-size", "0"],
     }
     for message, changed in cases.items():

@@ -41,13 +41,15 @@ def adopt(
         scenario: scenario of params.yaml whose old model this becomes (default --out:
             models/<sc>/gen0)
         out: model directory to write (default with --scenario: models/<sc>/gen0)
-        split: split files an embeddings-only model must hold a vector for every item of (default
-            with --scenario: its new_train, query and gallery splits)
+        split: split files (or plain tables with an item_id column) an embeddings-only model must
+            hold a vector for every item of (default with --scenario: its new_train, query and
+            gallery splits)
     """
     from modelupgrade.cards import CARD_FILE
+    from modelupgrade.data.image_table import read_image_rows
     from modelupgrade.models.adopted import MODEL_SOURCES, adopt_model
     from modelupgrade.registry import track_stage
-    from modelupgrade.training.generation import read_split, split_item_ids
+    from modelupgrade.training.generation import split_item_ids
 
     if model not in params.adopted:
         raise UserError(
@@ -71,7 +73,9 @@ def adopt(
     required = {}
     if not MODEL_SOURCES.get(entry.kind).runs_on_images:
         # Only a model that cannot run is limited to the items it holds vectors for.
-        required = {Path(path).stem: split_item_ids(read_split(path), path) for path in splits}
+        required = {
+            Path(path).stem: split_item_ids(read_image_rows(path, "split"), path) for path in splits
+        }
     asked = {"model": model, "kind": entry.kind, "scenario": scenario, "out": out}
     with track_stage("adopt", params, run_name=f"adopt@{out}", arguments=asked) as stage:
         if scenario is not None:
@@ -86,4 +90,11 @@ def adopt(
         )
         stage.log_metrics({"embedding_dim": card.embedding_dim, "parameters": card.parameters})
         stage.log_artifact(Path(out) / CARD_FILE, "model")
-    return AdoptedModel(Path(out), card, [], ("model", "written"), f"adopted {model} as {out}:")
+    assert card.adopted is not None
+    heading = (
+        f"adopted {model} ({entry.kind}) as {out}: {card.embedding_dim}-dimensional embeddings "
+        f"from {card.adopted.embedding_from}"
+    )
+    if card.adopted.ignored_keys:
+        heading += f"; {len(card.adopted.ignored_keys)} key(s) of the file not used"
+    return AdoptedModel(Path(out), card, [], ("model", "written"), heading)

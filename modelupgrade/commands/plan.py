@@ -7,27 +7,76 @@ records it as an MLflow run.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modelupgrade.config import Params
-from modelupgrade.plan import DEFAULT_ADAPTERS, UpgradePlan
+from modelupgrade.plan import DEFAULT_ADAPTERS, PlanMeasurements, UpgradePlan
+from modelupgrade.plan.steps import NextStep, PlanContext
 
 
 @dataclass
 class PlanWritten:
-    """The plan and the files it was written to."""
+    """The plan, the commands that carry it out, and the files it was written to."""
 
     plan: UpgradePlan
     written: list[Path]
+    steps: list[NextStep] = field(default_factory=list)
+    steps_text: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.plan.as_dict(), "written": [str(p) for p in self.written]}
+        return {
+            **self.plan.as_dict(),
+            "next_commands": [step.command for step in self.steps],
+            "written": [str(p) for p in self.written],
+        }
 
     def describe(self) -> str:
-        return "\n".join([self.plan.markdown(), *(f"wrote {p}" for p in self.written)])
+        return "\n".join(
+            [self.plan.markdown(), *self.steps_text, "", *(f"wrote {p}" for p in self.written)]
+        )
+
+    @classmethod
+    def of(
+        cls,
+        measured: PlanMeasurements,
+        gallery_size: int,
+        tolerance_pct: float,
+        context: PlanContext,
+        heads: Path,
+    ) -> PlanWritten:
+        """The plan of ``measured`` for the gallery, its next steps, written to ``context.out``
+        with the adapters saved in ``heads``."""
+        from modelupgrade.plan import plan_table, write_plan
+        from modelupgrade.plan.steps import next_steps, steps_markdown
+        from modelupgrade.store.schema import DATABASE_FILE
+
+        table = plan_table(measured, gallery_size, tolerance_pct)
+        steps = next_steps(table, context)
+        exists = (context.store / DATABASE_FILE).exists()
+        text = ["", *steps_markdown(steps, exists, context, table)]
+        commands = [step.command for step in steps]
+        return cls(table, write_plan(table, context.out, heads, text, commands), steps, text)
+
+    def log(self, stage: Any) -> None:
+        """The plan as its MLflow run records it: the recommendation, each option's numbers,
+        the files."""
+        stage.set_tags({"recommendation": self.plan.recommendation.option})
+        stage.log_metrics(
+            {
+                row.option: {
+                    "M": row.M,
+                    "negative_flip_rate": row.negative_flip_rate,
+                    "one_time_seconds": row.one_time_seconds,
+                    "backfill_auc": row.backfill_auc,
+                }
+                for row in self.plan.rows
+            }
+        )
+        stage.log_artifacts([p for p in self.written if p.is_file()], "plan")
 
 
 def plan(
@@ -48,6 +97,7 @@ def plan(
     adapters: Sequence[str] = DEFAULT_ADAPTERS,
     backfill_mode: str = "rank-merge",
     backfill_policy: str = "random",
+    store: Path | None = None,
 ) -> PlanWritten:
     """Plan an upgrade: each option's retrieval quality and cost for your gallery, and the pick.
 
@@ -58,19 +108,25 @@ def plan(
     estimated from a one-epoch probe, its quality left unknown). Each M is the headline metric of
     'evaluation' with its negative-flip rate against the old model, and a backfill curve where a
     backfill applies. Recommends the cheapest option (one-time compute) whose M is within
-    --tolerance-pct of M(new, new) and above M(old, old); none: keep the old model. Writes
-    plan.json, plan.md and plan.csv to --out and logs them as an MLflow run.
+    --tolerance-pct of M(new, new) and above M(old, old); none: keep the old model. Each cost is
+    timed in several rounds: the plan says how far they agreed and whether the machine was busy.
+    Writes plan.json, plan.md and plan.csv to --out, every fitted adapter as a head directory
+    under --out/heads, prints the commands that carry out the recommendation on the store, and
+    logs them as an MLflow run.
 
     Args:
         params: the params file: evaluation (metric), backfill (curve grid), adapters, training
-        old: the model the gallery holds vectors of (models/<sc>/gen0, or `modelupgrade adopt`)
+        old: the model the gallery holds vectors of (models/<sc>/gen0, or `modelupgrade adopt`),
+            or its vectors as a parquet of item_id and embedding when it cannot run any more
         new: the model to upgrade to (a trained generation, or an adopted model)
-        sample: labelled images, a split or manifest parquet (item_id, label, path/index): the
+        sample: labelled images: a table (CSV or parquet) of item_id, label and path (each an
+            image file, absolute or relative to the table's folder), or a split file; the
             adapters are fitted on it, and without --query/--gallery a part of it is evaluated
         gallery_size: images in the production gallery the costs are for, e.g. 50000000
         out: directory for plan.json, plan.md and plan.csv
-        query: split file of evaluation queries (with --gallery; default: split the sample)
-        gallery: split file of the evaluation gallery (with --query)
+        query: table of evaluation queries, as --sample (with --gallery; default: split the
+            sample)
+        gallery: table of the evaluation gallery, as --sample (with --query)
         tolerance_pct: how far below M(new, new), in percent, a recommended option may be
         fit_fraction: share of the sample the adapters are fitted on when it is split; the rest is
             evaluated leave-one-out
@@ -82,9 +138,11 @@ def plan(
             model's training images, else the sample's)
         adapters: training-free adapter kinds to fit (query side: *_query)
         backfill_mode: serving mode of the backfill curves (modelupgrade.serving)
-        backfill_policy: ordering policy of the backfill curves (modelupgrade.ordering)
+        backfill_policy: ordering policy of the backfill curves (modelupgrade.ordering), and of
+            the backfill the plan's next commands run
+        store: the gallery store the printed commands act on (default: store.path)
     """
-    from modelupgrade.plan import check_plan_settings, measure_plan, plan_table, write_plan
+    from modelupgrade.plan import check_plan_settings, measure_plan
     from modelupgrade.registry import track_stage
 
     check_plan_settings(gallery_size, tolerance_pct)
@@ -103,35 +161,26 @@ def plan(
     }
     with track_stage("plan", params, run_name=f"plan@{out}", arguments=asked) as stage:
         stage.log_params({"evaluation": params.evaluation, "adapters": list(adapters)})
-        measured = measure_plan(
-            params,
-            old,
-            new,
-            sample,
-            query=query,
-            gallery=gallery,
-            compatible_model=compatible_model,
-            compatible_architecture=compatible_architecture,
-            compatible_strategy=compatible_strategy,
-            compatible_training_images=compatible_training_images,
-            adapters=adapters,
-            fit_fraction=fit_fraction,
-            backfill_mode=backfill_mode,
-            backfill_policy=backfill_policy,
-        )
-        table = plan_table(measured, gallery_size, tolerance_pct)
-        written = write_plan(table, out)
-        stage.set_tags({"recommendation": table.recommendation.option})
-        stage.log_metrics(
-            {
-                row.option: {
-                    "M": row.M,
-                    "negative_flip_rate": row.negative_flip_rate,
-                    "one_time_seconds": row.one_time_seconds,
-                    "backfill_auc": row.backfill_auc,
-                }
-                for row in table.rows
-            }
-        )
-        stage.log_artifacts(written, "plan")
-    return PlanWritten(table, written)
+        with tempfile.TemporaryDirectory(prefix="plan-heads-") as scratch:
+            measured = measure_plan(
+                params,
+                old,
+                new,
+                sample,
+                query=query,
+                gallery=gallery,
+                compatible_model=compatible_model,
+                compatible_architecture=compatible_architecture,
+                compatible_strategy=compatible_strategy,
+                compatible_training_images=compatible_training_images,
+                adapters=adapters,
+                fit_fraction=fit_fraction,
+                backfill_mode=backfill_mode,
+                backfill_policy=backfill_policy,
+                heads_dir=Path(scratch),
+            )
+            where = (query or sample, store or Path(params.store.path), out, compatible_model)
+            context = PlanContext(params.source, old, new, *where)
+            written = PlanWritten.of(measured, gallery_size, tolerance_pct, context, Path(scratch))
+        written.log(stage)
+    return written

@@ -718,34 +718,38 @@ def cutover(
     The store answers a labelled query sample from the new space and from the old one (both
     spaces' vectors are still in the store), scored by the project's evaluator; the registry's gate
     decides: the gate metric (registry.gate_metric, else evaluation.headline_metric) at least as
-    high in the new space, and negative flips within registry.gates.max_negative_flip_rate. On
-    Milvus the store's serving alias then points at the new space's collection. The old vectors
-    are kept for store.rollback_window_hours (`modelupgrade rollback`, `modelupgrade cleanup`).
+    high in the new space, and negative flips within registry.gates.max_negative_flip_rate. The
+    sample's items are held out of the gallery it is scored against (a query that is a stored item
+    never finds itself). For a sample of stored items, a side given neither vectors nor a model is
+    read from the store: the old model's stored vectors (so a dead old model can be judged), the
+    new space's when the backfill re-embedded the items. On Milvus the store's serving alias then
+    points at the new space's collection. The old vectors are kept for
+    store.rollback_window_hours (`modelupgrade rollback`, `modelupgrade cleanup`).
 
     Args:
         params: the params file: store, evaluation and registry sections, the dataset
         reason: why, recorded with who and when (store-status shows it)
-        query_split: labelled query sample: a split parquet (item_id, path, index, label)
+        query_split: labelled query sample: a table of item_id, label and path (each an image
+            file, absolute or relative to the table's folder), or a split file
         store: store directory (default: store.path of params.yaml)
-        new_query_vectors: the sample's query vectors in the new space (.npy, row i = row i of
-            --query-split); or --new-model
-        old_query_vectors: the sample's query vectors in the old space (.npy); or --old-model
+        new_query_vectors: the sample's query vectors in the new space: a parquet of item_id and
+            embedding, or a .npy (row i = row i of --query-split); or --new-model
+        old_query_vectors: the sample's query vectors in the old space, as --new-query-vectors;
+            or --old-model
         new_model: model directory that embeds the sample's images into the new space
         old_model: model directory that embeds the sample's images into the old space
         device: torch device that runs the models: cpu, cuda, cuda:1
     """
+    from modelupgrade.data.image_table import read_labelled_images
     from modelupgrade.store.cutover import cutover as cut_over
     from modelupgrade.store.shadow import QuerySample, shadow_evaluate
 
-    frame = _items_table(query_split)
-    if "label" not in frame.columns:
-        raise UserError(
-            f"{query_split} has no label column",
-            hint="the shadow evaluation scores the store's answers by label: pass a split parquet",
-        )
+    images = new_model is not None or old_model is not None
+    frame = read_labelled_images(query_split, "the query sample", images)
     new = _query_vectors(params, frame, new_query_vectors, new_model, "new", device)
     old = _query_vectors(params, frame, old_query_vectors, old_model, "old", device)
-    sample = QuerySample(frame["label"].to_numpy(np.int64), new, old, str(query_split))
+    ids = tuple(frame["item_id"].astype(str))
+    sample = QuerySample(frame["label"].to_numpy(np.int64), new, old, str(query_split), ids)
     with GalleryStore.open(store or Path(params.store.path)) as gallery:
         return cut_over(
             gallery,
@@ -762,38 +766,27 @@ def _query_vectors(
     model: Path | None,
     side: str,
     device: str,
-) -> np.ndarray:
-    """The query sample in the ``side`` space: read from ``vectors``, or embedded by ``model``."""
-    from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.ingest import item_rows
+) -> np.ndarray | None:
+    """The query sample in the ``side`` space: read from ``vectors``, embedded by ``model``, or
+    None (read from the store for the sample's stored items)."""
+    from modelupgrade.data import load_images
+    from modelupgrade.data.vector_table import vectors_for_items
     from modelupgrade.store.models import model_embed_fn
-    from modelupgrade.store.schema import ItemRow
 
-    if (vectors is None) == (model is None):
+    if vectors is not None and model is not None:
         raise UserError(
             f"give the query sample's {side}-space vectors one way: --{side}-query-vectors "
             f"or --{side}-model",
-            hint=f"--{side}-query-vectors Q.npy (row i = row i of --query-split), or "
-            f"--{side}-model DIR to embed its images",
+            hint=f"--{side}-query-vectors (a parquet of item_id and embedding, or a .npy), "
+            f"--{side}-model DIR to embed its images, or neither for stored items",
         )
     if vectors is not None:
-        return load_array(vectors, f"{side}-space query vectors")
-    assert model is not None  # one of the two, checked above
-    item_ids, sources = item_rows(frame, "the query split")
-    rows = [
-        ItemRow(i, item_id, path, index, None, "")
-        for i, (item_id, (path, index, _)) in enumerate(
-            zip(item_ids, sources.rows(len(item_ids)), strict=True)
-        )
-    ]
-    loaded = ManifestImageSource(params.dataset).load(rows)
-    if loaded.failures:
-        raise UserError(
-            f"{len(loaded.failures)} query image(s) cannot be read, e.g. "
-            f"{next(iter(loaded.failures.values()))}",
-            hint="check dataset.root in params.yaml and the query split's paths",
-        )
-    return model_embed_fn(model, params.store.embed_batch_size, device)(loaded.images)
+        ids = frame["item_id"].astype(str).tolist()
+        return vectors_for_items(vectors, ids, f"{side}-space query vectors")
+    if model is None:
+        return None
+    images = load_images(frame, params.dataset)
+    return model_embed_fn(model, params.store.embed_batch_size, device)(images.numpy())
 
 
 def rollback(params: Params, reason: str, store: Path | None = None) -> ServingStep:

@@ -142,10 +142,14 @@ def embed(
         model: trained model directory (checkpoint.pt, card.json)
         scenario: scenario whose evaluation splits (data/splits/<sc>/query.parquet,
             gallery.parquet) are embedded by default, into embeddings/<sc>/<model directory name>/
-        split: split parquet files to embed (default: the scenario's query and gallery)
+        split: split files to embed, or plain tables of item_id and path (each an image file,
+            absolute or relative to the table's folder) (default: the scenario's query and
+            gallery)
         out_dir: output directory, one <split stem>.npy per split (default with --scenario:
             embeddings/<sc>/<model directory name>)
-        out: output .npy of a single --split, instead of --out-dir
+        out: output of a single --split, instead of --out-dir: a .npy matrix, or a .parquet
+            vector table of item_id and embedding (what adopt, store-ingest, backfill, plan and
+            cutover take)
         logits: also write <stem>_logits.npy, the classifier's logits (they order the backfill by
             old-model confidence or entropy)
     """

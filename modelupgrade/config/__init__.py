@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NewType
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from modelupgrade.config.adoption import AdoptionParams
 from modelupgrade.config.backfill import BackfillParams
@@ -103,6 +103,12 @@ class Params(Section):
     registry: RegistryParams = Field(default_factory=RegistryParams)
     store: StoreParams = Field(default_factory=StoreParams)
     flows: FlowParams = Field(default_factory=FlowParams)
+    # The file these params were read from (what a command tells a person to pass again).
+    _source: Path = PrivateAttr(default=DEFAULT_PARAMS_PATH)
+
+    @property
+    def source(self) -> Path:
+        return self._source
 
     @property
     def studied(self) -> dict[str, ScenarioParams]:
@@ -259,13 +265,15 @@ class Params(Section):
 def parse_params(raw: dict[str, Any], source: Path = DEFAULT_PARAMS_PATH) -> Params:
     """The structure of ``raw`` checked (plugin names unchecked: see ``modelupgrade.params``)."""
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(raw)
     except ValidationError as err:
         raise invalid_params(
             source,
             validation_problems(err),
             hint="see the schema in modelupgrade/config/ and the defaults in params.yaml",
         ) from None
+    params._source = Path(source)
+    return params
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:

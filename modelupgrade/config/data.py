@@ -36,8 +36,13 @@ class DatasetParams(Section):
     # File datasets (imagefolder, manifest, gldv2) are resized to image_size x image_size RGB;
     # array datasets (IDX, CIFAR) keep their native size.
     image_size: int = Field(default=64, ge=8)
-    # ``manifest`` loader: a CSV or parquet file with columns path,label[,split], relative to root.
+    # ``manifest`` loader: a CSV or parquet file with columns path,label[,split][,item_id], paths
+    # relative to root; an item_id column names each image (else its path is its id).
     manifest_file: str = "manifest.csv"
+    # ``imagefolder`` loader: each image's item id is its path relative to root ("path",
+    # e.g. shoes/sku-000123.jpg) or its file name without the extension ("stem", sku-000123:
+    # the ids a team names its files by; two files with one stem are an error).
+    item_ids: Literal["path", "stem"] = "path"
     gldv2: Gldv2Params = Field(default_factory=Gldv2Params)
     # Cap per class of the training pool (None = all); keeps the CPU default inside its time budget.
     max_train_per_class: int | None = Field(default=None, ge=1)

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.errors import UserError
@@ -36,7 +39,7 @@ from modelupgrade.metrics import (
 from modelupgrade.metrics.ranking import query_block_size
 from modelupgrade.retrieval.distance import as_feature_tensor, prepare, score_block
 from modelupgrade.retrieval.index import GallerySearcher, SearchOptions, exclude_self
-from modelupgrade.retrieval.protocol import read_split_frames
+from modelupgrade.retrieval.protocol import read_split_frames, resolve_protocol
 
 
 def tar_at_far_metric_name(far: float) -> str:
@@ -111,6 +114,24 @@ class RetrievalEvaluator:
         query, gallery, leave_one_out = read_split_frames(
             params.protocol, query_split, gallery_split
         )
+        return cls.from_frames(params, query, gallery, device, leave_one_out)
+
+    @classmethod
+    def from_frames(
+        cls,
+        params: EvaluationParams,
+        query: pd.DataFrame,
+        gallery: pd.DataFrame,
+        device: torch.device | str = "cpu",
+        leave_one_out: bool | None = None,
+    ) -> RetrievalEvaluator:
+        """The evaluator of query and gallery rows (split files or tables as read): their
+        labels, the protocol they resolve to (``evaluation.protocol``, unless ``leave_one_out``
+        is given) and the ground truth their rows carry."""
+        if leave_one_out is None:
+            leave_one_out = resolve_protocol(
+                params.protocol, query.item_id.to_numpy(), gallery.item_id.to_numpy()
+            )
         return cls(
             params,
             query.label.to_numpy(np.int64),

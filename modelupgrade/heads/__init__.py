@@ -2,8 +2,9 @@
 
 One base class (``Head``), one file per method, one registry (``HEADS``). Importing this package
 registers every head kind: the trained heads (FCT, FastFill, BiCT, DMU, RQT, MCL, RM full method)
-and the training-free adapters (Procrustes, low-rank affine, residual MLP, each in both directions,
-and SLERP on the query side; ``modelupgrade.heads.alignment``).
+and the training-free adapters (Procrustes, low-rank affine, residual MLP and their local,
+per-cluster forms, each in both directions; SLERP and query drift compensation on the query side;
+``modelupgrade.heads.alignment``).
 """
 
 from modelupgrade.config.heads import HeadTraining
@@ -28,10 +29,17 @@ from modelupgrade.heads.inference import (
     apply_with_uncertainty,
     inference_copy,
 )
+from modelupgrade.heads.local import (
+    LocalAffineAdapter,
+    LocalAffineQueryAdapter,
+    LocalProcrustesAdapter,
+    LocalProcrustesQueryAdapter,
+)
 from modelupgrade.heads.low_rank_affine import LowRankAffineAdapter, LowRankAffineQueryAdapter
 from modelupgrade.heads.mcl import MCLReverseTransform
 from modelupgrade.heads.persistence import head_card, load_head, read_head_card, save_head
 from modelupgrade.heads.procrustes import ProcrustesAdapter, ProcrustesQueryAdapter
+from modelupgrade.heads.qdc import QueryDriftCompensation
 from modelupgrade.heads.residual_mlp import ResidualMLPAdapter, ResidualMLPQueryAdapter
 from modelupgrade.heads.rm_full import RankMergeFullMethod
 from modelupgrade.heads.rqt import ReverseQueryTransform
@@ -51,11 +59,16 @@ __all__ = [
     "HeadBatch",
     "HeadChain",
     "HeadTraining",
+    "LocalAffineAdapter",
+    "LocalAffineQueryAdapter",
+    "LocalProcrustesAdapter",
+    "LocalProcrustesQueryAdapter",
     "LowRankAffineAdapter",
     "LowRankAffineQueryAdapter",
     "MCLReverseTransform",
     "ProcrustesAdapter",
     "ProcrustesQueryAdapter",
+    "QueryDriftCompensation",
     "RankMergeFullMethod",
     "ResidualMLPAdapter",
     "ResidualMLPQueryAdapter",

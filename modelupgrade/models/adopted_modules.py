@@ -1,10 +1,13 @@
 """The modules an adopted model becomes: a network made elsewhere behind the embedding-model
 interface (``AdoptedNetwork``), or the vectors an old model gave known items
-(``PrecomputedEmbeddings``)."""
+(``PrecomputedEmbeddings``); and what a network made elsewhere may need around it: its output
+taken at a named layer (``OutputOfLayer``), a ``torch.export`` program
+(``ExportedProgram``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,6 +17,68 @@ from torch import nn
 from modelupgrade.errors import UserError
 from modelupgrade.models.card import PreprocessingCard
 from modelupgrade.models.embedding import resized_unit_images
+
+
+class _LayerReached(Exception):
+    """Raised by the hook of the embedding layer: its output, and nothing after it runs."""
+
+    def __init__(self, output: torch.Tensor) -> None:
+        super().__init__()
+        self.output = output
+
+
+class OutputOfLayer(nn.Module):
+    """``network`` run up to its layer ``layer``, whose output (flattened per image) is the
+    embedding; the layers after it hold their weights but do not run."""
+
+    def __init__(self, network: nn.Module, layer: str) -> None:
+        super().__init__()
+        self.network = network
+        self.layer = layer
+        network.get_submodule(layer).register_forward_hook(self._reached)
+
+    @staticmethod
+    def _reached(module: nn.Module, inputs: Any, output: Any) -> None:
+        raise _LayerReached(output)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        try:
+            self.network(images)
+        except _LayerReached as reached:
+            return torch.flatten(reached.output, 1)
+        raise UserError(
+            f"layer {self.layer!r} never runs in the network's forward",
+            hint="name a layer the forward pass goes through as embedding_layer",
+        )
+
+
+class ExportedProgram(nn.Module):
+    """The module of a ``torch.export`` program. Its mode is the one it was exported in (an
+    exported module cannot switch between training and evaluation). One traced for exactly
+    ``batch`` images runs on any number: in slices of ``batch``, the last one padded with zeros
+    and cut back."""
+
+    def __init__(self, program: nn.Module, batch: int | None) -> None:
+        super().__init__()
+        self.program = program
+        self.batch = batch
+
+    def train(self, mode: bool = True) -> ExportedProgram:
+        self.training = mode
+        return self
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.batch is None:
+            return self.program(images)
+        outputs = []
+        for start in range(0, images.shape[0], self.batch):
+            part = images[start : start + self.batch]
+            rows = part.shape[0]
+            if rows < self.batch:
+                pad = part.new_zeros((self.batch - rows, *part.shape[1:]))
+                part = torch.cat([part, pad])
+            outputs.append(self.program(part)[:rows])
+        return torch.cat(outputs)
 
 
 class AdoptedNetwork(nn.Module):

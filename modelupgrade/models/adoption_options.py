@@ -65,6 +65,9 @@ class SourceOptions(Section):
 
 class NetworkOptions(SourceOptions):
     preprocessing: Preprocessing
+    # The dimension the embeddings must have: adoption fails when the network gives another one
+    # (a dropped or wrong embedding layer). None: whatever the probe batch gives.
+    embedding_dim: int | None = Field(default=None, ge=2)
 
 
 class StateDictOptions(NetworkOptions):
@@ -73,17 +76,36 @@ class StateDictOptions(NetworkOptions):
     network_kwargs: dict[str, Any] = Field(default_factory=dict)
     # A prefix every key of the file carries (e.g. "module." from DataParallel), removed.
     key_prefix: str = ""
+    # The layer (a dotted attribute path, e.g. "fc") whose output is the embedding: the network
+    # runs up to it and nothing is dropped. None: the network's features before its classifier.
+    embedding_layer: str | None = None
+    # The classifier (a dotted attribute path) dropped so that the network returns the features
+    # it classifies. None: the architecture's own (torchvision "fc", timm's pretrained_cfg). When
+    # the file holds weights for the layer dropped, it must be named here (or embedding_layer
+    # set): a dropped layer might have been the embedding.
+    classifier_layer: str | None = None
+
+    @model_validator(mode="after")
+    def _one_role(self) -> StateDictOptions:
+        if self.embedding_layer is not None and self.classifier_layer is not None:
+            raise ValueError(
+                "give embedding_layer (the network runs up to it) or classifier_layer (dropped), "
+                "not both"
+            )
+        return self
 
 
 class TorchvisionOptions(StateDictOptions):
-    # The classifier layer (a dotted attribute path) replaced by the identity, so that the network
-    # returns the features it classifies.
-    classifier_layer: str = "fc"
+    pass
 
 
 class TorchScriptOptions(NetworkOptions):
-    # The dimension the output must have; None: whatever the probe batch gives.
-    embedding_dim: int | None = Field(default=None, ge=2)
+    pass
+
+
+class TorchExportOptions(NetworkOptions):
+    """A ``torch.export`` program (``torch.export.save``, a .pt2 file) whose forward maps images
+    to (N, D) embeddings."""
 
 
 class EmbeddingsOptions(SourceOptions):
@@ -93,3 +115,5 @@ class EmbeddingsOptions(SourceOptions):
     ids_sha256: str | None = Field(default=None, pattern=_SHA256)
     id_column: str = "item_id"
     vector_column: str = "embedding"
+    # The dimension the vectors must have (None: whatever the table holds).
+    embedding_dim: int | None = Field(default=None, ge=2)

@@ -86,6 +86,9 @@ class AdoptedCard(_Part):
     files: dict[str, str] = Field(default_factory=dict)
     # Whether the model can embed images (an embeddings-only model holds vectors of known items).
     runs_on_images: bool = True
+    # Where the embedding comes from, in words (a named layer, the features before a dropped
+    # classifier, the network's output, precomputed vectors).
+    embedding_from: str = ""
     unknown: list[str] = Field(default_factory=list)
 
 

@@ -4,9 +4,8 @@ estimated, each with its backfill curve."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,22 @@ import numpy as np
 import torch
 
 from modelupgrade.config import Params
-from modelupgrade.config.heads import HeadParams
+from modelupgrade.data.vector_table import is_vector_table
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import PairResult, RetrievalEvaluator
 from modelupgrade.metrics import negative_flip_rate
-from modelupgrade.plan.records import OptionMeasure, PlanMeasurements, duration
+from modelupgrade.plan.adapters import (
+    DEFAULT_ADAPTERS,
+    GALLERY_ADAPTERS,
+    QUERY_ADAPTERS,
+    FittedAdapter,
+    adapter_head_name,
+    check_adapters,
+    fit_adapter,
+)
+from modelupgrade.plan.compatible import compatible_training_estimate
+from modelupgrade.plan.curves import Curve, CurveSettings, backfill_curve_of
+from modelupgrade.plan.records import MachineLoad, OptionMeasure, PlanMeasurements, duration
 from modelupgrade.plan.sample import (
     PlanSample,
     SampleEmbeddings,
@@ -27,13 +37,15 @@ from modelupgrade.plan.sample import (
     plan_sample,
     seconds_per_vector,
 )
-from modelupgrade.retrieval.distance import Distance
 
-QUERY_ADAPTERS = ("procrustes_query", "affine_query", "residual_mlp_query")
-GALLERY_ADAPTERS = ("procrustes", "affine", "residual_mlp")
-DEFAULT_ADAPTERS = (*QUERY_ADAPTERS, *GALLERY_ADAPTERS)
-# Images of the sample the compatible-training probe trains on for one epoch.
-TRAINING_PROBE_IMAGES = 1024
+__all__ = [
+    "DEFAULT_ADAPTERS",
+    "GALLERY_ADAPTERS",
+    "QUERY_ADAPTERS",
+    "Measuring",
+    "machine_load",
+    "measure_plan",
+]
 
 
 @dataclass
@@ -48,207 +60,6 @@ class _Scorer:
         if self.old_correct is None:
             self.old_correct = result.correct
         return dict(result.metrics), negative_flip_rate(self.old_correct, result.correct)
-
-
-def adapter_entry(params: Params, kind: str) -> HeadParams:
-    """The study's ``adapters.heads`` entry of this kind when params.yaml has one (its options
-    and training), else the kind's own defaults."""
-    for entry in params.adapters.heads.values():
-        if entry.kind == kind:
-            return entry
-    return HeadParams(kind=kind)
-
-
-def check_adapters(kinds: Sequence[str]) -> None:
-    from modelupgrade.heads.base import HEADS
-
-    for kind in kinds:
-        if kind not in DEFAULT_ADAPTERS:
-            known = ", ".join(DEFAULT_ADAPTERS)
-            if kind in HEADS.names() and getattr(HEADS.get(kind), "takes_old_embedding", False):
-                why = "it runs the old model on every query"
-            else:
-                why = "the plan fits training-free adapters only"
-            raise UserError(f"--adapters names {kind!r}: {why}", hint=f"pick from: {known}")
-
-
-def fit_adapter(
-    params: Params,
-    kind: str,
-    old: SampleEmbeddings,
-    new: SampleEmbeddings,
-    labels: np.ndarray,
-    device: torch.device,
-) -> tuple[Any, float]:
-    """(the adapter of ``kind`` fitted on the sample's fitting pairs, its fitting seconds)."""
-    from modelupgrade.heads.base import EmbeddingPairs, build_head, head_dims
-    from modelupgrade.heads.training import fit_head, resolve_training
-    from modelupgrade.runtime import seed_everything
-
-    entry = adapter_entry(params, kind)
-    training = resolve_training(entry)
-    in_dim, out_dim = head_dims(kind, old.fit.shape[1], new.fit.shape[1])
-    seed_everything(params.seed)
-    head = build_head(
-        kind, in_dim, out_dim, training.hidden_dim, training.depth, options=entry.options
-    )
-    pairs = EmbeddingPairs(old.fit, new.fit, labels)
-    result = fit_head(head, pairs, training, device=device, seed=params.seed)
-    return head.cpu().eval(), result.seconds
-
-
-@dataclass(frozen=True)
-class CurveSettings:
-    """How the backfill curves are drawn: serving mode, ordering policy, grid, AUC."""
-
-    mode: str
-    policy: str
-    metric: str
-    points: int
-    auc: str
-    distance: Distance
-    seed: int
-    topk: tuple[int, ...]
-
-    def describe(self) -> dict[str, Any]:
-        """The settings that shape the curve (the seed and top-k do not)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("seed", "topk")}
-
-
-def backfill_curve_of(
-    settings: CurveSettings,
-    sample: PlanSample,
-    old_query: np.ndarray,
-    old_gallery: np.ndarray,
-    new_query: np.ndarray,
-    new_gallery: np.ndarray,
-    old_logits: np.ndarray | None,
-    compatible: bool,
-) -> tuple[float | None, dict[str, list[float]] | None, str]:
-    """(AUC, curve, note) of a gallery moving from ``old_gallery`` to ``new_gallery`` rows under
-    the chosen serving mode and order (the study's simulator); no curve when the mode cannot
-    serve this system, with the reason."""
-    from modelupgrade.backfill import ServingArrays, auc_mean, auc_trapezoid, backfill_curve
-    from modelupgrade.backfill.grid import uniform_grid
-    from modelupgrade.ordering import OrderingInputs, build_ordering
-    from modelupgrade.serving import build_serving_mode
-
-    n = len(sample.gallery)
-    serving = ServingArrays(
-        old_query=old_query, old_gallery=old_gallery, new_query=new_query, new_gallery=new_gallery
-    )
-    mode = build_serving_mode(settings.mode)
-    plan = mode.try_plan(serving.forms())
-    if plan is None:
-        return None, None, f"no backfill curve: {mode.description}"
-    policy = build_ordering(settings.policy)
-    inputs = OrderingInputs(
-        n=n,
-        old_logits=old_logits,
-        old_state_vectors=old_gallery,
-        new_vectors=new_gallery,
-        old_state_in_new_space=compatible,
-    )
-    if not policy.available(inputs):
-        return (
-            None,
-            None,
-            f"no backfill curve: the {settings.policy} order needs {policy.description}",
-        )
-    grid = uniform_grid(settings.points, n)
-    query_labels = sample.query["label"].to_numpy(np.int64)
-    gallery_labels = sample.gallery["label"].to_numpy(np.int64)
-    curve = backfill_curve(
-        serving.systems(plan),
-        query_labels,
-        gallery_labels,
-        policy.order_items(inputs, settings.seed),
-        grid.cutoffs,
-        grid.t,
-        self_index=np.arange(n) if sample.leave_one_out else None,
-        distance=settings.distance,
-        topk=settings.topk,
-    )
-    values = curve.as_dict()
-    metric = settings.metric if settings.metric in values else "top1"
-    series = np.asarray(values[metric], dtype=np.float64)
-    auc = auc_mean(series) if settings.auc == "auc_mean" else auc_trapezoid(curve.t, series)
-    shown = {"t": [float(t) for t in curve.t], metric: series.tolist()}
-    return float(auc), shown, ""
-
-
-def compatible_training_estimate(
-    params: Params,
-    old_dir: Path,
-    new_card: Any,
-    architecture: str | None,
-    strategy: str,
-    sample: PlanSample,
-    training_images: int | None,
-    device: torch.device,
-) -> tuple[float | None, str]:
-    """(estimated training seconds, how it was estimated) of a compatible successor: a one-epoch
-    probe of ``train_model`` under ``strategy`` on part of the sample times this machine's
-    training throughput, scaled to ``params.training.epochs`` over ``training_images`` (default:
-    the images the new model was trained on, else the sample's)."""
-    from modelupgrade.training import train_model
-    from modelupgrade.training.generation import load_split_images
-
-    if strategy not in params.strategies:
-        raise UserError(
-            f"--compatible-strategy {strategy!r} is not a strategy of params.yaml",
-            hint=f"strategies: {', '.join(params.strategies) or 'none'}",
-        )
-    if architecture is not None:
-        if architecture not in params.architectures:
-            raise UserError(
-                f"--compatible-architecture {architecture!r} is not an architecture of params.yaml",
-                hint=f"architectures: {', '.join(params.architectures)}",
-            )
-        arch, arch_name = params.architectures[architecture], architecture
-    elif new_card.architecture is not None:
-        arch, arch_name = new_card.architecture, new_card.architecture_name or "new"
-    else:
-        return None, (
-            "training time not measured: the new model was adopted, so no architecture to "
-            "fine-tune is known (pass --compatible-architecture NAME)."
-        )
-    probe = sample.fit.iloc[: min(len(sample.fit), TRAINING_PROBE_IMAGES)].reset_index(drop=True)
-    images = load_split_images(probe, params)
-    labels = torch.from_numpy(probe["label"].to_numpy(np.int64, copy=True))
-    training = params.training.model_copy(update={"epochs": 1})
-    with tempfile.TemporaryDirectory(prefix="plan-probe-") as scratch:
-        card = train_model(
-            architecture=arch,
-            architecture_name=arch_name,
-            training=training,
-            images=images,
-            labels=labels,
-            out_dir=Path(scratch) / "probe",
-            generation=1,
-            seed=params.seed,
-            device=device,
-            strategy_name=strategy,
-            strategy_params=params.strategies[strategy],
-            old_model_dir=old_dir,
-            data={"split": "plan probe"},
-            resume_dir=Path(scratch) / "resume",
-            progress=False,
-            item_ids=probe["item_id"].astype(str).tolist(),
-        )
-    # train_model returns the card it saved (a ModelCard; a dict where a test stands in for it).
-    rate = (
-        card["train_images_per_second"] if isinstance(card, dict) else card.train_images_per_second
-    )
-    assert rate is not None, "train_model's card records its training speed"
-    count = training_images or int(new_card.data.get("images") or len(sample.fit))
-    epochs = params.training.epochs
-    seconds = epochs * count / rate
-    return seconds, (
-        f"not trained: {strategy} training estimated at {rate:.0f} images/s (a 1-epoch probe on "
-        f"{len(probe)} sample images), {epochs} epochs × {count:,} images; quality unknown until "
-        "it is trained (pass --compatible-model DIR)."
-    )
 
 
 def check_choices(
@@ -277,11 +88,8 @@ def check_choices(
         )
 
 
-Curve = tuple[float | None, dict[str, list[float]] | None, str]
-
-
 @dataclass
-class _Measuring:
+class Measuring:
     """The sample, both models' vectors of it and how options are scored: what measuring each
     option needs."""
 
@@ -293,6 +101,9 @@ class _Measuring:
     settings: CurveSettings
     old_logits: np.ndarray | None
     device: torch.device
+    # Where fitted adapters are saved as head directories (None: not saved).
+    heads_dir: Path | None = None
+    models: tuple[Path, Path] | None = None
 
     def curve(self, new_query: np.ndarray, new_gallery: np.ndarray, compatible: bool) -> Curve:
         return backfill_curve_of(
@@ -323,50 +134,164 @@ class _Measuring:
             backfill_auc=auc,
             backfill_curve=points,
             note=note,
+            timing_spread=None if new.timing is None else new.timing.spread,
         )
         return [keep, reembed]
 
     def adapter(self, kind: str) -> OptionMeasure:
-        """A training-free adapter of ``kind`` fitted on the sample's fitting pairs."""
+        """A training-free adapter of ``kind`` fitted on the sample's fitting pairs, saved as a
+        head directory when the plan keeps its adapters."""
+        from modelupgrade.heads.base import HEADS
         from modelupgrade.heads.inference import FrozenHead
 
         old, new = self.old_vectors, self.new_vectors
-        fit_labels = self.parts.fit["label"].to_numpy(np.int64)
-        head, fit_seconds = fit_adapter(self.params, kind, old, new, fit_labels, self.device)
-        frozen = FrozenHead(head, self.device)
-
-        def transform(vectors: np.ndarray) -> np.ndarray:
-            return frozen.outputs(vectors)["transform"]
-
-        fitted = f"fitted on {len(self.parts.fit)} pairs in {duration(fit_seconds)}."
-        if kind in QUERY_ADAPTERS:
-            metrics, flips = self.score(transform(new.query), old.gallery)
+        query_side = kind in QUERY_ADAPTERS
+        name = f"query/{kind.removesuffix('_query')}" if query_side else f"gallery/{kind}"
+        blends_old_query = HEADS.get(kind).takes_old_embedding
+        if blends_old_query and old.timing is None:
             return OptionMeasure(
-                f"query/{kind.removesuffix('_query')}",
+                name,
                 "query-adapter",
-                f"query-side {kind}, no backfill: M(ψ_rev(new query), old gallery)",
-                metrics,
-                flips,
-                query_overhead_us=seconds_per_vector(transform, new.query) * 1e6,
-                training_seconds=fit_seconds,
-                training_note=fitted,
+                f"query-side {kind}: needs the old model on every query",
+                note="not measured: the old model cannot embed queries any more (embeddings only)",
             )
-        mapped = transform(old.gallery)
+        fit_labels = self.parts.fit["label"].to_numpy(np.int64)
+        fitted = fit_adapter(self.params, kind, old, new, fit_labels, self.device)
+        frozen = FrozenHead(fitted.head, self.device)
+        note = f"fitted on {len(self.parts.fit)} pairs in {duration(fitted.seconds)}."
+        head = self.save(name, fitted)
+        if query_side:
+            return self._query_adapter(name, kind, frozen, fitted, note, head, blends_old_query)
+        mapped = frozen.outputs(old.gallery)["transform"]
         metrics, flips = self.score(new.query, mapped)
-        auc, points, note = self.curve(new.query, mapped, True)
+        auc, points, curve_note = self.curve(new.query, mapped, True)
+        timing = seconds_per_vector(lambda v: frozen.outputs(v)["transform"], old.gallery)
         return OptionMeasure(
-            f"gallery/{kind}",
+            name,
             "gallery-adapter",
             f"gallery-side {kind}, vectors-only backfill: M(new query, ψ(old gallery))",
             metrics,
             flips,
-            seconds_per_vector=seconds_per_vector(transform, old.gallery),
-            training_seconds=fit_seconds,
-            training_note=fitted,
+            seconds_per_vector=timing.best,
+            training_seconds=fitted.seconds,
+            training_note=note,
             backfill_auc=auc,
             backfill_curve=points,
-            note=note,
+            note=curve_note,
+            timing_spread=timing.spread,
+            head=head,
         )
+
+    def _query_adapter(
+        self,
+        name: str,
+        kind: str,
+        frozen: Any,
+        fitted: FittedAdapter,
+        note: str,
+        head: str | None,
+        blends_old_query: bool,
+    ) -> OptionMeasure:
+        """A query-side adapter: M(ψ_rev(new query), old gallery), and what it adds to a query
+        (with SLERP, the old model's forward pass too)."""
+        old, new = self.old_vectors, self.new_vectors
+        side = old.query if blends_old_query else None
+        mapped = frozen.outputs(new.query, side)["transform"]
+        metrics, flips = self.score(mapped, old.gallery)
+
+        def transform(queries: np.ndarray) -> np.ndarray:
+            # Timed on the queries tiled to a block: the old queries tiled alike.
+            blend = None if side is None else np.resize(side, (len(queries), side.shape[1]))
+            return frozen.outputs(queries, blend)["transform"]
+
+        timing = seconds_per_vector(transform, new.query)
+        overhead = timing.best * 1e6
+        if blends_old_query:
+            assert old.seconds_per_image is not None  # checked by ``adapter``
+            overhead += old.seconds_per_image * 1e6
+            note += (
+                f" Each query also runs the old model ({old.seconds_per_image * 1e6:.0f} µs a "
+                "query, in the per-query cost): both models serve during the transition."
+            )
+        return OptionMeasure(
+            name,
+            "query-adapter",
+            f"query-side {kind}, no backfill: M(ψ_rev(new query), old gallery)",
+            metrics,
+            flips,
+            query_overhead_us=overhead,
+            training_seconds=fitted.seconds,
+            training_note=note,
+            timing_spread=timing.spread,
+            head=head,
+        )
+
+    def compatible(self, model_dir: Path) -> list[OptionMeasure]:
+        """A trained compatible successor: without a backfill (its queries against the old gallery)
+        and after a re-embedding backfill."""
+        from modelupgrade.models import read_model_card
+
+        card = read_model_card(model_dir)
+        vectors = embed_sample(self.params, model_dir, self.parts, self.device)
+        if vectors.seconds_per_image is None:
+            raise UserError(
+                f"the compatible model {model_dir} is embeddings-only: it cannot embed queries",
+                hint="pass a model trained with `modelupgrade train --strategy ...`",
+            )
+        # Already trained: what it took is shown, not counted, as for the new model itself.
+        trained = (
+            f"already trained, in {duration(card.train_seconds)} on "
+            f"{card.device or 'an unrecorded device'} (its card)."
+            if card.train_seconds is not None
+            else "already trained (its card records no training time)."
+        )
+        old_query_metrics, old_flips = self.score(vectors.query, self.old_vectors.gallery)
+        metrics, flips = self.score(vectors.query, vectors.gallery)
+        auc, points, note = self.curve(vectors.query, vectors.gallery, True)
+        return [
+            OptionMeasure(
+                "compatible",
+                "compatible",
+                "compatible model, no backfill: M(compatible, old gallery)",
+                old_query_metrics,
+                old_flips,
+                training_note=trained,
+            ),
+            OptionMeasure(
+                "compatible/backfill",
+                "compatible",
+                "compatible model, every gallery image re-embedded: M(compatible, compatible)",
+                metrics,
+                flips,
+                seconds_per_image=vectors.seconds_per_image,
+                timing_spread=None if vectors.timing is None else vectors.timing.spread,
+                training_note=trained,
+                backfill_auc=auc,
+                backfill_curve=points,
+                note=note,
+            ),
+        ]
+
+    def save(self, option: str, fitted: FittedAdapter) -> str | None:
+        """Save ``fitted`` in ``heads_dir`` as a head directory named after ``option``; its name
+        relative to the plan's directory (``heads/gallery-affine``), None when the plan keeps
+        no adapters."""
+        from modelupgrade.heads.persistence import save_head
+        from modelupgrade.heads.pipeline import source_entry
+
+        if self.heads_dir is None or self.models is None:
+            return None
+        name = adapter_head_name(option)
+        old_model, new_model = self.models
+        sources = {"old_model": source_entry(old_model), "new_model": source_entry(new_model)}
+        save_head(
+            fitted.head,
+            self.heads_dir / Path(name).name,
+            name=option,
+            training=fitted.record,
+            sources=sources,
+        )
+        return name
 
 
 def measure_plan(
@@ -385,21 +310,26 @@ def measure_plan(
     fit_fraction: float,
     backfill_mode: str,
     backfill_policy: str,
+    heads_dir: Path | None = None,
 ) -> PlanMeasurements:
     """Measure every option on the sample (module docstring); ``plan_table`` costs them. The
-    options' defaults are the ``plan`` command's (``modelupgrade.commands.plan``)."""
+    options' defaults are the ``plan`` command's (``modelupgrade.commands.plan``). Each fitted
+    adapter is saved in ``heads_dir`` as a head directory (``adapter_head_name``)."""
     from modelupgrade.models import read_model_card
     from modelupgrade.runtime import describe_device
 
-    old, new = check_model_dir(old, "the old model"), check_model_dir(new, "the new model")
+    old = check_model_dir(old, "the old model", vectors_allowed=True)
+    new = check_model_dir(new, "the new model")
     if compatible_model is not None:
         compatible_model = check_model_dir(compatible_model, "the compatible model")
     check_choices(adapters, backfill_mode, backfill_policy, compatible_training_images)
     curves = (backfill_mode, backfill_policy)
+    load_before = machine_load()
     measuring = _measuring(params, old, new, sample, (query, gallery), fit_fraction, curves)
+    measuring.heads_dir, measuring.models = heads_dir, (old, new)
     options = measuring.baselines() + [measuring.adapter(kind) for kind in adapters]
     if compatible_model is not None:
-        options += _compatible_options(measuring, compatible_model)
+        options += measuring.compatible(compatible_model)
     else:
         seconds, how = compatible_training_estimate(
             params,
@@ -439,7 +369,17 @@ def measure_plan(
             "new": str(new),
             **({"compatible": str(compatible_model)} if compatible_model else {}),
         },
+        machine=MachineLoad(load_before.cores, load_before.load_before, machine_load().load_before),
     )
+
+
+def machine_load() -> MachineLoad:
+    """The 1-minute load average now, against the cores this process may use."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return MachineLoad(int(cores or 1), float(load), float(load))
 
 
 def _measuring(
@@ -450,7 +390,7 @@ def _measuring(
     evaluated: tuple[Path | None, Path | None],
     fit_fraction: float,
     curves: tuple[str, str],
-) -> _Measuring:
+) -> Measuring:
     """The sample split (``evaluated``: the query and gallery files, if given), embedded by both
     models, and the scorer and the curves' settings (``curves``: serving mode, ordering)."""
     from modelupgrade.models import classifier_logits, load_model
@@ -480,57 +420,11 @@ def _measuring(
         seed=params.seed,
         topk=tuple(sorted(set(cfg.topk))),
     )
-    old_model = load_model(old)
+    old_model = None if is_vector_table(old) else load_model(old)
     old_logits = (
         classifier_logits(old_model, old_vectors.gallery)
-        if getattr(old_model, "classifier", None) is not None
+        if old_model is not None and getattr(old_model, "classifier", None) is not None
         else None
     )
     score = _Scorer(parts.evaluator)
-    return _Measuring(params, parts, old_vectors, new_vectors, score, settings, old_logits, device)
-
-
-def _compatible_options(measuring: _Measuring, model_dir: Path) -> list[OptionMeasure]:
-    """A trained compatible successor: without a backfill (its queries against the old gallery)
-    and after a re-embedding backfill."""
-    from modelupgrade.models import read_model_card
-
-    card = read_model_card(model_dir)
-    vectors = embed_sample(measuring.params, model_dir, measuring.parts, measuring.device)
-    if vectors.seconds_per_image is None:
-        raise UserError(
-            f"the compatible model {model_dir} is embeddings-only: it cannot embed queries",
-            hint="pass a model trained with `modelupgrade train --strategy ...`",
-        )
-    # Already trained: what it took is shown, not counted, as for the new model itself.
-    trained = (
-        f"already trained, in {duration(card.train_seconds)} on "
-        f"{card.device or 'an unrecorded device'} (its card)."
-        if card.train_seconds is not None
-        else "already trained (its card records no training time)."
-    )
-    old_query_metrics, old_flips = measuring.score(vectors.query, measuring.old_vectors.gallery)
-    metrics, flips = measuring.score(vectors.query, vectors.gallery)
-    auc, points, note = measuring.curve(vectors.query, vectors.gallery, True)
-    return [
-        OptionMeasure(
-            "compatible",
-            "compatible",
-            "compatible model, no backfill: M(compatible, old gallery)",
-            old_query_metrics,
-            old_flips,
-            training_note=trained,
-        ),
-        OptionMeasure(
-            "compatible/backfill",
-            "compatible",
-            "compatible model, every gallery image re-embedded: M(compatible, compatible)",
-            metrics,
-            flips,
-            seconds_per_image=vectors.seconds_per_image,
-            training_note=trained,
-            backfill_auc=auc,
-            backfill_curve=points,
-            note=note,
-        ),
-    ]
+    return Measuring(params, parts, old_vectors, new_vectors, score, settings, old_logits, device)

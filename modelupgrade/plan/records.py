@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
+# Timing rounds whose slowest is more than this factor of the fastest make a cost unstable.
+UNSTABLE_SPREAD = 1.5
+
 OptionKind = Literal["keep", "reembed", "query-adapter", "gallery-adapter", "compatible"]
 
 
@@ -35,6 +38,27 @@ class OptionMeasure:
     backfill_auc: float | None = None
     backfill_curve: dict[str, list[float]] | None = None
     note: str = ""
+    # How stable its unit cost was: the slowest timing round over the fastest (1.0: steady).
+    timing_spread: float | None = None
+    # The fitted adapter, saved as a head directory (relative to the plan's directory).
+    head: str | None = None
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """How busy the machine was while the plan timed its costs: the 1-minute load average
+    before and after, against the cores this process may use."""
+
+    cores: int
+    load_before: float
+    load_after: float
+
+    # A load above this share of the cores means other work competed with the timings.
+    BUSY_SHARE = 0.75
+
+    @property
+    def busy(self) -> bool:
+        return max(self.load_before, self.load_after) > self.BUSY_SHARE * self.cores
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,7 @@ class PlanMeasurements:
     protocol: dict[str, Any]
     backfill: dict[str, Any]
     models: dict[str, str]
+    machine: MachineLoad | None = None
 
     def option(self, name: str) -> OptionMeasure:
         for option in self.options:
@@ -65,6 +90,8 @@ class PlanRow:
     M: float | None
     delta_vs_old_pct: float | None
     of_new_new_pct: float | None
+    # The share of the way from M(old, old) to M(new, new) this option covers.
+    gap_closed_pct: float | None
     negative_flip_rate: float | None
     images_to_embed: int
     vectors_to_transform: int
@@ -74,6 +101,8 @@ class PlanRow:
     query_overhead_us: float | None
     backfill_auc: float | None
     note: str
+    timing_spread: float | None = None
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,8 +146,9 @@ class UpgradePlan:
     def markdown(self) -> str:
         m = self.metric
         header = (
-            f"| option | {m} | Δ vs old | of M(new,new) | neg. flips | images to re-embed | "
-            "vectors to transform | backfill time | fit / training | per query | backfill AUC |"
+            f"| option | {m} | Δ vs old | of M(new,new) | of the gap | neg. flips | "
+            "images to re-embed | vectors to transform | backfill time | fit / training | "
+            "per query | backfill AUC |"
         )
         lines = [
             f"# Upgrade plan for a gallery of {self.gallery_size:,} images",
@@ -129,12 +159,13 @@ class UpgradePlan:
             ),
             "",
             header,
-            "|" + "---|" * 11,
+            "|" + "---|" * 12,
         ]
         for r in self.rows:
             lines.append(
                 f"| {r.option} | {number(r.M)} | {percent(r.delta_vs_old_pct, signed=True)} | "
-                f"{percent(r.of_new_new_pct)} | {number(r.negative_flip_rate)} | "
+                f"{percent(r.of_new_new_pct)} | {percent(r.gap_closed_pct)} | "
+                f"{number(r.negative_flip_rate)} | "
                 f"{r.images_to_embed:,} | {r.vectors_to_transform:,} | "
                 f"{duration(r.backfill_seconds)} | {duration(r.training_seconds)} | "
                 f"{'' if r.query_overhead_us is None else f'{r.query_overhead_us:.2f} µs'} | "
@@ -154,8 +185,38 @@ class UpgradePlan:
                 f"Backfill curves: {backfill['mode']} serving, {backfill['policy']} order, "
                 f"{backfill['points']} points; AUC ({backfill['auc']}) of {backfill['metric']}."
             ),
+            "",
+            *self.timing_lines(),
         ]
         return "\n".join(lines) + "\n"
+
+    def timing_lines(self) -> list[str]:
+        """How far the costs can be trusted: the timing rounds' spread, and the machine's load."""
+        spreads = {r.option: r.timing_spread for r in self.rows if r.timing_spread is not None}
+        lines = []
+        if spreads:
+            worst = max(spreads, key=lambda name: spreads[name])
+            shown = ", ".join(f"{name} {spread:.2f}×" for name, spread in spreads.items())
+            verdict = "stable" if spreads[worst] <= UNSTABLE_SPREAD else "**unstable**"
+            lines.append(
+                f"Costs: each is the fastest of several timing rounds on "
+                f"{self.measurements.device}; the slowest round over the fastest: {shown} "
+                f"({verdict}: {worst} varied most)."
+            )
+        machine = self.measurements.machine
+        if machine is not None and machine.busy:
+            lines.append(
+                f"**The machine was busy while timing** (load average "
+                f"{max(machine.load_before, machine.load_after):.1f} on {machine.cores} cores): "
+                "other work competed with the measurements, so the costs are likely too high; "
+                "plan again on a quiet machine for firm numbers."
+            )
+        elif machine is not None:
+            lines.append(
+                f"The machine was quiet while timing (load average "
+                f"{max(machine.load_before, machine.load_after):.1f} on {machine.cores} cores)."
+            )
+        return lines
 
 
 def number(value: float | None) -> str:

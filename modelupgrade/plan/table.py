@@ -3,6 +3,8 @@ and written (``write_plan``)."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from modelupgrade.errors import UserError
@@ -11,6 +13,8 @@ from modelupgrade.plan.recommend import recommend
 from modelupgrade.plan.records import PlanMeasurements, PlanRow, UpgradePlan
 
 PLAN_JSON, PLAN_MARKDOWN, PLAN_CSV = "plan.json", "plan.md", "plan.csv"
+# The fitted adapters' head directories inside a plan's directory (``adapter_head_name``).
+HEADS_DIR = "heads"
 
 
 def check_plan_settings(gallery_size: int, tolerance_pct: float) -> None:
@@ -55,6 +59,9 @@ def plan_table(
                 if value is None or m_old == 0
                 else (value - m_old) / m_old * 100,
                 of_new_new_pct=None if value is None or m_new == 0 else value / m_new * 100,
+                gap_closed_pct=None
+                if value is None or not m_new > m_old
+                else (value - m_old) / (m_new - m_old) * 100,
                 negative_flip_rate=option.negative_flip_rate,
                 images_to_embed=images,
                 vectors_to_transform=vectors,
@@ -64,18 +71,31 @@ def plan_table(
                 query_overhead_us=option.query_overhead_us,
                 backfill_auc=option.backfill_auc,
                 note=" ".join(p for p in (option.training_note, option.note) if p),
+                timing_spread=option.timing_spread,
+                head=option.head,
             )
         )
     recommendation = recommend(rows, metric, m_old, m_new, tolerance_pct)
     return UpgradePlan(gallery_size, tolerance_pct, metric, rows, recommendation, measurements)
 
 
-def write_plan(plan: UpgradePlan, out: Path) -> list[Path]:
-    """plan.json, plan.md and plan.csv in ``out``, the directory written whole or not at all."""
+def write_plan(
+    plan: UpgradePlan,
+    out: Path,
+    heads: Path | None = None,
+    next_steps: Sequence[str] = (),
+    commands: Sequence[str] = (),
+) -> list[Path]:
+    """plan.json, plan.md and plan.csv in ``out``, with the fitted adapters' head directories
+    (``heads``: a directory of them) under ``out/heads`` and the next steps (markdown lines, and
+    the commands in plan.json); the directory is written whole or not at all."""
     out = Path(out)
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        write_json(tmp / PLAN_JSON, plan.as_dict())
-        write_text(tmp / PLAN_MARKDOWN, plan.markdown())
+        write_json(tmp / PLAN_JSON, {**plan.as_dict(), "next_commands": list(commands)})
+        write_text(tmp / PLAN_MARKDOWN, "\n".join([plan.markdown(), *next_steps]) + "\n")
         write_text(tmp / PLAN_CSV, plan.frame().to_csv(index=False))
-    return [out / PLAN_JSON, out / PLAN_MARKDOWN, out / PLAN_CSV]
+        if heads is not None and any(Path(heads).iterdir()):
+            shutil.copytree(heads, tmp / HEADS_DIR)
+    saved = sorted((out / HEADS_DIR).iterdir()) if (out / HEADS_DIR).is_dir() else []
+    return [out / PLAN_JSON, out / PLAN_MARKDOWN, out / PLAN_CSV, *saved]

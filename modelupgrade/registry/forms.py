@@ -5,8 +5,9 @@ A model is logged in the form a consumer can load without surprises:
 
 - a model trained here, or adopted from a timm or torchvision state dict, is an eager module of
   importable classes: the ``mlflow.pytorch`` flavour (pickle), ``mlflow.pytorch.load_model``;
-- an adopted TorchScript model wraps compiled foreign code that pickle cannot carry: its model
-  directory (card.json, checkpoint.pt, network.torchscript) is logged as files, and
+- an adopted TorchScript model or torch.export program wraps compiled foreign code that pickle
+  cannot carry: its model directory (card.json, checkpoint.pt, network.torchscript or
+  network.pt2) is logged as files, and
   ``ModelRegistry.load_model`` rebuilds it with modelupgrade;
 - an embeddings-only model cannot run at all: its card and a record of its vectors' checksums are
   logged (not the vectors: a production gallery's table is millions of rows, and the model
@@ -41,6 +42,8 @@ ADOPTED_STRATEGY = "adopted"
 UNKNOWN_DATA = "unknown (adopted)"
 ADOPTED_KIND = "adopted.kind"
 ADOPTED_SOURCE = "adopted.source"
+# Adopted forms whose network is compiled foreign code that pickle cannot carry: logged as files.
+COMPILED_SOURCES = ("torchscript", "torch_export")
 # The file beside an embeddings-only model's card that names its vectors by checksum.
 EMBEDDINGS_RECORD = "embeddings.json"
 # MLflow caps a model-version tag value at 5000 characters.
@@ -78,7 +81,7 @@ def model_form(model_dir: Path) -> ModelForm:
     tags = adopted_tags(card)
     if not adopted.runs_on_images:
         return ModelForm(CARD_ONLY, (card_path,), {**tags, TAG_LOGGED_AS: CARD_ONLY}, True)
-    if adopted.kind == "torchscript":
+    if adopted.kind in COMPILED_SOURCES:
         files = (card_path, *(model_dir / name for name in sorted(card.weights_sha256)))
         return ModelForm(MODEL_DIRECTORY, files, {**tags, TAG_LOGGED_AS: MODEL_DIRECTORY}, True)
     return ModelForm(PYTORCH, (), {**tags, TAG_LOGGED_AS: PYTORCH}, True)

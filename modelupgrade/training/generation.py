@@ -168,8 +168,8 @@ def split_item_ids(frame: pd.DataFrame, split: str | Path) -> list[str]:
 def embedding_targets(
     splits: Sequence[str | Path], out: str | Path | None, out_dir: str | Path | None
 ) -> list[Path]:
-    """The ``.npy`` file each split's embeddings go to: ``out`` (one split) or
-    ``<out_dir>/<stem>.npy``."""
+    """The file each split's embeddings go to: ``out`` (one split; a ``.parquet`` one is the vector
+    table of item_id and embedding) or ``<out_dir>/<stem>.npy``."""
     if (out is None) == (out_dir is None):
         raise UserError("pass exactly one of --out (one split) and --out-dir")
     if out is not None:
@@ -201,6 +201,8 @@ def embed_splits(
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.
     """
+    from modelupgrade.data.image_table import read_image_rows
+    from modelupgrade.data.vector_table import write_vector_table
     from modelupgrade.models import (
         classifier_logits,
         embed,
@@ -216,7 +218,7 @@ def embed_splits(
     device = select_device(params.device)
     apply_cpu_threads(params)
     model = load_model(model_dir, device)
-    frames = [read_split(s) for s in splits]
+    frames = [read_image_rows(s, "split") for s in splits]
     if runs_on_images(model):
         images = load_split_images(pd.concat(frames, ignore_index=True), params)
         embeddings = embed(model, images, params.training.eval_batch_size, device)
@@ -240,7 +242,10 @@ def embed_splits(
     for frame, target, split in zip(frames, targets, splits, strict=True):
         part = np.ascontiguousarray(embeddings[start : start + len(frame)])
         start += len(frame)
-        save_npy(target, part)
+        if target.suffix == ".parquet":
+            write_vector_table(target, split_item_ids(frame, split), part)
+        else:
+            save_npy(target, part)
         log.info("embedded %s with %s: %s → %s", split, model_dir, part.shape, target)
         if logits:
             logits_path = logits_beside(target)

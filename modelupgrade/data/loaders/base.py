@@ -64,15 +64,22 @@ def build_loader(params: DatasetParams) -> DatasetLoader:
 
 
 def read_image_files(loader: DatasetLoader, frame: pd.DataFrame, image_size: int) -> torch.Tensor:
-    """Decode one image file per row with PIL: RGB, optional crop box, resized to a square."""
+    """Decode one image file per row (its path under the loader's root) with PIL: RGB, optional
+    crop box, resized to a square."""
+    paths = [loader.resolve(relative) for relative in frame["path"].astype(str)]
+    return read_image_paths(paths, frame, image_size)
+
+
+def read_image_paths(paths: list[Path], frame: pd.DataFrame, image_size: int) -> torch.Tensor:
+    """Decode the image files ``paths`` (one per row of ``frame``, whose crop box columns apply
+    when present) with PIL: RGB, resized to ``image_size`` × ``image_size``."""
     import torch
     from PIL import Image, UnidentifiedImageError
 
-    out = torch.empty((len(frame), 3, image_size, image_size), dtype=torch.uint8)
+    out = torch.empty((len(paths), 3, image_size, image_size), dtype=torch.uint8)
     has_crop = all(c in frame.columns for c in CROP_COLUMNS)
     crops = frame[list(CROP_COLUMNS)].to_numpy(dtype=np.float64) if has_crop else None
-    for row, relative in enumerate(frame["path"].astype(str)):
-        full = loader.resolve(relative)
+    for row, full in enumerate(paths):
         try:
             with Image.open(full) as opened:
                 opened.load()

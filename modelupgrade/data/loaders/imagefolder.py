@@ -62,13 +62,29 @@ class ImageFolderLoader(DatasetLoader):
         labels, key_names = contiguous_labels(pd.Series(class_keys, dtype=object))
         names = class_names_for(self.params.name, self.params.class_names, key_names)
         return make_manifest(
-            item_id=paths,
+            item_id=self.item_ids(paths),
             label=labels,
             class_names=names,
             source_split=np.asarray(splits, dtype=object),
             path=np.asarray(paths, dtype=object),
             index=-1,
         )
+
+    def item_ids(self, paths: list[str]) -> list[str]:
+        """Each image's item id by ``dataset.item_ids``: its relative path, or its file stem."""
+        if self.params.item_ids == "path":
+            return paths
+        stems = [Path(path).stem for path in paths]
+        seen: dict[str, str] = {}
+        for stem, path in zip(stems, paths, strict=True):
+            if stem in seen:
+                raise UserError(
+                    f"two images have the file name {stem!r}: {seen[stem]} and {path}, so "
+                    "dataset.item_ids: stem cannot name them",
+                    hint="rename one, or set dataset.item_ids: path (the relative path is the id)",
+                )
+            seen[stem] = path
+        return stems
 
     def read_images(self, frame: pd.DataFrame) -> torch.Tensor:
         return read_image_files(self, frame, self.params.image_size)

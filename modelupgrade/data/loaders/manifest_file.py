@@ -1,4 +1,6 @@
-"""A user's CSV or parquet manifest with columns ``path,label[,split]`` (paths relative to root)."""
+"""A user's CSV or parquet manifest with columns ``path,label[,split][,item_id]`` (paths relative
+to root). The ``item_id`` column, when there, names each image (the ids a team's systems know it
+by); without it an image's path is its id."""
 
 from __future__ import annotations
 
@@ -40,7 +42,10 @@ class ManifestFileLoader(DatasetLoader):
                 table = pd.read_parquet(path)
             else:
                 table = pd.read_csv(
-                    path, dtype={"path": str, "split": str}, keep_default_na=False, na_values=[""]
+                    path,
+                    dtype={"path": str, "split": str, "item_id": str},
+                    keep_default_na=False,
+                    na_values=[""],
                 )
         except (ValueError, OSError, pd.errors.ParserError) as err:
             raise UserError(f"manifest file {path} cannot be read ({err})") from None
@@ -48,9 +53,9 @@ class ManifestFileLoader(DatasetLoader):
         if missing:
             raise UserError(
                 f"manifest file {path} lacks the column(s) {missing}",
-                hint="the columns are path,label and optionally split",
+                hint="the columns are path,label and optionally split and item_id",
             )
-        for column in ("path", "label"):
+        for column in ("path", "label", *(["item_id"] if "item_id" in table.columns else [])):
             empty = table[column].isna()
             if empty.any():
                 rows = ", ".join(str(i + 2) for i in np.flatnonzero(empty.to_numpy())[:5])
@@ -78,8 +83,9 @@ class ManifestFileLoader(DatasetLoader):
         else:
             splits = self.params.train_split
         paths = table["path"].astype(str).to_numpy(dtype=object)
+        ids = table["item_id"].astype(str).to_numpy(dtype=object) if "item_id" in table else paths
         return make_manifest(
-            item_id=paths,
+            item_id=ids,
             label=labels,
             class_names=names,
             source_split=splits,
