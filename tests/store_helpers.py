@@ -120,18 +120,10 @@ def backend_params(directory: Path, backend: BackendSettings) -> Path:
 def stored_spaces(store: GalleryStore) -> set[str]:
     """The spaces whose vectors the store's backend holds, as the backend itself lists them (its
     vector files; its Milvus collections), whether or not the store's tables name them: what a
-    refused or undone write must not leave behind."""
-    from modelupgrade.store.backends.embedded import EmbeddedVectors
-    from modelupgrade.store.backends.milvus import MilvusVectors
-
-    vectors = store.vectors
-    if isinstance(vectors, EmbeddedVectors):
-        files = vectors.root.iterdir() if vectors.root.exists() else ()
-        return {f.name.rsplit(".", 1)[0] for f in files if f.suffix in (".f32", ".sum")}
-    assert isinstance(vectors, MilvusVectors), vectors
-    prefix = f"{store.backend_settings.collection}_"
-    # A collection of another prefix is listed whole: it is no space of this store's.
-    return {name.removeprefix(prefix) for name in vectors.client().list_collections()}
+    refused or undone write must not leave behind. A space the tables do not name shows as its
+    storage name (its file stem, its collection's suffix)."""
+    names = {spec.storage: name for name, spec in store.spaces().items()}
+    return {names.get(storage, storage) for storage in store.vectors.stored()}
 
 
 def psi_job(

@@ -198,7 +198,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     with GalleryStore.open(path) as store:
         states, vectors, chunks = final_state(store)
         assert store.status().items_by_space == {NEW.name: N_ITEMS}
-        assert store.status().backfill["status"] == "complete"
+        assert store.status().backfill.status == "complete"
     assert states == expected_states
     np.testing.assert_array_equal(vectors, expected_vectors)
     # every item in exactly one committed chunk, every chunk once, its checksum as uninterrupted

@@ -160,7 +160,7 @@ class Searcher:
                 f"the store at {self.store.path} is empty", hint="ingest a gallery first"
             )
         serving = self.store.space(current.snapshot.serving_space)
-        queries = _checked_queries(queries, serving)
+        queries = _checked_queries(queries, serving, self.distance)
         plan = self.plan(queries, serving)
         made: dict[str, np.ndarray] = {}
         ranked = []
@@ -242,7 +242,9 @@ class Searcher:
             )
 
 
-def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
+def _checked_queries(queries: QueryVectors, serving: SpaceSpec, distance: Distance) -> QueryVectors:
+    """The queries as float32 rows of the serving space's width; a zero vector is refused under
+    the cosine distance, where it has no direction to rank anything by."""
     new = np.asarray(queries.new)
     if new.ndim == 1:
         new = new[None]
@@ -259,6 +261,15 @@ def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
         old = vector_rows(
             old[None] if old.ndim == 1 else old, "old-model query vectors", rows=len(new)
         )
+    if distance == "cosine":
+        for what, rows in (("query vectors", new), ("old-model query vectors", old)):
+            zero = [] if rows is None else np.flatnonzero(~np.any(rows, axis=1))
+            if len(zero):
+                raise UserError(
+                    f"{what}: row {int(zero[0])} is a zero vector, which has no direction to "
+                    "rank by under the cosine distance",
+                    hint="send the vectors the model gives",
+                )
     return QueryVectors(new, old)
 
 

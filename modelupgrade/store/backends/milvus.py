@@ -5,12 +5,16 @@ The same client code talks to Milvus Lite (``store.uri``: a local ``.db`` file, 
 Milvus server or cluster (``store.uri``: ``http://host:19530``; the token, when it needs one, from
 the ``MILVUS_TOKEN`` environment variable, never from params.yaml).
 
-A collection per space (``<store collection>_<space>``) holds one row per item slot: ``slot`` (the
-primary key, so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same
-rows), ``vector``, and its provenance: ``space``, ``model_ref`` (the model version that produced
-it) and ``checksum``. A new space is a new collection, as a model change in Milvus is done; the old
-one stays until it is dropped. A cutover points the alias ``<store collection>__serving``, what
-clients outside modelupgrade search, at the new space's collection; a rollback points it back.
+A collection per space (``<store collection>_<storage>``, ``storage`` drawn once per space: ``s1``,
+``s2`` …; its description names the space) holds one row per item slot: ``slot`` (the primary key,
+so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same rows),
+``vector``, its provenance: ``space``, ``model_ref`` (the model version that produced it),
+``checksum`` and ``source_hash`` (of the content it was made from), and ``item_id``; and the write
+that made it authoritative (``wb``, ``wc``: backfill and chunk, 0 for an ingest) and the one that
+moved its item out of the space (``mb``, ``mc``), which search filters on (``modelupgrade.store.
+parts``). A new space is a new collection, as a model change in Milvus is done; the old one stays
+until it is dropped. A cutover points the alias ``<store collection>__serving``, what clients
+outside modelupgrade search, at the new space's collection; a rollback points it back.
 
 Search runs Milvus's own search in each part of a snapshot, restricted to the part's slots by a
 filter (the part's slots, or the other items' slots, whichever list is shorter), for a few more
@@ -29,7 +33,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +46,11 @@ from modelupgrade.store.backends.base import (
     BackendSettings,
     PartGallery,
     VectorBackend,
+    VectorRows,
     VectorsUnavailable,
     candidate_count,
+    uri_credentials,
+    without_credentials,
 )
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
@@ -51,9 +58,16 @@ from modelupgrade.store.spaces import SpaceSpec
 TOKEN_ENV = "MILVUS_TOKEN"
 LITE_FILE = "milvus.db"
 _SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
+_CREDENTIALS_PART = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]*@", re.IGNORECASE)
 _METRICS: dict[str, str] = {"cosine": "COSINE", "l2": "L2"}
 _INDEX_TYPES: dict[str, str] = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 _MODEL_REF_LENGTH = 4096
+# Milvus's longest VARCHAR: an item id longer than this (in UTF-8) is kept in the store only, and
+# its row's item_id is empty (an outside reader names such an item by its slot).
+_ITEM_ID_BYTES = 65535
+# The fields of a collection's row (``add_space``); a collection without ``wb`` was written by an
+# earlier modelupgrade.
+_STATE_FIELDS = ("wb", "wc", "mb", "mc")
 # Slots per request: well under Milvus's 64 MB message and 16,384-row result limits.
 _BATCH = 4096
 _MAX_TOPK = 16384
@@ -112,6 +126,11 @@ def _collection_part(space: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", lambda m: f"_{ord(m.group()):02x}", space)
 
 
+def _kept_id(item_id: str) -> str:
+    """An item id as a row keeps it: whole when Milvus's VARCHAR holds it, else empty."""
+    return item_id if len(item_id.encode("utf-8", "surrogatepass")) <= _ITEM_ID_BYTES else ""
+
+
 def _batches(slots: np.ndarray) -> Iterator[np.ndarray]:
     for start in range(0, len(slots), _BATCH):
         yield slots[start : start + _BATCH]
@@ -128,7 +147,7 @@ class _Client:
     def __init__(self, client: Any, uri: str) -> None:
         from pymilvus.exceptions import MilvusException
 
-        self._client, self._uri, self._error = client, uri, MilvusException
+        self._client, self._uri, self._error = client, without_credentials(uri), MilvusException
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
@@ -182,7 +201,9 @@ class _SearchedPart(PartGallery):
 class MilvusVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
         super().__init__(store_path, settings)
-        self.uri = self.address(store_path, settings.uri)
+        # A store written before credentials were refused in its URI: they serve as its token.
+        self._uri_token = uri_credentials(settings.uri) or ""
+        self.uri = self.address(store_path, _CREDENTIALS_PART.sub(r"\1", settings.uri))
         self.metric = _METRICS[settings.distance]
         self._client: Any = None
         self._known: dict[str, int] = {}
@@ -204,6 +225,13 @@ class MilvusVectors(VectorBackend):
 
     @classmethod
     def prepared(cls, store_path: Path, settings: BackendSettings) -> BackendSettings:
+        if uri_credentials(settings.uri) is not None:
+            raise UserError(
+                f"store.uri {without_credentials(settings.uri)!r} carries credentials; the store "
+                "records its URI, so they would be written into it",
+                hint=f"give the URI without user:password@ and put them in ${TOKEN_ENV} "
+                "(user:password, or an API key)",
+            )
         cls.address(store_path, settings.uri)  # a bad URI is an error before the store exists
         uri = settings.uri
         if uri and not is_server_uri(uri):
@@ -226,7 +254,7 @@ class MilvusVectors(VectorBackend):
                 "the Milvus backend needs pymilvus (with milvus-lite for a local file)",
                 hint="pip install pymilvus milvus-lite",
             ) from None
-        token = os.environ.get(TOKEN_ENV, "")
+        token = os.environ.get(TOKEN_ENV, "") or self._uri_token
         lite_log = logging.getLogger("milvus_lite.server_manager")
         start_failure = _LiteStartFailure()
         try:
@@ -250,8 +278,9 @@ class MilvusVectors(VectorBackend):
             cause = start_failure.cause or err
             reason = str(getattr(cause, "message", None) or cause or repr(cause)).splitlines()[0]
             raise VectorsUnavailable(
-                f"cannot open the Milvus {'server' if server else 'Lite file'} {self.uri} of "
-                f"store {self.store_path}: {reason}",
+                f"cannot open the Milvus {'server' if server else 'Lite file'} "
+                f"{without_credentials(self.uri)} of store {self.store_path}: "
+                f"{without_credentials(reason)}",
                 hint=f"check that the server runs and ${TOKEN_ENV} holds its token"
                 if server
                 else "Milvus Lite serves one process at a time: stop the other process using "
@@ -262,10 +291,15 @@ class MilvusVectors(VectorBackend):
         self.client().list_collections()  # a round trip: a cached client may have lost its server
 
     def collection(self, spec: SpaceSpec) -> str:
-        return self._collection_of(spec.name)
+        return self._collection_of(spec.storage)
 
-    def _collection_of(self, space: str) -> str:
-        return f"{self.settings.collection}_{_collection_part(space)}"
+    def _collection_of(self, storage: str) -> str:
+        return f"{self.settings.collection}_{_collection_part(storage)}"
+
+    def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
+        """``s<n>``: a collection name of fixed form whatever the space is called (a 128-character
+        space name would make one Milvus refuses), and a new one for a space created again."""
+        return f"s{draw()}"
 
     def _ensure(self, spec: SpaceSpec) -> str:
         """The collection of ``spec``, checked once against the space."""
@@ -275,12 +309,19 @@ class MilvusVectors(VectorBackend):
         client = self.client()
         if not client.has_collection(name):
             raise UserError(
-                f"Milvus at {self.uri} has no collection {name} for space {spec.name!r} of store "
-                f"{self.store_path}",
+                f"Milvus at {without_credentials(self.uri)} has no collection {name} for space "
+                f"{spec.name!r} of store {self.store_path}",
                 hint="the store and its Milvus collections were separated; point store.uri at "
                 "the Milvus that holds them, or rebuild the store",
             )
         fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
+        if not set(_STATE_FIELDS) <= set(fields):
+            raise UserError(
+                f"Milvus collection {name} of space {spec.name!r} was written by an earlier "
+                "modelupgrade: its rows carry no state fields, which search filters on",
+                hint="rebuild the store with this version (`modelupgrade store-ingest` of its "
+                "items into a new store)",
+            )
         dim = int(fields["vector"]["params"]["dim"])
         if dim != spec.dim:
             raise UserError(
@@ -306,12 +347,18 @@ class MilvusVectors(VectorBackend):
         if not client.has_collection(name):
             from pymilvus import DataType, MilvusClient
 
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema = MilvusClient.create_schema(
+                auto_id=False, enable_dynamic_field=False, description=spec.name
+            )
             schema.add_field("slot", DataType.INT64, is_primary=True)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dim)
             schema.add_field("space", DataType.VARCHAR, max_length=128)
             schema.add_field("model_ref", DataType.VARCHAR, max_length=_MODEL_REF_LENGTH)
             schema.add_field("checksum", DataType.INT64)
+            schema.add_field("source_hash", DataType.INT64)
+            schema.add_field("item_id", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
+            for state in _STATE_FIELDS:
+                schema.add_field(state, DataType.INT64)
             index = client.prepare_index_params()
             index.add_index(
                 field_name="vector",
@@ -327,13 +374,18 @@ class MilvusVectors(VectorBackend):
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
         """Nothing to do: a collection takes any slot."""
 
-    def write(
-        self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
-    ) -> None:
+    def write(self, spec: SpaceSpec, rows: VectorRows) -> None:
+        self._upsert(spec, rows, (0, 0))
+
+    def _upsert(self, spec: SpaceSpec, rows: VectorRows, moved_by: tuple[int, int]) -> None:
         name = self._ensure(spec)
-        signed = np.asarray(checksums, dtype=np.uint64).view(np.int64)
+        signed = np.asarray(rows.checksums, dtype=np.uint64).view(np.int64)
+        sources = np.asarray(rows.sources, dtype=np.uint64).view(np.int64)
+        ids = rows.item_ids or ("",) * len(rows)
+        written_batch, written_chunk = rows.written_by
+        moved_batch, moved_chunk = moved_by
         client = self.client()
-        for start in range(0, len(slots), _BATCH):
+        for start in range(0, len(rows), _BATCH):
             end = start + _BATCH
             client.upsert(
                 name,
@@ -344,9 +396,20 @@ class MilvusVectors(VectorBackend):
                         "space": spec.name,
                         "model_ref": spec.model_ref,
                         "checksum": int(checksum),
+                        "source_hash": int(source),
+                        "item_id": _kept_id(item_id),
+                        "wb": written_batch,
+                        "wc": written_chunk,
+                        "mb": moved_batch,
+                        "mc": moved_chunk,
                     }
-                    for slot, vector, checksum in zip(
-                        slots[start:end], vectors[start:end], signed[start:end], strict=True
+                    for slot, vector, checksum, source, item_id in zip(
+                        rows.slots[start:end],
+                        rows.vectors[start:end],
+                        signed[start:end],
+                        sources[start:end],
+                        ids[start:end],
+                        strict=True,
                     )
                 ],
             )
@@ -388,6 +451,70 @@ class MilvusVectors(VectorBackend):
         found = self._rows(spec, slots, "checksum")
         signed = np.array([found[int(slot)] for slot in slots], dtype=np.int64)
         return signed.view(np.uint64)
+
+    def sources(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        found = self._rows(spec, slots, "source_hash")
+        signed = np.array([found[int(slot)] for slot in slots], dtype=np.int64)
+        return signed.view(np.uint64)
+
+    def destroy(self, specs: list[SpaceSpec], slots: np.ndarray) -> None:
+        """Delete the rows of ``slots`` in every space's collection, then have Milvus compact
+        them away (a delete alone only hides a row until its segment is compacted)."""
+        client = self.client()
+        for spec in specs:
+            name = self._present(spec)
+            if name is None:
+                continue
+            for batch in _batches(np.asarray(slots, dtype=np.int64)):
+                client.delete(name, filter=f"slot in {_listed(batch)}")
+            self._settle(name)
+
+    def present_slots(self, spec: SpaceSpec) -> np.ndarray:
+        """Every slot ``spec``'s collection holds a row for (read in slot ranges: constant-size
+        requests)."""
+        name, client = self._ensure(spec), self.client()
+        found: list[int] = []
+        start = 0
+        while True:
+            rows = client.query(
+                name,
+                filter=f"slot >= {start} and slot < {start + _BATCH}",
+                output_fields=["slot"],
+            )
+            found += [int(row["slot"]) for row in rows]
+            more = client.query(
+                name, filter=f"slot >= {start + _BATCH}", output_fields=["count(*)"]
+            )
+            if not more or not int(more[0]["count(*)"]):
+                return np.array(sorted(found), dtype=np.int64)
+            start += _BATCH
+
+    def discard_beyond(self, specs: list[SpaceSpec], rows: int) -> int:
+        client, removed = self.client(), 0
+        for spec in specs:
+            name = self._present(spec)
+            if name is None:
+                continue
+            found = client.query(name, filter=f"slot >= {int(rows)}", output_fields=["count(*)"])
+            count = int(found[0]["count(*)"]) if found else 0
+            if count:
+                client.delete(name, filter=f"slot >= {int(rows)}")
+                self._settle(name)
+            removed = max(removed, count)
+        return removed
+
+    def _present(self, spec: SpaceSpec) -> str | None:
+        """The collection of ``spec``, loaded, when Milvus holds one (None: it was dropped)."""
+        if not self.client().has_collection(self.collection(spec)):
+            return None
+        return self._ensure(spec)
+
+    def _settle(self, name: str) -> None:
+        """Make deletions durable and physical: flush, then compact (where Milvus compacts)."""
+        client = self.client()
+        client.flush(name)
+        if is_server_uri(self.uri):
+            client.compact(name)
 
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """The (space, model_ref) recorded with each vector of ``slots``."""
@@ -461,17 +588,34 @@ class MilvusVectors(VectorBackend):
     def describe(self) -> dict[str, str]:
         return {
             "backend": self.registry_name,
-            "uri": self.uri,
-            "collections": f"{self.settings.collection}_<space>",
+            "uri": without_credentials(self.uri),
+            "collections": f"{self.settings.collection}_<storage>",
             "metric": self.metric,
             "index": _INDEX_TYPES[self.settings.index.kind],
         }
 
-    def discard(self, space: str) -> None:
-        name = self._collection_of(space)
+    def stored(self) -> dict[str, str]:
+        client, prefix = self.client(), f"{self.settings.collection}_"
+        found = {}
+        for name in client.list_collections():
+            if name.startswith(prefix) and not name.startswith(prefix + "_"):
+                described = client.describe_collection(name)
+                found[name.removeprefix(prefix)] = str(described.get("description", ""))
+        return found
+
+    def discard(self, storage: str) -> None:
+        name = self._collection_of(storage)
         self._known.pop(name, None)
-        if self.client().has_collection(name):
-            self.client().drop_collection(name)
+        client = self.client()
+        if client.has_collection(name):
+            if self.serving_collection() == name:
+                # Never drop what the serving alias points at: outside readers would lose it.
+                raise UserError(
+                    f"Milvus collection {name} is what the serving alias {self.alias} points "
+                    "at; it is not dropped",
+                    hint="`modelupgrade store-verify` compares the alias with the store's record",
+                )
+            client.drop_collection(name)
 
     @property
     def alias(self) -> str:
