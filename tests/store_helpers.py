@@ -111,10 +111,17 @@ def backend_params(directory: Path, backend: BackendSettings) -> Path:
     import yaml
 
     settings = yaml.safe_load(PROJECT_PARAMS.read_text())
-    settings["store"] = {**settings.get("store", {}), "backend": backend.kind}
-    path = directory / f"params-{backend.kind}.yaml"
+    settings["store"] = {**settings.get("store", {}), "backend": backend.kind, "uri": backend.uri}
+    path = directory / f"params-{backend.kind}{'-server' if backend.uri else ''}.yaml"
     path.write_text(yaml.safe_dump(settings))
     return path
+
+
+def milvus_lite(backend: BackendSettings) -> bool:
+    """Whether ``backend`` is Milvus Lite (a file one process at a time), not a Milvus server."""
+    from modelupgrade.store.backends.milvus import is_server_uri
+
+    return backend.kind == "milvus" and not is_server_uri(backend.uri)
 
 
 def stored_spaces(store: GalleryStore) -> set[str]:

@@ -33,6 +33,7 @@ from tests.store_helpers import (
     PROJECT_PARAMS,
     build_gallery,
     final_state,
+    milvus_lite,
     plan_psi_backfill,
     psi_job,
     slow_backfill_script,
@@ -119,7 +120,7 @@ def _serve(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 def test_backfill_under_queries_kills_and_a_second_writer(
     tmp_path: Path, backend: BackendSettings
 ) -> None:
-    if backend.kind == "milvus":
+    if milvus_lite(backend):
         pytest.skip(
             "Milvus Lite serves one process at a time: the HTTP service cannot open the store's "
             "Milvus Lite file while a backfill process holds it (a Milvus server can)"

@@ -58,6 +58,7 @@ from tests.store_helpers import (
     command_output,
     exit_code_and_output,
     image_gallery,
+    milvus_lite,
     milvus_lite_held,
     psi,
     psi_job,
@@ -216,7 +217,7 @@ def test_a_second_writer_is_refused_naming_the_holder_while_readers_go_on(
             # An ingest is a live write: it goes on during the backfill, between its commits, and
             # joins it (issue 29); only Milvus Lite, held by the backfilling process, refuses it.
             newcomer = np.ones((1, OLD.dim), np.float32)
-            if backend.kind == "milvus":
+            if milvus_lite(backend):
                 with pytest.raises(UserError, match="Milvus Lite serves one process at a time"):
                     store.ingest(["new"], newcomer, OLD, scores={"old-confidence": np.ones(1)})
             else:
@@ -231,7 +232,7 @@ def test_a_second_writer_is_refused_naming_the_holder_while_readers_go_on(
                 store, build_serving_mode("rank-merge-rqt"), heads=HeadTransforms(reverse=reverse)
             )
             query = np.ones((1, NEW.dim), np.float32)
-            if backend.kind == "milvus":
+            if milvus_lite(backend):
                 # Milvus Lite's documented limit: the backfilling process holds the Lite file.
                 with pytest.raises(UserError, match="Milvus Lite serves one process at a time"):
                     searcher.search(query, 5)

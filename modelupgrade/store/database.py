@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,6 +40,9 @@ class Database:
         # The database file this connection reads (device, inode): a store directory replaced
         # under an open store (restored from a backup, say) is another store.
         self.identity = identity
+        # Run inside every write transaction before it commits (the store records there what its
+        # readers must wait for: ``GalleryStore``).
+        self.on_commit: Callable[[sqlite3.Connection], None] | None = None
 
     def still_backs_the_store(self) -> bool:
         """Whether the file this connection reads is still the store's database at its path."""
@@ -175,6 +178,8 @@ class Database:
             last += "; UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'items_epoch'"
         with self._transaction("BEGIN IMMEDIATE", last) as connection:
             yield connection
+            if self.on_commit is not None:
+                self.on_commit(connection)
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

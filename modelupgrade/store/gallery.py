@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
@@ -71,6 +71,20 @@ class GalleryStore:
         self.vectors: VectorBackend = VECTOR_BACKENDS.get(self.backend_settings.kind)(
             self.path, self.backend_settings
         )
+        # Every commit records the newest vector write it may point at; every read of the vectors
+        # waits for the newest one recorded (a Milvus server's reads are otherwise only eventually
+        # consistent across processes).
+        self.db.on_commit = self._record_vector_mark
+        self.vectors.fence = self._vector_fence
+
+    def _record_vector_mark(self, db: Any) -> None:
+        mark = self.vectors.write_mark()
+        if mark and mark > int(Database.meta(db, "vector_mark") or 0):
+            Database.set_meta(db, "vector_mark", str(mark))
+
+    def _vector_fence(self) -> int:
+        rows = self.db.query("SELECT value FROM meta WHERE key = 'vector_mark'")
+        return int(rows[0][0]) if rows else 0
 
     # ----- opening --------------------------------------------------------------------------
     @classmethod

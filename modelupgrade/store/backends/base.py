@@ -267,6 +267,14 @@ class VectorBackend(ABC):
             ]
         return sorted(set(bad))
 
+    def write_mark(self) -> int:
+        """A mark of this process's latest write (a Milvus server's timestamp) for the database
+        to record with the commit that points at it, so that a reader of that commit waits for it
+        (``fence``); 0: the backend's reads see every write at once."""
+        return 0
+
+    fence: Callable[[], int] = staticmethod(lambda: 0)  # type: ignore[assignment]
+
     def checkpoint(self) -> None:
         """Whatever ``sync`` made durable only in a log of the backend's own is made durable where
         readers find it, and the log emptied. The store calls it when its writer lets go."""

@@ -56,6 +56,8 @@ from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
 
 TOKEN_ENV = "MILVUS_TOKEN"
+# A new store names its collections <prefix><12 hex digits>; the prefix groups a deployment's.
+PREFIX_ENV = "MODELUPGRADE_MILVUS_PREFIX"
 LITE_FILE = "milvus.db"
 _SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
 _CREDENTIALS_PART = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]*@", re.IGNORECASE)
@@ -201,6 +203,10 @@ class _SearchedPart(PartGallery):
 class MilvusVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
         super().__init__(store_path, settings)
+        # The newest Milvus timestamp of a write of this process, and of any write the store's
+        # database has recorded (``fence``, set by the store): what a read must see.
+        self._written = 0
+        self.fence: Callable[[], int] = lambda: 0
         # A store written before credentials were refused in its URI: they serve as its token.
         self._uri_token = uri_credentials(settings.uri) or ""
         self.uri = self.address(store_path, _CREDENTIALS_PART.sub(r"\1", settings.uri))
@@ -236,7 +242,13 @@ class MilvusVectors(VectorBackend):
         uri = settings.uri
         if uri and not is_server_uri(uri):
             uri = str(Path(uri).resolve())  # a Lite file named relative to where the store began
-        collection = settings.collection or f"modelupgrade_{uuid.uuid4().hex[:12]}"
+        prefix = os.environ.get(PREFIX_ENV) or "modelupgrade_"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,200}", prefix):
+            raise UserError(
+                f"${PREFIX_ENV} {prefix!r} cannot begin a Milvus collection name",
+                hint="use letters, digits and '_', starting with a letter or '_'",
+            )
+        collection = settings.collection or f"{prefix}{uuid.uuid4().hex[:12]}"
         return dataclasses.replace(settings, uri=uri, collection=collection)
 
     # ----- connection ---------------------------------------------------------------------------
@@ -377,6 +389,31 @@ class MilvusVectors(VectorBackend):
     def write(self, spec: SpaceSpec, rows: VectorRows) -> None:
         self._upsert(spec, rows, (0, 0))
 
+    def _wrote(self, collection: str) -> None:
+        """Note the Milvus timestamp of this process's last write to ``collection``."""
+        if not is_server_uri(self.uri):
+            return
+        from pymilvus.client import ts_utils
+
+        address = self.client()._get_connection().server_address
+        self._written = max(
+            self._written, int(ts_utils.get_collection_ts(collection, address, "") or 0)
+        )
+
+    def write_mark(self) -> int:
+        return self._written
+
+    def _consistency(self) -> dict[str, Any]:
+        """How a read waits for writes (a server; Milvus Lite reads what is written): for every
+        write the store's database records, and this process's own, and no longer (a Strong read
+        would wait for the server's next time tick, up to 200 ms, on every call)."""
+        if not is_server_uri(self.uri):
+            return {}
+        fence = max(self.fence(), self._written)
+        if not fence:
+            return {"consistency_level": "Strong"}
+        return {"consistency_level": "Customized", "guarantee_timestamp": fence}
+
     def _upsert(self, spec: SpaceSpec, rows: VectorRows, moved_by: tuple[int, int]) -> None:
         name = self._ensure(spec)
         signed = np.asarray(rows.checksums, dtype=np.uint64).view(np.int64)
@@ -413,6 +450,7 @@ class MilvusVectors(VectorBackend):
                     )
                 ],
             )
+        self._wrote(name)
 
     def sync(self, spec: SpaceSpec) -> None:
         """Milvus Lite: flush the rows from its write-ahead log (written through to the OS only)
@@ -427,7 +465,10 @@ class MilvusVectors(VectorBackend):
         found: dict[int, Any] = {}
         for batch in _batches(np.asarray(slots, dtype=np.int64)):
             for row in self.client().query(
-                name, filter=f"slot in {_listed(batch)}", output_fields=["slot", field]
+                name,
+                filter=f"slot in {_listed(batch)}",
+                output_fields=["slot", field],
+                **self._consistency(),
             ):
                 found[int(row["slot"])] = row[field]
         missing = [int(s) for s in slots if int(s) not in found]
@@ -467,6 +508,7 @@ class MilvusVectors(VectorBackend):
                 continue
             for batch in _batches(np.asarray(slots, dtype=np.int64)):
                 client.delete(name, filter=f"slot in {_listed(batch)}")
+            self._wrote(name)
             self._settle(name)
 
     def present_slots(self, spec: SpaceSpec) -> np.ndarray:
@@ -480,6 +522,7 @@ class MilvusVectors(VectorBackend):
                 name,
                 filter=f"slot >= {start} and slot < {start + _BATCH}",
                 output_fields=["slot"],
+                **self._consistency(),
             )
             found += [int(row["slot"]) for row in rows]
             more = client.query(
@@ -495,10 +538,16 @@ class MilvusVectors(VectorBackend):
             name = self._present(spec)
             if name is None:
                 continue
-            found = client.query(name, filter=f"slot >= {int(rows)}", output_fields=["count(*)"])
+            found = client.query(
+                name,
+                filter=f"slot >= {int(rows)}",
+                output_fields=["count(*)"],
+                **self._consistency(),
+            )
             count = int(found[0]["count(*)"]) if found else 0
             if count:
                 client.delete(name, filter=f"slot >= {int(rows)}")
+                self._wrote(name)
                 self._settle(name)
             removed = max(removed, count)
         return removed
@@ -525,6 +574,7 @@ class MilvusVectors(VectorBackend):
                 name,
                 filter=f"slot in {_listed(batch)}",
                 output_fields=["slot", "space", "model_ref"],
+                **self._consistency(),
             ):
                 found[int(row["slot"])] = (row["space"], row["model_ref"])
         return [found.get(int(slot), ("", "")) for slot in slots]
@@ -560,6 +610,7 @@ class MilvusVectors(VectorBackend):
                 filter=filter,
                 search_params={"metric_type": self.metric, "params": self._search_params(limit)},
                 output_fields=["vector"],
+                **self._consistency(),
             )
             for hits in results:
                 for hit in hits:
