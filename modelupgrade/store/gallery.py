@@ -43,15 +43,24 @@ from modelupgrade.store.lock import (
     writes,
 )
 from modelupgrade.store.recovery import recover
-from modelupgrade.store.schema import DATABASE_FILE, ITEM_COLUMNS, ItemRow, ItemSources, Snapshot
+from modelupgrade.store.schema import (
+    DATABASE_FILE,
+    ITEM_COLUMNS,
+    VECTORS_DIR,
+    ItemRow,
+    ItemSources,
+    Snapshot,
+)
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.status import StoreStatus, read_status
 from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
 
 log = logging.getLogger(__name__)
 
-# What a store directory may hold before its database exists: the locks of the writer creating it.
+# What a store directory may hold before its database exists: the locks of the writer creating it,
+# and what a creation (perhaps killed half-way) lays out before the database is renamed into place.
 _LOCK_FILES = {LOCK_FILE, HOLDER_FILE, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE}
+_BEGINNINGS = _LOCK_FILES | {VECTORS_DIR, f".{DATABASE_FILE}.tmp"}
 
 
 class GalleryStore:
@@ -99,13 +108,12 @@ class GalleryStore:
         with WriterLock(directory, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold(
             "create a gallery store", COMMIT_WAIT_S
         ):
-            leftovers = {p.name for p in directory.iterdir()} - _LOCK_FILES
-            if leftovers:
+            if (directory / DATABASE_FILE).exists():
                 raise UserError(
-                    f"{directory} exists and is not empty ({len(leftovers)} entries, e.g. "
-                    f"{min(leftovers)!r})",
-                    hint="a new store needs an empty or absent directory",
+                    f"a gallery store already exists at {directory}",
+                    hint="open it, or choose another directory",
                 )
+            _refuse_foreign(directory)
             return cls._created(directory, settings)
 
     @classmethod
@@ -583,10 +591,17 @@ class GalleryStore:
 
 
 def _refuse_foreign(directory: Path) -> None:
-    """A directory that holds something other than a store's beginnings never becomes one."""
-    if {p.name for p in directory.iterdir()} - _LOCK_FILES:
+    """A directory that holds something other than a store's beginnings never becomes one (one
+    that another writer has just made a store of is one)."""
+    entries = {p.name for p in directory.iterdir()}
+    foreign = sorted(
+        name
+        for name in entries - _BEGINNINGS
+        if not name.startswith(f".{DATABASE_FILE}.tmp")  # the database being built, its journal
+    )
+    if DATABASE_FILE not in entries and foreign:
         raise UserError(
-            f"{directory} exists and is not a gallery store",
+            f"{directory} exists and is not a gallery store (it holds {foreign[0]!r})",
             hint="pass --store a new directory, or the directory of an existing store",
         )
 

@@ -61,7 +61,7 @@ _DEFAULTS = StoreParams()
 _UNAVAILABLE = (VectorsUnavailable, StoreDamaged, DiskFull)
 
 # An absolute POSIX path inside a message: from a "/" that starts a word up to a delimiter.
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:[^\s'\"/:,;()\[\]{}]+/)*([^\s'\"/:,;()\[\]{}]*)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:[^\s'\"/:,;()\[\]{}]+/)*([^\s'\"/:,;()\[\]{}]*)")
 
 
 def public_text(text: str) -> str:
@@ -162,39 +162,51 @@ class RequestLimits:
             return
         headers = {key.decode("latin-1").lower(): value for key, value in scope["headers"]}
         refusal = self._refusal(scope["path"], headers)
+        if refusal is None:
+            try:
+                body = await self._body(receive)
+            except _Refused as refused:
+                refusal = refusal or refused
         if refusal is not None:
             await _answer(send, refusal)
             return
-        started: list[bool] = []
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
-        received = 0
+        sent = False
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            remaining = deadline - asyncio.get_running_loop().time()
+        async def replay() -> Message:
+            """The body read already, then whatever the connection says next (a disconnect)."""
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _body(self, receive: Receive) -> bytes:
+        """The whole request body, read within the time and size limits before the app sees any of
+        it (a body of at most ``max_bytes`` is held in memory once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        parts: list[bytes] = []
+        size = 0
+        while True:
             try:
-                message = await asyncio.wait_for(receive(), max(remaining, 0.0))
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
             except TimeoutError:
                 raise _Refused(
                     408,
                     f"the request body did not arrive within {self.timeout_s:g} s",
                     "send the whole body at once; the limit is params.yaml store.request_timeout_s",
                 ) from None
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
+            if message["type"] == "http.disconnect":
+                raise _Refused(400, "the client went away before its body arrived", "retry")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
                 raise _Refused(413, *self._too_large())
-            return message
-
-        async def tracked_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started.append(True)
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracked_send)
-        except _Refused as refused:
-            if not started:
-                await _answer(send, refused)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
     def _refusal(self, path: str, headers: dict[str, bytes]) -> _Refused | None:
         if self.token and path not in self.open_paths:

@@ -77,7 +77,7 @@ class ReEmbedImages:
         self, images: ImageSource, embed_fn: EmbedFn, changed_sources: ChangedSources = "refuse"
     ) -> None:
         self.images, self.embed_fn, self.changed_sources = images, embed_fn, changed_sources
-        self.changed = 0  # items whose image had changed, this run
+        self.changed: set[int] = set()  # slots of the items whose image had changed
 
     def compute(self, store: GalleryStore, chunk: Chunk, target: SpaceSpec) -> ChunkVectors:
         loaded = self.images.load(chunk.items)
@@ -124,8 +124,8 @@ class ReEmbedImages:
         changed = (recorded != UNRECORDED) & (recorded != content)
         keep = np.ones(len(slots), dtype=bool)
         for row in np.flatnonzero(changed):
-            self.changed += 1
             slot = int(slots[row])
+            self.changed.add(slot)
             if self.changed_sources == "accept":
                 continue
             keep[row] = False

@@ -131,7 +131,8 @@ def verify(store: GalleryStore, sample: int | None = None) -> VerifyReport:
         # Not damage: the vectors cannot be checked now (a server down, a Lite file held).
         report.pending.append(f"the vectors were not checked: {err.message}")
         return report
-    report.checks += [_vectors_check(store, sample), _backend_check(store, sample is None)]
+    report.checks.append(_vectors_check(store, sample))
+    report.checks.append(_backend_check(store, sample is None, report.pending))
     return report
 
 
@@ -261,7 +262,7 @@ def _vectors_check(store: GalleryStore, sample: int | None) -> Check:
     return Check("vectors", checked, _shown(problems))
 
 
-def _backend_check(store: GalleryStore, every_slot: bool) -> Check:
+def _backend_check(store: GalleryStore, every_slot: bool, notes: list[str]) -> Check:
     problems: list[str] = []
     spaces = store.spaces()
     cleaned = _cleaned_spaces(store)
@@ -278,7 +279,7 @@ def _backend_check(store: GalleryStore, every_slot: bool) -> Check:
     present = [spec for name, spec in spaces.items() if spec.storage in stored]
     gone = np.array([row[0] for row in store.db.query("SELECT slot FROM orphan_slots")], np.int64)
     if every_slot:
-        problems += _resurrected(store, present, gone)
+        problems += _resurrected(store, present, gone, notes)
     problems += store_alias_problems(store)
     return Check("backend", len(stored), _shown(problems))
 
@@ -293,21 +294,31 @@ def _cleaned_spaces(store: GalleryStore) -> set[str]:
     }
 
 
-def _resurrected(store: GalleryStore, specs: list[SpaceSpec], pending: np.ndarray) -> list[str]:
-    """Vectors on slots no item holds (past the counter, or erased) that are not waiting to be
-    destroyed: a copy nothing would ever reach."""
+def _resurrected(
+    store: GalleryStore, specs: list[SpaceSpec], pending: np.ndarray, notes: list[str]
+) -> list[str]:
+    """Vectors on slots no item holds and none waits to be destroyed on: an erased or replaced
+    item's, a copy nothing would ever reach. Those past the slot counter were stored by a writer
+    that died before its commit (what the next writer removes): a note, not damage."""
     held = np.array([row[0] for row in store.db.query("SELECT slot FROM items")], np.int64)
     present = getattr(store.vectors, "present_slots", None)
     if present is None:
         return []
+    counter = store.next_slot()
     problems = []
     for spec in specs:
-        found = present(spec)
-        stray = np.setdiff1d(np.setdiff1d(found, held), pending)
+        stray = np.setdiff1d(np.setdiff1d(present(spec), held), pending)
+        beyond = stray[stray >= counter]
+        stray = stray[stray < counter]
+        if len(beyond):
+            notes.append(
+                f"space {spec.name!r} holds {len(beyond)} vector(s) past the last committed item "
+                "(a writer died before its commit); the next writer removes them"
+            )
         if len(stray):
             problems.append(
                 f"space {spec.name!r} holds {len(stray)} vector(s) of no item, e.g. slot "
-                f"{int(stray[0])} (an erased or never committed item's)"
+                f"{int(stray[0])} (an erased or replaced item's)"
             )
     return problems
 
