@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,6 @@ from modelupgrade.store import (
     TransformStored,
     abort_backfill,
 )
-from modelupgrade.store.vectors import content_hashes
 from tests.model_fixtures import tiny_model
 from tests.store_helpers import (
     NEW,
@@ -500,6 +500,7 @@ def test_a_backfill_refuses_or_records_images_that_changed_since_their_vectors(
     backend: BackendSettings, tmp_path: Path
 ) -> None:
     from modelupgrade.store.ingest import ingest_images
+    from modelupgrade.store.vectors import content_hashes
 
     root = write_images(tmp_path / "images", 40, 8)
     images = ImageFileSource(root)
@@ -542,3 +543,69 @@ def test_a_backfill_refuses_or_records_images_that_changed_since_their_vectors(
         assert [p["source_hash"] for p in provenance] == [f"{int(h):016x}" for h in now]
         kept = store.provenance(NEW.name, np.array([0, 1]))
         assert [p["source_hash"] for p in kept] == [recorded[0], recorded[1]]
+
+
+# ----- 6. a disk that fills ----------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for the test (root only): a disk that really fills."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.strip()}): needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_disk_that_fills_mid_backfill_is_one_error_line_and_resumes_bit_identical(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The store on a 2 MiB disk, filled up to just past what the new space's files take: the
+    backfill stops with one error line when the disk fills (before: SIGBUS, exit 135, no message),
+    and once space is freed, the same command finishes it, equal to a run that never stopped."""
+    from modelupgrade.store import TableVectors
+    from tests.store_helpers import final_state
+
+    params = backend_params(tmp_path, BackendSettings())
+    n = 3000
+    ids = [f"item-{i:05d}" for i in range(n)]
+    with build_gallery(tmp_path / "reference", n) as reference:
+        new_vectors = psi(reference.read_vectors(OLD.name, np.arange(n)))
+        job = BackfillJob(
+            reference, NEW, TableVectors(ids, new_vectors), build_ordering("old-confidence"), 64
+        )
+        assert job.run().status == "complete"
+        expected = final_state(reference)
+    np.save(tmp_path / "new.npy", new_vectors)
+    pd.DataFrame({"item_id": ids}).to_parquet(tmp_path / "ids.parquet")
+    build_gallery(small_disk / "s", n).close()
+    backfill = (
+        "backfill",
+        *("--store", str(small_disk / "s"), "--space", NEW.name, "--chunk-size", "64"),
+        *("--vectors", str(tmp_path / "new.npy"), "--items", str(tmp_path / "ids.parquet")),
+        *("--policy", "old-confidence", "--no-progress"),
+    )
+    stats = os.statvfs(small_disk)
+    room = n * NEW.dim * 4 + 2 * n * 8 + 96_000  # the new space's files, and a little
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - room))
+    code, out, err = _finished(_command(*backfill, params=params))
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err, err
+    line = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert "full" in line or "no room" in line, err
+    filler.unlink()
+    code, out, err = _finished(_command(*backfill, params=params))
+    assert code == 0, err
+    with GalleryStore.open(small_disk / "s") as store:
+        states, vectors, chunks = final_state(store)
+    assert states == expected[0] and chunks == expected[2]
+    np.testing.assert_array_equal(vectors, expected[1])
