@@ -487,6 +487,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_without_advice_to_run_it(
         _command(
             "store-ingest",
             *("--store", str(tmp_path / "s"), "--items", str(items), "--model", str(evil)),
+            "--score",
             params=params,
         )
     )
