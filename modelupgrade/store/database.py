@@ -53,10 +53,11 @@ class Database:
         return (found.st_dev, found.st_ino) == self.identity
 
     @classmethod
-    def create(cls, path: Path) -> None:
+    def create(cls, path: Path, meta: dict[str, str] | None = None) -> None:
         """Lay out a new, empty store in the directory ``path`` (the caller holds its commit lock,
-        so no other process creates one there meanwhile). The database is built beside and renamed
-        into place whole: a store directory either has a complete, empty database or none."""
+        so no other process creates one there meanwhile), its ``meta`` recorded from the start. The
+        database is built beside and renamed into place whole: a store directory either has a
+        complete, empty database or none."""
         if (path / DATABASE_FILE).exists():
             raise UserError(
                 f"a gallery store already exists at {path}",
@@ -79,6 +80,7 @@ class Database:
                     ("next_slot", "0"),
                     ("next_backfill", "1"),
                     ("next_storage", "1"),
+                    *(meta or {}).items(),
                 ],
             )
             connection.commit()

@@ -118,13 +118,9 @@ class GalleryStore:
 
     @classmethod
     def _created(cls, directory: Path, settings: BackendSettings) -> GalleryStore:
-        Database.create(directory)
+        Database.create(directory, settings.as_meta())
         boundary("create:database")
-        database = Database.open(directory)
-        with database.write() as db:
-            for key, value in settings.as_meta().items():
-                Database.set_meta(db, key, value)
-        return cls(database)
+        return cls(Database.open(directory))
 
     @classmethod
     def open_or_create(

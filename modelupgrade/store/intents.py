@@ -88,9 +88,9 @@ def complete_intents(
     intents = database.query("SELECT id, kind, detail FROM intents ORDER BY id")
     for intent_id, kind, detail in intents:
         recorded = json.loads(detail)
-        if kind == "cleanup":
+        if kind in ("cleanup", "discard"):  # a cleaned up or aborted space's vectors
             vectors.discard(recorded["storage"])
-            boundary("cleanup:dropped")
+            boundary(f"{kind}:dropped")
             with database.write() as db:
                 db.execute("DELETE FROM intents WHERE id = ?", (intent_id,))
         else:

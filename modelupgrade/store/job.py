@@ -58,6 +58,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.ordering.base import OrderingPolicy
 from modelupgrade.store.faults import boundary
 from modelupgrade.store.gallery import GalleryStore
+from modelupgrade.store.intents import complete_intents
 from modelupgrade.store.ledger import AbortRecord
 from modelupgrade.store.report import BackfillReport
 from modelupgrade.store.schema import Backfill, Chunk
@@ -170,8 +171,8 @@ def abort_backfill(store: GalleryStore) -> AbortRecord:
         with store.committing("abort the backfill"):
             undone = store.backfills.abort()
             boundary("abort:ledger")
-            if undone.target_space_dropped and undone.target_storage:
-                store.discard_vectors(undone.target_storage)
+            # the dropped target's vectors go (``intents``: recorded with the abort)
+            complete_intents(store.db, store.vectors, store.spaces())
     log.info(
         "backfill %d into %s aborted: %d item(s) back in %s, serving %s",
         undone.backfill_id,

@@ -396,6 +396,12 @@ class BackfillLedger:
             ).fetchone()
             if dropped:
                 db.execute("DELETE FROM spaces WHERE name = ?", (backfill.target_space,))
+                if storage is not None:
+                    # its vectors are dropped next; a writer killed first leaves this for the next
+                    db.execute(
+                        "INSERT INTO intents (kind, detail, at) VALUES ('discard', ?, ?)",
+                        (json.dumps({"storage": storage[0]}), time.time()),
+                    )
             record = AbortRecord(
                 backfill_id=backfill.id,
                 source_space=backfill.source_space,

@@ -205,6 +205,8 @@ def update(
         boundary("update:vectors")
         source_rows = None if sources is None else list(sources.rows(len(ids)))
         with store.db.write(items_changed=True) as db:
+            # the item's scores follow it to its new slot within the transaction
+            db.execute("PRAGMA defer_foreign_keys = ON")
             taken = Database.take_counter(db, "next_slot", len(ids))
             if taken != first:
                 raise RuntimeError(f"slot counter moved from {first} to {taken} under the lock")

@@ -268,8 +268,16 @@ def _backend_check(store: GalleryStore, every_slot: bool, notes: list[str]) -> C
     cleaned = _cleaned_spaces(store)
     stored = store.vectors.stored()
     named = {spec.storage: name for name, spec in spaces.items() if name not in cleaned}
+    dropping = {
+        json.loads(detail).get("storage")
+        for (detail,) in store.db.query(
+            "SELECT detail FROM intents WHERE kind IN ('cleanup', 'discard')"
+        )
+    }
     for storage, space in sorted(stored.items()):
-        if storage not in named:
+        if storage in dropping:
+            notes.append(f"the vectors {storage} of a dropped space wait for the next writer")
+        elif storage not in named:
             problems.append(
                 f"the backend holds vectors ({storage}) of no space of the store ({space})"
             )
