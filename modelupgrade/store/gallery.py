@@ -51,6 +51,7 @@ from modelupgrade.store.schema import (
     ItemSources,
     Snapshot,
 )
+from modelupgrade.store.snapshots import ItemTable, read_snapshot
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.status import StoreStatus, read_status
 from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
@@ -73,6 +74,7 @@ class GalleryStore:
         self.lease = WriterLock(self.path)
         self.commit_lock = WriterLock(self.path, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE)
         self._recovered = False  # this object's first write step recovers thoroughly
+        self._items: ItemTable | None = None  # the item rows a snapshot last read
         with self.db.lock:
             meta = {key: Database.meta(self.db.connection, key) for key in BACKEND_META}
         self.backend_settings = BackendSettings.from_meta(meta)
@@ -563,21 +565,10 @@ class GalleryStore:
         return str(rows[0][0]) if rows else None
 
     def snapshot(self) -> Snapshot:
-        with self.db.read() as db:
-            rows = db.execute(
-                "SELECT slot, item_id, space FROM current_items ORDER BY slot"
-            ).fetchall()
-            serving = Database.meta(db, "serving_space")
-            counter = int(Database.meta(db, "commit_counter") or 0)
-            backfill = BackfillLedger.active_in(db)
-        return Snapshot(
-            slots=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-            item_ids=np.array([r[1] for r in rows], dtype=object),
-            spaces=np.array([r[2] for r in rows], dtype=object),
-            serving_space=serving,
-            active_backfill=backfill,
-            commit_counter=counter,
-        )
+        """Which space serves each item now (``modelupgrade.store.snapshots``): the item rows read
+        again only when they changed since the last snapshot."""
+        snapshot, self._items = read_snapshot(self.db, self._items)
+        return snapshot
 
     def status(self) -> StoreStatus:
         status = read_status(self.db, self.spaces())

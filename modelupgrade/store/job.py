@@ -406,6 +406,10 @@ class BackfillJob:
                 )
             # the rows are on disk before anything points at them
             self.store.sync_vectors(self.target.name)
+            source = self.store.space(backfill.source_space)
+            for chunk, result in kept:
+                # a vector database's rows of the source record the move (``snapshots``)
+                self.store.vectors.mark_moved(source, result.slots, (backfill.id, chunk.index))
             boundary("backfill:vectors")
             self.store.backfills.commit_chunks(
                 self.target.name,

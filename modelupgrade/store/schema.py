@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -275,7 +275,9 @@ class ChunkCommit:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent view of which space serves each item, taken in one read transaction."""
+    """A consistent view of which space serves each item, taken in one read transaction
+    (``modelupgrade.store.snapshots``): per item (slot order) its id and current space (a name,
+    and a code into ``names``), and per space the filter a vector database picks its part by."""
 
     slots: np.ndarray
     item_ids: np.ndarray
@@ -283,15 +285,23 @@ class Snapshot:
     serving_space: str | None
     active_backfill: Backfill | None
     commit_counter: int
+    codes: np.ndarray | None = None
+    names: tuple[str, ...] = ()
+    filters: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.slots)
 
     def partitions(self) -> dict[str, np.ndarray]:
         """Positions (into ``slots``) of the items held by each space."""
-        return {
-            str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)
-        }
+        if self.codes is None:
+            return {
+                str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)
+            }
+        found = {}
+        for code in np.unique(self.codes):
+            found[self.names[int(code)]] = np.flatnonzero(self.codes == code)
+        return found
 
 
 @dataclass

@@ -226,8 +226,10 @@ class VectorBackend(ABC):
         """The (space, model reference) recorded with each vector of ``slots``."""
 
     @abstractmethod
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
-        """The part of a snapshot that ``spec`` holds: its ``slots`` out of ``items`` in all."""
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
+        """The part of a snapshot that ``spec`` holds: its ``slots`` (ascending), which are the
+        rows of ``spec``'s vectors that ``rows`` selects (``snapshots.part_filter``: a vector
+        database searches by it, constant in size; the embedded store by the slots)."""
 
     @abstractmethod
     def describe(self) -> dict[str, str]:
@@ -266,6 +268,11 @@ class VectorBackend(ABC):
                 if recorded != spec.name
             ]
         return sorted(set(bad))
+
+    def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
+        """Record that chunk ``by`` (backfill, chunk) of a backfill out of ``spec`` moves the items
+        of ``slots`` out of it, where the backend's search filters rows by their own state (a
+        vector database); nothing to do where a part is searched by its slots."""
 
     def write_mark(self) -> int:
         """A mark of this process's latest write (a Milvus server's timestamp) for the database

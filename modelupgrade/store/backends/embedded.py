@@ -36,6 +36,7 @@ from modelupgrade.store.backends.base import (
     VectorRows,
     candidate_count,
 )
+from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.vectors import (
@@ -46,19 +47,27 @@ from modelupgrade.store.vectors import (
 )
 
 
-class _ScannedPart(PartGallery):
-    """Every vector of the part, read once per snapshot: the exact scan needs them all."""
+class _FlatPart(PartGallery):
+    """A part searched exactly through its space's matrix (``matrices.SpaceMatrix``), restricted
+    to the part's rows by a bitmap made once per snapshot."""
 
-    def __init__(self, slots: np.ndarray, vectors: np.ndarray) -> None:
-        self.slots, self._vectors = slots, vectors  # slots ascending, as a snapshot lists them
+    def __init__(
+        self, backend: EmbeddedVectors, spec: SpaceSpec, matrix: SpaceMatrix, slots: np.ndarray
+    ) -> None:
+        self.backend, self.spec, self.matrix, self.slots = backend, spec, matrix, slots
+        self.selector, self._bits = matrix.selector(slots)
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self.slots, self._vectors
+        limit = candidate_count(k, len(self.slots))
+        if limit == len(self.slots):
+            return self.slots, self.vectors(self.slots)
+        slots = self.matrix.search(queries, limit, self.selector)
+        return slots, self.vectors(slots)
 
     def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self._vectors[np.searchsorted(self.slots, slots)]
+        return self.backend.read(self.spec, slots)
 
 
 class _SpaceIndex:
@@ -194,6 +203,7 @@ class EmbeddedVectors(VectorBackend):
         self._lock = threading.Lock()
         self._options = search_options(settings)
         self._indexes: dict[str, _SpaceIndex] = {}
+        self._matrices: dict[str, SpaceMatrix] = {}
         self._index_lock = threading.Lock()
 
     def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
@@ -337,7 +347,9 @@ class EmbeddedVectors(VectorBackend):
             for file in (files.sums, files.sources):
                 file.write(inside, np.zeros((len(inside), 1), np.uint64), True)
         with self._index_lock:
-            self._indexes.clear()  # an index may hold a copy of a destroyed row
+            # an index may hold a copy of a destroyed row
+            self._indexes.clear()
+            self._matrices.clear()
 
     def present_slots(self, spec: SpaceSpec) -> np.ndarray:
         """The slots of ``spec``'s file that hold a vector (a recorded checksum)."""
@@ -357,13 +369,26 @@ class EmbeddedVectors(VectorBackend):
             files.sources.truncate(rows)
         return removed
 
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
         if self._options.index == "flat" or (
             self._options.index == "ivf"
             and len(slots) < _IVF_TRAIN_PER_CELL * self._options.ivf_nlist
         ):
-            return _ScannedPart(slots, self.read(spec, slots))
+            return _FlatPart(self, spec, self._matrix_for(spec, slots), slots)
         return _IndexedPart(self, spec, self._index_for(spec, slots), slots)
+
+    def _matrix_for(self, spec: SpaceSpec, slots: np.ndarray) -> SpaceMatrix:
+        """The space's matrix, holding every row of ``slots`` as it is stored now."""
+        with self._index_lock:
+            matrix = self._matrices.get(spec.storage)
+            if matrix is None or matrix.dim != spec.dim:
+                matrix = self._matrices[spec.storage] = SpaceMatrix(spec.dim, self._options.metric)
+        matrix.cover(
+            slots,
+            lambda wanted: self.checksums(spec, wanted),
+            lambda wanted: self.read(spec, wanted),
+        )
+        return matrix
 
     def _index_for(self, spec: SpaceSpec, slots: np.ndarray) -> _SpaceIndex:
         """The space's index, holding every row of ``slots`` as it is stored now."""
@@ -394,6 +419,7 @@ class EmbeddedVectors(VectorBackend):
     def discard(self, storage: str) -> None:
         with self._index_lock:
             self._indexes.pop(storage, None)
+            self._matrices.pop(storage, None)
         with self._lock:
             files = self._files.pop(storage, None)
             if files is not None:

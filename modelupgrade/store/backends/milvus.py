@@ -169,19 +169,12 @@ class _Client:
 
 
 class _SearchedPart(PartGallery):
-    """A part searched by Milvus itself, its rows picked by a filter on their slots."""
+    """A part searched by Milvus itself, its rows picked by the part's filter
+    (``snapshots.part_filter``: the state each row records against a few ledger facts, of a size
+    that does not grow with the gallery)."""
 
-    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, items: int):
-        self.backend, self.spec, self.slots = backend, spec, slots
-        others = np.setdiff1d(np.arange(items, dtype=np.int64), slots, assume_unique=True)
-        # Rows of this space's collection: the part, items of other parts written ahead of their
-        # commit (an interrupted chunk), and slots an interrupted ingest wrote past the last item.
-        if len(others) == 0:
-            self.filter = f"slot < {items}"
-        elif len(slots) <= len(others):
-            self.filter = f"slot in {_listed(slots)}"
-        else:
-            self.filter = f"slot < {items} and slot not in {_listed(others)}"
+    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, rows: str):
+        self.backend, self.spec, self.slots, self.filter = backend, spec, slots, rows
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
@@ -579,9 +572,37 @@ class MilvusVectors(VectorBackend):
                 found[int(row["slot"])] = (row["space"], row["model_ref"])
         return [found.get(int(slot), ("", "")) for slot in slots]
 
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
         self._ensure(spec)
-        return _SearchedPart(self, spec, slots, items)
+        return _SearchedPart(self, spec, slots, rows)
+
+    def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
+        """Record in the rows of ``slots`` of ``spec`` (a backfill's source) that chunk ``by``
+        (backfill, chunk) moves their items out: each row written again as it is, ``mb``/``mc``
+        set. Done before the chunk commits; until then the frontier keeps it from counting."""
+        name = self._ensure(spec)
+        fields = ["slot", "vector", "checksum", "source_hash", "item_id", "wb", "wc"]
+        client = self.client()
+        for batch in _batches(np.asarray(slots, dtype=np.int64)):
+            found = client.query(
+                name,
+                filter=f"slot in {_listed(batch)}",
+                output_fields=fields,
+                **self._consistency(),
+            )
+            rows = [
+                {
+                    **{field: row[field] for field in fields},
+                    "space": spec.name,
+                    "model_ref": spec.model_ref,
+                    "mb": by[0],
+                    "mc": by[1],
+                }
+                for row in found
+            ]
+            if rows:
+                client.upsert(name, rows)
+        self._wrote(name)
 
     def search(
         self,
