@@ -43,6 +43,8 @@ class Database:
         # Run inside every write transaction before it commits (the store records there what its
         # readers must wait for: ``GalleryStore``).
         self.on_commit: Callable[[sqlite3.Connection], None] | None = None
+        # Run after every write transaction has committed (the store publishes its serving state).
+        self.after_commit: Callable[[], None] | None = None
 
     def still_backs_the_store(self) -> bool:
         """Whether the file this connection reads is still the store's database at its path."""
@@ -182,6 +184,8 @@ class Database:
             yield connection
             if self.on_commit is not None:
                 self.on_commit(connection)
+        if self.after_commit is not None:
+            self.after_commit()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

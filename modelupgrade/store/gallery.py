@@ -51,7 +51,7 @@ from modelupgrade.store.schema import (
     ItemSources,
     Snapshot,
 )
-from modelupgrade.store.snapshots import ItemTable, read_snapshot
+from modelupgrade.store.snapshots import ItemTable, read_snapshot, serving_state
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.status import StoreStatus, read_status
 from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
@@ -86,7 +86,18 @@ class GalleryStore:
         # waits for the newest one recorded (a Milvus server's reads are otherwise only eventually
         # consistent across processes).
         self.db.on_commit = self._record_vector_mark
+        self.db.after_commit = self._publish
         self.vectors.fence = self._vector_fence
+
+    def _publish(self) -> None:
+        """Give the backend the serving state just committed, for readers that do not read this
+        store's database (``serving_state``; a Milvus server keeps it beside the collections)."""
+        if not self.vectors.publishes:
+            return
+        try:
+            self.vectors.publish(serving_state(self.db, self.spaces(), self.vectors))
+        except UserError as err:  # committed all the same: the next commit publishes again
+            log.warning("the serving state was not published: %s", err.message)
 
     def _record_vector_mark(self, db: Any) -> None:
         mark = self.vectors.write_mark()

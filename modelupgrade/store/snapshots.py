@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill, Snapshot
+from modelupgrade.store.spaces import SpaceSpec
 
 
 @dataclass(frozen=True)
@@ -169,3 +171,33 @@ def read_snapshot(database: Database, cached: ItemTable | None) -> tuple[Snapsho
         filters={name: part_filter(name, facts) for name in names},
     )
     return snapshot, table
+
+
+def serving_state(database: Database, spaces: dict[str, SpaceSpec], vectors: Any) -> dict[str, Any]:
+    """What a reader that knows only the vector database needs to search the store as its own
+    readers do (README: "Serving replicas"): per space its collection, dimension, form and the
+    filter of its part; which space serves (its part is the new side of a rank merge, every other
+    the old side); the write every search must wait for (``guarantee_timestamp``); the commit it
+    describes."""
+    with database.read() as db:
+        facts = read_facts(db, BackfillLedger.active_in(db))
+        serving = Database.meta(db, "serving_space")
+        counter = int(Database.meta(db, "commit_counter") or 0)
+        mark = int(Database.meta(db, "vector_mark") or 0)
+    return {
+        "format": "modelupgrade-serving-state/1",
+        "commit_counter": counter,
+        "serving_space": serving,
+        "guarantee_timestamp": mark,
+        "metric": vectors.metric,
+        "spaces": {
+            name: {
+                "collection": vectors.collection(spec),
+                "dim": spec.dim,
+                "form": spec.form,
+                "filter": part_filter(name, facts),
+            }
+            for name, spec in spaces.items()
+            if spec.storage in vectors.known_storages()
+        },
+    }

@@ -269,6 +269,13 @@ class VectorBackend(ABC):
             ]
         return sorted(set(bad))
 
+    # Whether the backend keeps the store's serving state for readers that do not read the
+    # store's database (``publish``).
+    publishes: ClassVar[bool] = False
+
+    def publish(self, state: dict[str, object]) -> None:
+        """Keep ``state`` (``snapshots.serving_state``) where the backend's own readers find it."""
+
     def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
         """Record that chunk ``by`` (backfill, chunk) of a backfill out of ``spec`` moves the items
         of ``slots`` out of it, where the backend's search filters rows by their own state (a

@@ -203,6 +203,8 @@ class MilvusVectors(VectorBackend):
         # A store written before credentials were refused in its URI: they serve as its token.
         self._uri_token = uri_credentials(settings.uri) or ""
         self.uri = self.address(store_path, _CREDENTIALS_PART.sub(r"\1", settings.uri))
+        # A server's other readers (replicas, clients of the collections) read the serving state.
+        self.publishes = is_server_uri(self.uri)
         self.metric = _METRICS[settings.distance]
         self._client: Any = None
         self._known: dict[str, int] = {}
@@ -688,6 +690,48 @@ class MilvusVectors(VectorBackend):
                     hint="`modelupgrade store-verify` compares the alias with the store's record",
                 )
             client.drop_collection(name)
+
+    @property
+    def state_collection(self) -> str:
+        """Where the store's serving state is kept for readers of the server alone (a row of
+        JSON, ``snapshots.serving_state``): two underscores, as the alias."""
+        return f"{self.settings.collection}__state"
+
+    def known_storages(self) -> set[str]:
+        prefix = f"{self.settings.collection}_"
+        return {
+            name.removeprefix(prefix)
+            for name in self.client().list_collections()
+            if name.startswith(prefix) and not name.startswith(prefix + "_")
+        }
+
+    def publish(self, state: dict[str, object]) -> None:
+        import json
+
+        client, name = self.client(), self.state_collection
+        if not client.has_collection(name):
+            from pymilvus import DataType, MilvusClient
+
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("key", DataType.INT64, is_primary=True)
+            schema.add_field("state", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
+            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants one
+            index = client.prepare_index_params()
+            index.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+            client.create_collection(
+                name, schema=schema, index_params=index, consistency_level="Strong"
+            )
+        client.upsert(name, [{"key": 0, "state": json.dumps(state), "vector": [0.0, 0.0]}])
+
+    def serving_state(self) -> dict[str, object] | None:
+        """The serving state the store published last (None before any)."""
+        import json
+
+        client, name = self.client(), self.state_collection
+        if not client.has_collection(name):
+            return None
+        rows = client.query(name, filter="key == 0", output_fields=["state"], **self._consistency())
+        return json.loads(rows[0]["state"]) if rows else None
 
     @property
     def alias(self) -> str:
