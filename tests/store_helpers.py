@@ -265,11 +265,9 @@ def kill_after_a_commit(
 
 def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
     """What a finished backfill into ``NEW`` left: item states, NEW's vectors, the chunk log."""
-    states = [
-        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
-        for s in store.backfills.item_states()
-    ]
-    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
+    items = store.backfills.item_states()  # slot order
+    states = [(s["item_id"], s["space"], s["state"], s["committed_chunk"]) for s in items]
+    vectors = store.read_vectors(NEW.name, np.array([s["slot"] for s in items], dtype=np.int64))
     chunks = [
         (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
         for c in store.backfills.chunk_log()
