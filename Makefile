@@ -11,13 +11,14 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser milvus-server repro lint test test-slow ui benchmarks gpu-study help
+.PHONY: install dataset browser milvus-server repro lint test test-slow ui benchmarks full-cpu-study gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
-	@echo "make lint   - ruff check and ruff format --check over the whole tree"
+	@echo "make lint   - ruff check and ruff format --check over the whole tree, mypy over the library"
 	@echo "make test   - install what is missing, then run lint and the fast test suite"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
+	@echo "make full-cpu-study - every scenario, strategy, head and chain on one seed (a dvc experiment)"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
 	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
 
@@ -59,16 +60,24 @@ browser: $(BROWSER)
 dataset: $(DATASET)
 
 # dvc runs each stage's `python -m stages.<name>` through PATH: the project's environment first.
+# OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads of torch sleep rather than spin, so a stage on both
+# cores does not collapse when anything else runs beside it (modelupgrade/replicates.py).
 repro: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/dvc repro
 
-# ruff's lint rules and formatting (pyproject.toml: [tool.ruff]); a finding fails `make test`.
+# ruff's lint rules and formatting (pyproject.toml: [tool.ruff]) and mypy over the library
+# ([tool.mypy]); a finding fails `make test`.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
+# The suite on two worker processes (pytest-xdist), one file per worker at a time so that a file's
+# module-wide fixtures (a Prefect server, an MLflow UI) start once; each worker runs torch on one
+# thread (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install browser milvus-server lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
@@ -77,6 +86,10 @@ ui: install
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 # The full-size study: params/gpu-full.yaml applied over params.yaml as one DVC experiment.
+# Everything the CPU study can train (params/full-cpu.yaml) on its one seed, as a DVC experiment.
+full-cpu-study: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/modelupgrade experiments --overlay params/full-cpu.yaml --seeds 666
+
 gpu-study: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 

@@ -460,7 +460,7 @@ def load_chain(params_path: str | Path, work_dir: str | Path | None = None) -> U
             f"flows.heads names {unknown}, not defined under 'heads'",
             hint=f"defined: {', '.join(params.heads) or 'none'}",
         )
-    oracle = params.evaluation.oracle_strategy
+    oracle: str | None = params.evaluation.oracle_strategy
     if oracle == flows.strategy or oracle not in params.strategies:
         oracle = None
     root = Path(work_dir if work_dir is not None else flows.work_dir).resolve()

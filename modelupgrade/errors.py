@@ -8,9 +8,7 @@ so the common base lives there.
 
 from __future__ import annotations
 
-import functools
 import logging
-import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -47,17 +45,3 @@ USER_ERRORS: tuple[type[HintedError], ...] = (HintedError,)
 # CLI prints its ``exit_message`` as the error line). A user error exits with 2.
 EXIT_INCOMPLETE = 1  # some items failed or were skipped; the message counts them and says where
 EXIT_STOPPED = 143  # stopped by SIGTERM (128 + 15, what a shell reports for a SIGTERM-ed process)
-
-
-def exit_on_user_error(func: F) -> F:
-    """Decorate a ``main()`` so that a user error prints cleanly and exits non-zero."""
-
-    @functools.wraps(func)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        try:
-            return func(*args, **kwargs)
-        except USER_ERRORS as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(err.exit_code) from None
-
-    return wrapper  # type: ignore[return-value]

@@ -55,6 +55,9 @@ CROSS_MODEL = "cross_model"  # .parquet, .csv, .json
 SUMMARY = "summary"  # .json, .csv
 BACKFILL_CURVES = "backfill_curves"  # .parquet, .csv (metrics); .png (plots)
 BACKFILL_SUMMARY_FILE = "backfill_summary.json"
+# Per query: each evaluated pair's AP, each backfill curve's areas (the claims' query bootstrap).
+PER_QUERY_AP_FILE = "per_query_ap.parquet"
+BACKFILL_PER_QUERY_FILE = "backfill_per_query.parquet"
 BACKFILL_PLOTS_DIR = "backfill_plots"
 HEATMAP_FILE = "cross_model_heatmap.png"
 # A head's outputs beside its transformed query.npy / gallery.npy: FastFill's σ² per gallery item,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from prefect import Flow, Task, task
 from prefect.cache_policies import NO_CACHE
@@ -76,9 +76,11 @@ def progress_artifact(key: str) -> Callable[[str, float], None]:
 def run_on_deployment(deployment: str, parameters: dict[str, Any]) -> None:
     """Run a flow on its deployment (``<flow>/<deployment>``, e.g. on a GPU work pool) and wait;
     a run that does not complete raises."""
+    from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
-    run = run_deployment(deployment, parameters=parameters, timeout=None)
+    # Called synchronously, Prefect's sync-or-async wrapper returns the run, not a coroutine.
+    run = cast(FlowRun, run_deployment(deployment, parameters=parameters, timeout=None))
     if run.state is None or not run.state.is_completed():
         state = run.state.name if run.state else "unknown"
         raise RuntimeError(

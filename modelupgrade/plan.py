@@ -53,6 +53,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.evaluation import PairResult, RetrievalEvaluator
 from modelupgrade.io import atomic_path, write_json, write_text
 from modelupgrade.metrics import negative_flip_rate
+from modelupgrade.retrieval.distance import Distance
 
 log = logging.getLogger(__name__)
 
@@ -494,6 +495,7 @@ def embed_sample(
     else:
         vectors = np.concatenate(
             [
+                # An embeddings-only model (PrecomputedEmbeddings) looks its vectors up.
                 model.lookup(split_item_ids(part, name), name).cpu().numpy()  # type: ignore[operator]
                 for part, name in zip(parts, ("fit", "query", "gallery"), strict=True)
             ]
@@ -598,7 +600,7 @@ class CurveSettings:
     metric: str
     points: int
     auc: str
-    distance: str
+    distance: Distance
     seed: int
     topk: tuple[int, ...]
 
@@ -658,7 +660,7 @@ def backfill_curve_of(
         grid.cutoffs,
         grid.t,
         self_index=np.arange(n) if sample.leave_one_out else None,
-        distance=settings.distance,  # type: ignore[arg-type]
+        distance=settings.distance,
         topk=settings.topk,
     )
     values = curve.as_dict()
@@ -729,9 +731,10 @@ def compatible_training_estimate(
             item_ids=probe["item_id"].astype(str).tolist(),
         )
     # train_model returns the card it saved (a ModelCard; a dict where a test stands in for it).
-    rate = float(
+    rate = (
         card["train_images_per_second"] if isinstance(card, dict) else card.train_images_per_second
     )
+    assert rate is not None, "train_model's card records its training speed"
     count = training_images or int(new_card.data.get("images") or len(sample.fit))
     epochs = params.training.epochs
     seconds = epochs * count / rate

@@ -59,21 +59,19 @@ def check_params(params: Params, source: str | Path = DEFAULT_PARAMS_PATH) -> Pa
 def plugin_problems(params: Params) -> list[str]:
     """One line per bad plugin reference of ``params``, each starting with its params key."""
     problems: list[str] = []
-    for name, strategy in params.strategies.items():
-        problems += _kind_problems(
-            f"strategies.{name}", STRATEGIES, strategy.kind, strategy.options
-        )
+    for name, entry in params.strategies.items():
+        problems += _kind_problems(f"strategies.{name}", STRATEGIES, entry.kind, entry.options)
     for name, head in params.heads.items():
         problems += _kind_problems(f"heads.{name}", HEADS, head.kind, head.options)
     for name, adopted in params.adopted.items():
         problems += _kind_problems(f"adopted.{name}", MODEL_SOURCES, adopted.kind, adopted.options)
     for name, head in params.adapters.heads.items():
         problems += _adapter_problems(f"adapters.heads.{name}", head)
-    for strategy, head in params.sequential.heads.items():
-        kind = params.heads[head].kind
+    for strategy, head_name in params.sequential.heads.items():
+        kind = params.heads[head_name].kind
         if kind in HEADS and HEADS.get(kind).direction != "forward":
             problems.append(
-                f"sequential.heads.{strategy}: head {head!r} is a {kind} head, which does not "
+                f"sequential.heads.{strategy}: head {head_name!r} is a {kind} head, which does not "
                 "refresh the gallery (choose a forward head: it maps each generation's gallery "
                 "into the next one's space)"
             )
@@ -103,7 +101,7 @@ def _kind_problems(
     """A plugin entry's ``kind`` is registered and its ``options`` fit that kind's ``Options``."""
     if kind not in registry:
         return [_unknown(f"{key}.kind", registry, kind, registry.names())]
-    options_class: type[BaseModel] = registry.get(kind).Options  # type: ignore[attr-defined]
+    options_class: type[BaseModel] = registry.get(kind).Options
     try:
         options_class.model_validate(dict(options))
     except ValidationError as err:

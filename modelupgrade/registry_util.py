@@ -24,6 +24,7 @@ class Registry(Generic[T]):
             if name in self._entries:
                 raise ValueError(f"{self.family} {name!r} is registered twice")
             self._entries[name] = cls
+            # The class learns the name it is registered under; T need not declare it.
             cls.registry_name = name  # type: ignore[attr-defined]
             return cls
 

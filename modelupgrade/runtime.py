@@ -5,9 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that use it: every stage imports this module (logging),
+# and a stage that never touches a tensor (prepare, split, validate, register, report) should not
+# pay torch's two seconds of import.
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -26,6 +33,8 @@ def setup_logging(level: str | int | None = None) -> None:
 
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and torch; return a CPU generator for code that wants its own stream."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
@@ -34,6 +43,8 @@ def seed_everything(seed: int) -> torch.Generator:
 
 def enable_determinism() -> None:
     """Make CPU runs bit-reproducible for a seed (GPU kernels may still be non-deterministic)."""
+    import torch
+
     torch.use_deterministic_algorithms(True, warn_only=True)
     if torch.backends.cudnn.is_available():
         torch.backends.cudnn.benchmark = False
@@ -44,6 +55,8 @@ def select_device(preference: str = "auto") -> torch.device:
 
     ``preference`` is "auto", "cpu", "cuda" or "cuda:N"; ``MODELUPGRADE_DEVICE`` overrides "auto".
     """
+    import torch
+
     from modelupgrade.errors import UserError
 
     if preference == "auto":
@@ -61,6 +74,8 @@ def select_device(preference: str = "auto") -> torch.device:
 
 def describe_device(device: torch.device) -> str:
     """A human-readable name of the device for reports and model cards."""
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"

@@ -10,8 +10,11 @@ from collections.abc import Iterator
 os.environ.setdefault("MODELUPGRADE_DEVICE", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///:memory:")
+# One Prefect home per pytest-xdist worker: two workers' temporary servers must not share files.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 os.environ.setdefault(
-    "PREFECT_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "modelupgrade-prefect-tests")
+    "PREFECT_HOME",
+    os.path.join(os.environ.get("TMPDIR", "/tmp"), f"modelupgrade-prefect-tests-{_WORKER}"),
 )
 
 from typing import TYPE_CHECKING
@@ -26,7 +29,17 @@ if TYPE_CHECKING:
 torch.set_num_threads(1)
 
 
+# The longest tests, scheduled first: `make test` runs the files on two workers (pytest-xdist,
+# --dist loadfile in file order), so the other worker runs the rest of the suite beside them.
+LONGEST_FIRST = ("test_pipeline_dag.py", "test_flows.py", "test_adopt_registry.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is present on this machine")

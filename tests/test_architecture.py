@@ -1,81 +1,25 @@
 """The library's import structure: no import cycle, a leaf config, no torch for params.yaml, and
 no front end (stages, flows) imported by the library.
 
-The import graph counts every import statement, including those inside functions (a cycle through a
-function-level import still means two modules that cannot be understood, or imported, apart).
-``import a.b.c`` in module m runs ``a``, ``a.b`` and ``a.b.c``; packages that are ancestors of m are
-already initialising and add no edge, but ``from a.b import name`` where ``a.b`` is an ancestor of m
-does: it reads a name from a package ``__init__`` that may be mid-import.
+The import graph (``modelupgrade.tools.imports``) counts every import statement, including those
+inside functions: a cycle through a function-level import still means two modules that cannot be
+understood, or imported, apart.
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from modelupgrade.tools.imports import import_graph, imported_names, module_paths
 from tests.processes import run_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "modelupgrade"
 FRONT_ENDS = ("stages", "flows")
-
-
-def module_paths(package_dir: Path) -> dict[str, Path]:
-    """Dotted module name → file, for every module of the package at ``package_dir``."""
-    modules = {}
-    for path in sorted(package_dir.rglob("*.py")):
-        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
-
-
-def imported_names(module: str, path: Path) -> Iterator[str]:
-    """Every dotted name an import statement of ``module`` asks for, anywhere in the file.
-
-    ``from x import n`` yields ``x`` and ``x.n`` (``n`` may be a submodule); relative imports are
-    resolved against ``module``.
-    """
-    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            yield source
-            yield from (f"{source}.{alias.name}" for alias in node.names)
-
-
-def ancestors(module: str) -> set[str]:
-    parts = module.split(".")
-    return {".".join(parts[:i]) for i in range(1, len(parts))}
-
-
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
-    """Module → the modules of the same package its imports run (the rule of the docstring)."""
-    modules = module_paths(package_dir)
-    graph: dict[str, set[str]] = {module: set() for module in modules}
-    for module, path in modules.items():
-        initialising = ancestors(module)
-        for name in imported_names(module, path):
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):
-                target = ".".join(parts[:i])
-                if target not in modules or target == module:
-                    continue
-                if target == name or target not in initialising:
-                    graph[module].add(target)
-    return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,5 +1,6 @@
-"""The backfill-curve figure: one panel per serving mode, reference levels in each, the legend
-outside the panels, a crowded panel reduced to each system's best deployable curve."""
+"""The backfill-curve figure: panels per serving mode of at most eight systems each, reference
+levels in each, the legends outside the panels, a crowded panel reduced to each system's best
+deployable curve, and a width the report shows unscaled."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from modelupgrade.backfill.plots import ALL_POLICIES_UP_TO, backfill_figure, plot_curves
+from modelupgrade.backfill.plots import (
+    ALL_POLICIES_UP_TO,
+    DPI,
+    MAX_SYSTEMS,
+    backfill_figure,
+    plot_curves,
+)
 from modelupgrade.backfill.summary import BackfillSummary, GridRecord
 from tests.processes import run_ok
 
@@ -86,10 +93,23 @@ def test_one_panel_per_serving_mode_with_references_and_the_legend_outside():
         assert _levels(ax) == {OLD_OLD, NEW_NEW}
         assert ax.get_xlabel() == "backfill fraction t"
         assert ax.get_ylabel() == "mAP"
-    assert [ax.legend_ for ax in fig.axes] == [None] * 3
+    # Each panel names its systems beside it; the figure's legend the references and the orders.
+    systems = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+    assert systems == [["bct", "independent"], ["bct", "independent"], ["rqt-independent"]]
+    # Three systems, fewer than the colours: each has its colour in every panel.
+    colours = [
+        {
+            t.get_text(): h.get_color()
+            for t, h in zip(
+                ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=True
+            )
+        }
+        for ax in fig.axes
+    ]
+    assert colours[0] == colours[1] and len({*colours[0].values(), *colours[2].values()}) == 3
     (legend,) = fig.legends
     labels = {text.get_text() for text in legend.get_texts()}
-    assert {"independent", "bct", "rqt-independent", "order: random"} <= labels
+    assert "order: random" in labels and not labels & {"independent", "bct"}
     assert "M(old, old) = 0.400" in labels
     assert "M(new, new), independent = 0.700" in labels
     assert "order: oracle (not deployable)" in labels
@@ -99,6 +119,8 @@ def test_one_panel_per_serving_mode_with_references_and_the_legend_outside():
     for ax in fig.axes:
         assert not box.overlaps(ax.get_window_extent())
         assert box.y1 < ax.get_window_extent().y0  # below the panels
+        beside = ax.get_legend().get_window_extent()
+        assert beside.x0 > ax.get_window_extent().x1  # right of its panel
 
 
 def test_without_a_reference_model_only_old_old_is_drawn():
@@ -116,13 +138,18 @@ def test_a_crowded_panel_draws_each_systems_best_deployable_curve_and_folds_equa
     combos += [("twin", "random", "mixed", True, 0.2)]  # the same curve as s0's
     combos += [(s, "oracle", "mixed", False, 0.3 + 0.01 * i) for i, s in enumerate(systems)]
     fig = backfill_figure(_curves(combos), _summary())
-    (ax,) = fig.axes
-    assert "best deployable order per system" in ax.get_title()
-    assert "s11 · random" in ax.get_title()  # the highest AUC
-    curves = [line for line in ax.lines if len(line.get_xdata()) == len(T)]
-    # One curve per system (the twin folded into s0's) and the best oracle curve.
-    assert len(curves) == len(systems) + 1
-    assert [text.get_text() for text in ax.texts] == ["twin: same as s0"]
+    # 13 systems, ranked by AUC: s11 … s4 in the first panel, s3 … s0 and the twin in the second.
+    first, second = fig.axes
+    assert "best deployable order per system" in first.get_title()
+    assert "systems 1–8 of 13, ranked by AUC" in first.get_title()
+    assert "s11 · random" in first.get_title()  # the highest AUC
+    assert "systems 9–13 of 13" in second.get_title()
+    for ax, drawn in ((first, 8), (second, 4)):
+        curves = [line for line in ax.lines if len(line.get_xdata()) == len(T)]
+        # One curve per system (the twin folded into s0's) and the best oracle curve.
+        assert len(curves) == drawn + 1
+    assert [t.get_text() for t in first.texts] == []
+    assert [t.get_text() for t in second.texts] == ["twin: same as s0"]
 
 
 def test_a_panel_with_few_curves_draws_every_deployable_order():
@@ -137,6 +164,27 @@ def test_a_panel_with_few_curves_draws_every_deployable_order():
     assert "bct · random" in ax.get_title()
     assert len([line for line in ax.lines if len(line.get_xdata()) == len(T)]) == 2
     assert [text.get_text() for text in ax.texts] == ["twin (random, old-confidence): same as bct"]
+
+
+def test_no_panel_holds_more_than_eight_systems_each_in_its_own_colour():
+    systems = [f"s{i:02d}" for i in range(19)]
+    combos = [c for mode in ("mixed", "rank-merge") for c in _curves_of(systems, mode)]
+    fig = backfill_figure(_curves(combos), _summary())
+    # Per serving mode 19 systems: three panels of 8, 8 and 3, ranked by AUC.
+    assert len(fig.axes) == 6
+    for ax, count in zip(fig.axes, [8, 8, 3] * 2, strict=True):
+        lines = [line for line in ax.lines if len(line.get_xdata()) == len(T)]
+        assert len(lines) == count <= MAX_SYSTEMS
+        assert len({line.get_color() for line in lines}) == count
+        assert [t.get_text() for t in ax.get_legend().get_texts()][:1] == [
+            systems[-1 - 8 * (fig.axes.index(ax) % 3)]
+        ]
+    # As wide as the report's text column, so that it is shown unscaled.
+    assert fig.get_figwidth() * DPI <= 1100
+
+
+def _curves_of(systems: list[str], mode: str) -> list[tuple[str, str, str, bool, float]]:
+    return [(s, "random", mode, True, 0.1 + 0.02 * i) for i, s in enumerate(systems)]
 
 
 def test_plot_curves_writes_a_png(tmp_path):

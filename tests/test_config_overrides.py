@@ -45,12 +45,38 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     # the paper's default, not the CPU study's 256
     assert merged["heads"]["bict"]["hidden_dim"] is None
     scenarios = yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
-    # Only identical-data changes: UniBCT's ResNet-18 → ResNet-50 instead of the CPU study's
-    # softmax → ArcFace.
-    scenarios["identical-data"].update(old_architecture="default", new_architecture="wide")
+    # Every scenario runs; identical-data as UniBCT's ResNet-18 → ResNet-50 instead of the CPU
+    # study's softmax → ArcFace; the open scenarios train the compatible strategies.
+    scenarios["identical-data"].update(
+        old_architecture="default", new_architecture="wide", strategies=["independent"]
+    )
+    for name in ("open-data", "open-class"):
+        scenarios[name]["strategies"] = ["independent", "bct", "dmu"]
     assert merged["scenarios"] == scenarios
+    assert sorted(merged["study"]["scenarios"]) == sorted(scenarios)
+    assert merged["training"]["steps"] is None and merged["training"]["epochs"] == 30
     assert merged["architectures"]["wide"]["backbone"] == "resnet50"
     assert 'scenarios.identical-data.new_architecture="wide"' in set_arguments(overlay)
+
+
+def test_the_full_cpu_overlay_runs_every_scenario_strategy_head_and_chain():
+    overlay = read_overlay(ROOT / "params" / "full-cpu.yaml", ROOT / "params.yaml")
+    merged = merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overlay)
+    assert sorted(merged["study"]["scenarios"]) == sorted(merged["scenarios"])
+    assert merged["study"]["sequential"] == ["sequential"]
+    assert set(merged["scenarios"]["extended-data"]["strategies"]) >= {
+        "regression",
+        "focal",
+        "lce",
+        "unibct",
+        "ract",
+    }
+    assert {"rqt", "mcl", "rm_full", "fct"} <= set(merged["scenarios"]["extended-data"]["heads"])
+    assert all(scenario["strategies"] for scenario in merged["scenarios"].values())
+    assert (
+        merged["sequential"]["strategies"]
+        and "rank-merge-rqt" in (merged["backfill"]["serving_modes"])
+    )
 
 
 def test_an_overlay_with_an_unknown_key_is_refused(tmp_path):

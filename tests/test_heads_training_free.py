@@ -194,6 +194,35 @@ def test_slerp_gives_its_endpoints_at_weight_0_and_1_and_the_arc_between() -> No
         apply(ends[0.5], new)
 
 
+def test_slerp_chooses_its_weight_on_a_support_split_towards_the_cleaner_query() -> None:
+    # As the paper does, α is picked on held-out support pairs: where the new model's query carries
+    # the class structure and the old one is noise, the blend leans to the aligned new query (small
+    # α); in the opposite case it leans to the old query (large α).
+    from modelupgrade.config.heads import HeadParams
+
+    rng = np.random.default_rng(11)
+    rotation = random_orthogonal(16, 16, rng)
+    labels = rng.integers(0, 8, 400)
+    centers = rng.standard_normal((8, 16)) * 2
+
+    def alpha(old_noise: float, new_noise: float) -> float:
+        old = centers[labels] + old_noise * rng.standard_normal((400, 16))
+        new = (centers[labels] + new_noise * rng.standard_normal((400, 16))) @ rotation.T
+        entry = HeadParams(kind="slerp_query")
+        head = build_head("slerp_query", 16, 16, options=entry.options)
+        data = EmbeddingPairs(old.astype(np.float32), new.astype(np.float32), labels)
+        fit_head(head, data, resolve_training(entry), seed=0)
+        return float(head.alpha)
+
+    new_is_cleaner, old_is_cleaner = alpha(3.0, 0.3), alpha(0.3, 3.0)
+    assert new_is_cleaner < 0.5 < old_is_cleaner
+    # A fixed weight is kept as given.
+    fixed = build_head(
+        "slerp_query", 4, 4, options=HeadParams(kind="slerp_query", options={"weight": 0.3}).options
+    )
+    assert float(fixed.alpha) == pytest.approx(0.3)
+
+
 # -- registry, persistence, configuration ----------------------------------------------------------
 
 
@@ -379,7 +408,10 @@ def test_the_adapter_study_fits_every_size_and_the_evaluation_and_report_show_th
     assert cells[:4] == ["procrustes_query.all-independent", "procrustes_query", "query", "200"]
     assert float(cells[5]) == pytest.approx(100.0, abs=1e-3)  # % of own M(new, new)
     claims = {c.source.split(" (")[0]: c for c in check_claims(study)}
-    assert claims["Drift-Adapter"].verdict == "holds"
+    # One training seed gives no test: the check is measured (the adapter recovers 100 % of
+    # M(new, new), above Drift-Adapter's 95 %) but the verdict waits for further seeds.
+    drift = claims["Drift-Adapter"]
+    assert drift.verdict == "inconclusive" and drift.checks[0].margin.mean > 0
 
 
 def test_the_fit_adapters_stage_fits_from_the_command_line(tmp_path: Path) -> None:

@@ -107,7 +107,9 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, o
         log.close()
 
 
-def _chromium_run(tmp_path: Path, url: str, *mode: str) -> subprocess.CompletedProcess[str]:
+def _chromium_run(
+    tmp_path: Path, url: str, *mode: str, window: str = "1600,2600"
+) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / f"profile-{mode[0].lstrip('-').split('=')[0]}"
     return subprocess.run(
         [
@@ -119,7 +121,7 @@ def _chromium_run(tmp_path: Path, url: str, *mode: str) -> subprocess.CompletedP
             "--disable-dev-shm-usage",
             "--hide-scrollbars",
             f"--user-data-dir={profile}",
-            "--window-size=1600,2600",
+            f"--window-size={window}",
             "--virtual-time-budget=30000",
             *mode,
             url,

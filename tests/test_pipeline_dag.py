@@ -81,10 +81,19 @@ def tiny_params(dataset_root: Path) -> dict:
         "softmax": {**tiny, "classifier": "softmax"},
         "wide": {**tiny, "backbone_kwargs": {"channels": [16, 16, 16, 16], "stem_width": 16}},
     }
-    params["training"].update(epochs=1, batch_size=32, cpu_threads=1)
+    params["training"].update(steps=16, warmup_steps=2, batch_size=32, cpu_threads=1)
+    # Three of the five scenarios and the sequential chain; the others train nothing.
+    params["study"] = {
+        "scenarios": ["extended-data", "extended-class", "open-class"],
+        "sequential": ["sequential"],
+    }
     for name, scenario in params["scenarios"].items():
         scenario["strategies"] = (
-            ["independent", "bct", "dmu"] if name == "extended-data" else ["independent", "dmu"]
+            ["independent", "bct", "dmu"]
+            if name == "extended-data"
+            else ["independent", "dmu"]
+            if name in params["study"]["scenarios"]
+            else []
         )
         scenario.pop("heads", None)
     params["scenarios"]["extended-data"]["heads"] = {
@@ -101,6 +110,16 @@ def tiny_params(dataset_root: Path) -> dict:
     params["sequential"]["heads"] = {"dmu": "bict_momentum"}
     # The adapter study on extended-data: two sample sizes (of ~240 pairs), every adapter kind.
     params["adapters"]["sample_sizes"] = [16, "all"]
+    # Sixteen steps train nothing to convergence: the gate is opened, so that the claims'
+    # plumbing is tested (tests/test_claims.py tests the gate itself).
+    params["evaluation"]["convergence"] = {
+        "max_loss_ratio": 1e9,
+        "min_prototype_accuracy": 0.0,
+        "min_classifier_agreement": 0.0,
+        "max_collapse": 1.0,
+        "min_head_alignment": -1.0,
+        "max_late_change": 1e9,
+    }
     for name in ("residual_mlp", "residual_mlp_query"):
         params["adapters"]["heads"][name].update(hidden_dim=16, epochs=1)
     # One further seed of a cut-down study: enough for every claim to rest on two seeds' numbers.
@@ -142,7 +161,9 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
         "PYTHONPATH": str(project),
     }
-    return run_ok([str(BIN / "dvc"), *args], project, env, timeout=900)
+    # About 3x the first repro's time on a quiet 2-core machine (~6 min beside the rest of the
+    # suite): a slower or busier machine still finishes it.
+    return run_ok([str(BIN / "dvc"), *args], project, env, timeout=1200)
 
 
 def ran_stages(output: str) -> set[str]:
@@ -186,7 +207,7 @@ def assert_backfill_end_points_equal_cross_model_entries(metrics: Path) -> None:
     assert checked >= 3 * 4  # every policy of each listed (system, mode)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_whole_dag_on_a_tiny_configuration(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -205,15 +226,19 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     assert ran_stages(first.stdout) == expected
     report = (project / "reports" / "study" / "report.md").read_text(encoding="utf-8")
     assert "Do the papers' claims hold here?" in report
-    for scenario in ("extended-data", "open-class", "identical-data"):
+    for scenario in ("extended-data", "extended-class", "open-class"):
         assert f"Scenario {scenario}" in report
+    assert "Scenario identical-data" not in report  # defined, but not in study.scenarios
     assert (project / "reports" / "study" / "report.html").is_file()
     claims = json.loads((project / "reports" / "study" / "claims.json").read_text())
     assert len(claims) == 9
     # Each measured claim rests on the three seeds' numbers: the study's and two replicates'.
-    seeds = {c["statement"][:40]: c["seeds"] for c in claims if c["verdict"] != "not tested"}
+    # (A claim whose premise does not hold in this toy, e.g. Drift-Adapter's comparable old model,
+    # is "not tested (premise: …)" and rests on none.)
+    tested = [c for c in claims if not c["verdict"].startswith("not tested")]
+    seeds = {c["statement"][:40]: c["seeds"] for c in tested}
     assert seeds and set(seeds.values()) == {3}, seeds
-    assert all(check["seeds"] == 3 for c in claims for check in c["checks"])
+    assert all(check["seeds"] == 3 for c in tested for check in c["checks"])
     assert "Across training seeds" in report
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from modelupgrade.cli.arguments import run_command
+from modelupgrade.commands.data import prepare
 from modelupgrade.config import HeadParams, HeadTraining, ParamsError, parse_params, read_params
-from modelupgrade.errors import UserError, exit_on_user_error
+from modelupgrade.errors import UserError
 from modelupgrade.heads import HEADS
 from modelupgrade.plugins import check_params, load_params
 
@@ -87,12 +89,10 @@ def test_a_bad_params_file_exits_2_with_one_error_line(tmp_path: Path, capsys) -
     raw["store"]["serving_mode"] = "merged"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
-    @exit_on_user_error
-    def main() -> None:
-        load_params(tmp_path / "params.yaml")
-
+    # What a stage or `modelupgrade` command does with it (``run_command`` reads the params).
+    argv = ["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "m.parquet")]
     with pytest.raises(SystemExit) as exit_info:
-        main()
+        run_command(prepare, argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'params.yaml'} is not valid (1 problem(s)):")

@@ -516,3 +516,26 @@ def test_a_chain_read_back_from_the_registry_is_checked_against_its_work_directo
         registry.register(TinyEmbedder(), record("bct/gen3", "bct/gen1"), run)
     with pytest.raises(UserError, match=r"has generations \[0, 1, 3\], with gaps"):
         read_chain(registry, "bct", layout)
+
+
+def test_the_commit_is_dirty_for_a_changed_file_but_not_for_dvc_rewriting_its_lock(
+    tmp_path: Path,
+) -> None:
+    from modelupgrade.registry import git_commit
+
+    def git(*args: str) -> str:
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(command, cwd=tmp_path, check=True, capture_output=True).stdout
+
+    (tmp_path / "sub").mkdir()
+    for name in ("dvc.lock", "code.py", "sub/dvc.lock"):
+        (tmp_path / name).write_text("v1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    sha = git("rev-parse", "HEAD").decode().strip()
+    (tmp_path / "dvc.lock").write_text("v2\n")  # what `dvc repro` does as each stage finishes
+    (tmp_path / "sub/dvc.lock").write_text("v2\n")
+    assert git_commit(tmp_path / "sub") == git_commit(tmp_path) == sha
+    (tmp_path / "code.py").write_text("v2\n")
+    assert git_commit(tmp_path / "sub") == git_commit(tmp_path) == f"{sha}-dirty"

@@ -3,18 +3,28 @@ report's files, and the upgrade, lineage and backfill reports the flows publish.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from modelupgrade.config import Params, parse_params
 from modelupgrade.layout import StudyLayout
 from modelupgrade.registry import VersionInfo
-from modelupgrade.report import check_claims, collect_results, document, write_report
+from modelupgrade.report import (
+    check_claims,
+    collect_replicates,
+    collect_results,
+    document,
+    write_report,
+)
 from modelupgrade.report.upgrade import (
     BackfillOutcome,
     Chain,
@@ -80,7 +90,8 @@ def test_html_escapes_text_and_shows_the_same_values() -> None:
     page = document.render_html("T & U", blocks)
     assert "<title>T &amp; U</title>" in page and "<h1>T &amp; U</h1>" in page
     assert "<p>a &lt; b &amp; c</p>" in page
-    assert "<td>–</td></tr><tr><td>0.5000</td></tr><tr><td>&lt;b&gt;</td>" in page
+    # Numbers right-aligned, text left-aligned (class "text").
+    assert '<td>–</td></tr><tr><td>0.5000</td></tr><tr><td class="text">&lt;b&gt;</td>' in page
     assert "<pre><code>&lt;tree&gt;</code></pre>" in page and "<ul><li>&lt;i&gt;</li></ul>" in page
     assert '<img src="p&quot;.png" alt="cap &lt;1&gt;">' in page
     assert "<details><summary>a &gt; b</summary><ul><li>&lt;x&gt;</li></ul></details>" in page
@@ -89,7 +100,20 @@ def test_html_escapes_text_and_shows_the_same_values() -> None:
 # -- a synthetic study -----------------------------------------------------------------------------
 
 
-def study_params(bct_name: str = "bct", bct_kind: str = "bct") -> Params:
+def study_params(bct_name: str = "bct", bct_kind: str = "bct", seeds: Sequence[int] = ()) -> Params:
+    """The synthetic study's params; with ``seeds``, the replicates that train ``sc`` and ``other``
+    again at each."""
+    replicates = {
+        "seeds": list(seeds),
+        "scenarios": {
+            "sc": {
+                "strategies": ["independent", bct_name, "dmu"],
+                "heads": ["fct", "fastfill", "rm_full"],
+                "backfill": True,
+            },
+            "other": {"strategies": [bct_name]},
+        },
+    }
     return parse_params(
         {
             "scenarios": {
@@ -118,6 +142,7 @@ def study_params(bct_name: str = "bct", bct_kind: str = "bct") -> Params:
                 "rm_full": {"kind": "rm_full"},
             },
             "sequential": {"strategies": [bct_name]},
+            **({"replicates": replicates} if seeds else {}),
         }
     )
 
@@ -192,9 +217,85 @@ def curve(
     }
 
 
-def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -> None:
+def model_fit(prototype_accuracy: float = 0.95) -> dict[str, Any]:
+    """A model's convergence record as the evaluation writes it (it passed the gate)."""
+    statistics = {
+        "steps": 750.0,
+        "images": 450.0,
+        "loss_start": 7.66,
+        "loss_end": 0.31,
+        "loss_ratio": 0.0405,
+        "prototype_accuracy": prototype_accuracy,
+        "classifier_accuracy": 0.99,
+        "classifier_agreement": 0.998,
+        "collapse": 0.286,
+    }
+    return {"kind": "model", "statistics": statistics, "passed": True, "reasons": []}
+
+
+def head_fit(alignment: float, passed: bool = True, **more: float) -> dict[str, Any]:
+    """A head's convergence record (a failing one with the evaluation's reason)."""
+    reason = (
+        f"its output's mean cosine to the embedding it maps to is {alignment:.2f} on its "
+        "training pairs (gate ≥ 0.70)"
+    )
+    reasons = [] if passed else [reason]
+    statistics = {"alignment": alignment, "epochs": 80.0, "loss_start": 0.18, "loss_end": 0.002}
+    return {
+        "kind": "head",
+        "statistics": {**statistics, **more},
+        "passed": passed,
+        "reasons": reasons,
+    }
+
+
+def convergence(shift: float) -> dict[str, Any]:
+    """Every model and head of ``sc``: all converged but RQT's ψ (no claim rests on it)."""
+    return {
+        "gen0": model_fit(0.99),
+        "gen1-independent": model_fit(),
+        "gen1-bct": model_fit(0.93),
+        "gen1-dmu": model_fit(0.94),
+        "fct-independent": head_fit(0.94 + shift),
+        "fastfill-independent": head_fit(0.95 + 2 * shift),
+        "rqt-independent": head_fit(0.52, passed=False),
+        "rm_full-independent": head_fit(math.nan, late_change=0.004),
+    }
+
+
+def write_curve_points(path: Path, curves: Sequence[dict[str, Any]]) -> None:
+    """``backfill_curves.parquet`` of ``curves``: each rises by 0.1 over t = 0, 0.5, 1 around its
+    trapezoid AUC (so the area is the AUC)."""
+    rows = [
+        {
+            "strategy": c["strategy"],
+            "policy": c["policy"],
+            "mode": c["mode"],
+            "deployable": c["deployable"],
+            "permutations": 1,
+            "t": t,
+            "cutoff": int(100 * t),
+            "mAP": c["auc_trapezoid"]["mAP"] + 0.1 * (t - 0.5),
+            "top1": c["auc_trapezoid"]["top1"] + 0.1 * (t - 0.5),
+        }
+        for c in curves
+        for t in (0.0, 0.5, 1.0)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def write_study(
+    root: Path,
+    bct_name: str = "bct",
+    bct_backward: float = 0.45,
+    shift: float = 0.0,
+    other_backward: float = 0.35,
+    outside: bool = False,
+) -> None:
     """The files the evaluate and simulate_backfill stages write, for scenarios ``sc`` (every claim
-    has its numbers, and each holds) and ``other`` (evaluation only)."""
+    has its numbers, and each holds) and ``other`` (evaluation only; no head or adapter, but with
+    ``outside`` BCT's FCT adapter, whose check lies outside the forward-adapter claim's scope).
+    ``shift`` moves every number of ``sc`` (another training seed's draw)."""
     sc = root / "metrics" / "sc"
     sc.mkdir(parents=True)
     evaluation = evaluation_summary(
@@ -218,15 +319,24 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
             ],
         },
     )
+    evaluation["old_self"] += shift
+    evaluation["oracle_self"] += shift
+    for rows in evaluation["strategies"].values():
+        for entry in rows:
+            entry["value"] += shift
+    evaluation["convergence"] = convergence(shift)
     (sc / "summary.json").write_text(json.dumps(evaluation))
     curves = [
-        curve(bct_name, "random", "mixed", 0.50),
-        curve("independent", "old-confidence", "rank-merge", 0.48),
-        curve("rm_full-independent", "old-confidence", "rank-merge-full", 0.58),
-        curve("fastfill-independent", "random", "mixed", 0.52),
-        curve("fastfill-independent", "fastfill-uncertainty", "mixed", 0.60),
-        curve("independent", "oracle", "rank-merge", 0.62, monotone=False, deployable=False),
+        curve(bct_name, "random", "mixed", 0.50 + shift),
+        curve("independent", "old-confidence", "rank-merge", 0.48 + shift),
+        curve("rm_full-independent", "old-confidence", "rank-merge-full", 0.58 + shift),
+        curve("fastfill-independent", "random", "mixed", 0.52 + shift),
+        curve("fastfill-independent", "fastfill-uncertainty", "mixed", 0.60 + shift),
+        curve(
+            "independent", "oracle", "rank-merge", 0.62 + shift, monotone=False, deployable=False
+        ),
     ]
+    write_curve_points(sc / "backfill_curves.parquet", curves)
     backfill = {
         "scenario": "sc",
         "protocol": "query-gallery",
@@ -235,7 +345,7 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
         "primary_auc": "auc_trapezoid",
         "gallery_size": 100,
         "queries": 20,
-        "old_old": {"mAP": 0.4},
+        "old_old": {"mAP": 0.4 + shift, "top1": 0.5 + shift},
         "grid": {"kind": "uniform", "t": [0.0, 0.5, 1.0], "cutoffs": [0, 50, 100]},
         "skipped": [],
         "policies_known": ["random"],
@@ -253,7 +363,20 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
                 strategies={
                     bct_name: [
                         row("self", f"gen1-{bct_name}", f"gen1-{bct_name}", 0.55, 80.0, 8.3),
-                        row("backward", f"gen1-{bct_name}", "gen0", 0.35, 16.7, 8.3, 0.05),
+                        row(
+                            "backward",
+                            f"gen1-{bct_name}",
+                            "gen0",
+                            other_backward,
+                            100 * (other_backward / 0.30 - 1),
+                            8.3,
+                            0.05,
+                        ),
+                        *(
+                            [row("forward-head", "gen1-bct", "fct_bct-bct(gen0)", 0.31, 3.3, 8.3)]
+                            if outside
+                            else []
+                        ),
                     ]
                 },
             )
@@ -292,12 +415,18 @@ def write_study(root: Path, bct_name: str = "bct", bct_backward: float = 0.45) -
         (root / "plots" / plot).write_bytes(b"\x89PNG fake")
 
 
-def claims_of(root: Path, params: Params) -> list[Any]:
-    return check_claims(
-        collect_results(
-            params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")
-        )
+def claims_of(root: Path, params: Params, seeds: int = 5) -> list[Any]:
+    """The claims on the study written under ``root``, as if each of ``seeds`` training seeds had
+    given its numbers (a verdict is a test over seeds: one seed alone gives none)."""
+    results = collect_results(
+        params, StudyLayout(metrics_root=root / "metrics", plots_root=root / "plots")
     )
+    return check_claims(results, [results] * (seeds - 1))
+
+
+def own_seed(claim: Any) -> str:
+    """The study's own seed's evidence of each check of a claim."""
+    return "; ".join(check.draws[0].evidence for check in claim.checks) or claim.evidence
 
 
 def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
@@ -305,7 +434,7 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
     claims = claims_of(tmp_path, study_params())
     # The adapter claims (8, 9) have no adapter in this study to check.
     assert [c.verdict for c in claims] == ["holds"] * 7 + ["not tested"] * 2
-    evidence = [c.evidence for c in claims]
+    evidence = [own_seed(c) for c in claims]
     assert evidence[0] == (
         "sc: M(BCT, old) = 0.4500 vs M(old, old) = 0.4000; "
         "other: M(BCT, old) = 0.3500 vs M(old, old) = 0.3000"
@@ -325,16 +454,17 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
     )
     # The oracle order is not deployable; the study's 20 queries make one query's worth 0.05.
     assert evidence[5] == (
-        "sc independent/old-confidence mAP: largest dip 0.0000 (tolerance 0.0500); "
-        "sc independent/old-confidence top1: largest dip 0.0000 (tolerance 0.0500)"
+        "sc independent/old-confidence mAP: largest dip 0.0000 (tolerance 0.0500, one query's "
+        "worth); sc independent/old-confidence top1: largest dip 0.0000 (tolerance 0.0500, one "
+        "query's worth)"
     )
     # FastFill's M̃ is the mean of the curve's points (auc_mean), not the trapezoid.
     assert evidence[6] == (
         "sc fastfill-independent: mean mAP σ² order 0.6100 vs random 0.5300; "
         "sc fastfill-independent: mean top1 σ² order 0.7100 vs random 0.6300"
     )
-    # One seed behind each tested claim; none behind an untested one.
-    assert [c.seeds for c in claims] == [0 if c.verdict == "not tested" else 1 for c in claims]
+    # Five seeds behind each tested claim; none behind an untested one.
+    assert [c.seeds for c in claims] == [0 if c.verdict == "not tested" else 5 for c in claims]
     assert {c.verdict for c in claims} == {"holds", "not tested"}
 
 
@@ -342,14 +472,14 @@ def test_a_claim_the_numbers_contradict_fails(tmp_path: Path) -> None:
     write_study(tmp_path, bct_backward=0.39)
     compatible = claims_of(tmp_path, study_params())[0]
     assert compatible.holds is False and compatible.verdict == "fails"
-    assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in compatible.evidence
+    assert "sc: M(BCT, old) = 0.3900 vs M(old, old) = 0.4000" in own_seed(compatible)
 
 
 def test_claims_find_their_strategies_by_kind_and_say_when_untested(tmp_path: Path) -> None:
     write_study(tmp_path, bct_name="compat")
     claims = claims_of(tmp_path, study_params("compat"))
-    assert claims[0].holds and claims[0].evidence.startswith("sc: M(COMPAT, old) = 0.4500")
-    assert claims[2].evidence.endswith("sc: Δ↓ DMU 1.43% vs COMPAT 5.71%")
+    assert claims[0].holds and own_seed(claims[0]).startswith("sc: M(COMPAT, old) = 0.4500")
+    assert own_seed(claims[2]).endswith("sc: Δ↓ DMU 1.43% vs COMPAT 5.71%")
 
     write_study(tmp_path / "again")
     # No strategy of kind bct: the BCT claims have nothing to check.
@@ -364,25 +494,33 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
         study_params(),
         StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots"),
     )
-    written = write_report(study, {"git commit": "abc"}, {"evaluate@sc": 4.25}, tmp_path / "out")
+    # Five seeds that measured the same numbers: the claims are tested (one seed gives no test).
+    written = write_report(
+        study,
+        {"git commit": "abc"},
+        {"evaluate@sc": 4.25},
+        tmp_path / "out",
+        replicates=[study] * 4,
+    )
     assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert markdown.startswith("# modelupgrade study\n")
     assert "## Do the papers' claims hold here?" in markdown
     assert "## Scenario sc" in markdown and "## Scenario other" in markdown
-    assert "| bct | 0.6600 | 0.4500 | – | – | 12.5000 | 5.7100 | 0.0400 |" in markdown
+    # M to 3 decimals, percentages to 1.
+    assert "| bct | 0.660 | 0.450 | – | – | 12.5 | 5.7 | 0.040 |" in markdown
     assert (
-        "| independent | 0.7000 | 0.0200 | 0.4500 | fct-independent(gen0) | 12.5000 | 0.0000 "
-        "| 0.9000 |"
+        "| independent | 0.700 | 0.020 | 0.450 | fct-independent(gen0) | 12.5 | 0.0 | 0.900 |"
     ) in markdown
     assert (
-        "| gen2 | 0.4500 | 0.5200 | 0.6000 |" in markdown
-        and "| gen1 | 0.4200 | 0.5000 | – |" in markdown
+        "| gen2 | 0.450 | 0.520 | 0.600 |" in markdown
+        and "| gen1 | 0.420 | 0.500 | – |" in markdown
     )
-    assert "| evaluate@sc | 4.2500 |" in markdown
+    assert "| evaluate@sc | 4.2 |" in markdown
     assert sorted(p.name for p in (tmp_path / "out" / "plots").iterdir()) == [
         "bct__cross_model_heatmap.png",
         "sc_backfill_curves.png",
+        "sc_claim_curves.png",
         "sc_cross_model_heatmap.png",
     ]
     assert "![sc: backfill curves](plots/sc_backfill_curves.png)" in markdown
@@ -390,16 +528,13 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert [c["verdict"] for c in claims] == ["holds"] * 7 + ["not tested"] * 2
     assert all(list(c) == CLAIM_RECORD_KEYS for c in claims)
     dmu = claims[2]
-    assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 1)
+    assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 5)
     assert dmu["scope"]["scenarios"] == ["extended-data", "open-data", "extended-class"]
-    assert dmu["ours"] == "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71%"
-    assert (
-        dmu["evidence"]
-        == "sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%; sc: Δ↓ DMU 1.43% vs BCT 5.71%"
-    )
+    assert dmu["ours"] == "sc: Δ↑ 37.50 ± 0.00 vs 12.50 ± 0.00%; sc: Δ↓ 1.43 ± 0.00 vs 5.71 ± 0.00%"
+    assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in dmu["evidence"]
     assert claims[5]["paper"] is None
     # The claims table: claim | source | paper | ours | verdict, each cell a few lines at most.
-    table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[2].splitlines()
+    table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[4].splitlines()
     assert table[0] == "| claim | source | paper | ours | verdict |"
     cells = [cell for line in table[2:] for cell in line.strip("|").split(" | ")]
     assert len(table) == 2 + 9 and max(len(cell) for cell in cells) <= 240
@@ -408,15 +543,15 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     assert dmu_row.endswith(
         "| GLDv2, DMU vs BCT: Δ↑ 19.18 vs 11.57%, Δ↓ 2.27 vs 4.03% (30%→100% data); "
         "Δ↑ 14.63 vs 9.56%, Δ↓ −0.42 vs 0.80% (30%→70% data) | "
-        "sc: Δ↑ 37.50 vs 12.50%; sc: Δ↓ 1.43 vs 5.71% | holds |"
+        "sc: Δ↑ 37.50 ± 0.00 vs 12.50 ± 0.00%; sc: Δ↓ 1.43 ± 0.00 vs 5.71 ± 0.00% | holds |"
     )
     assert "| 6. " in table[7] and "| – |" in table[7]  # Seo et al. give figures only
     # The evidence in full below the table, one list per claim.
     assert "**3. DMU upgrades better than BCT on both sides" in markdown
     assert "- Source: DMU (Table 1)." in markdown
-    assert "- sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
+    assert "The study's own seed: sc: Δ↑ DMU through ψ 37.50% vs BCT 12.50%" in markdown
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "<td>DMU (Table 1)</td>" in page
+    assert '<td class="text">DMU (Table 1)</td>' in page
     assert "<details><summary>3. DMU upgrades better than BCT on both sides" in page
 
 
@@ -689,22 +824,186 @@ def test_a_skipped_cycle_writes_its_report_and_says_so(tmp_path: Path) -> None:
     )
 
 
-def test_the_report_leads_with_the_best_option_per_scenario(tmp_path: Path) -> None:
+# The replicates' seeds, with how far each moves the numbers of ``sc`` and BCT's M(new, old) on
+# ``other`` (M(old, old) 0.30 there: BCT beats it on three seeds of five).
+REPLICATES = {1666: (0.01, 0.29), 2666: (-0.01, 0.36), 3666: (0.02, 0.33), 4666: (-0.02, 0.28)}
+
+
+def write_seeds(root: Path, outside: bool = False) -> tuple[Any, list[Any]]:
+    """The study at its own seed under ``root`` and at each seed of ``REPLICATES`` under
+    ``root/replicates`` as the replicates stage leaves them; both read back as the report stage
+    reads them."""
+    params = study_params(seeds=list(REPLICATES))
+    write_study(root, outside=outside)
+    for seed, (shift, other_backward) in REPLICATES.items():
+        write_study(
+            root / "replicates" / f"seed-{seed}",
+            shift=shift,
+            other_backward=other_backward,
+            outside=outside,
+        )
+    study = collect_results(params, StudyLayout(root))
+    return study, collect_replicates(params, root / "replicates")
+
+
+def test_the_report_leads_with_the_best_option_per_scenario_over_the_seeds(
+    tmp_path: Path,
+) -> None:
     """The best search of the old gallery over every strategy and head (not the self-test), and
-    the best deployable backfill (the oracle's larger AUC is not one)."""
-    write_study(tmp_path)
-    study = collect_results(
-        study_params(),
-        StudyLayout(metrics_root=tmp_path / "metrics", plots_root=tmp_path / "plots"),
-    )
-    write_report(study, {}, {}, tmp_path / "out")
+    the best deployable backfill (the oracle's larger AUC is not one), each by its mean over the
+    seeds; a scenario without a head or adapter is flagged."""
+    study, replicates = write_seeds(tmp_path)
+    write_report(study, {}, {}, tmp_path / "out", replicates=replicates)
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert markdown.index("## What to use, per scenario") < markdown.index("## Do the papers'")
+    # sc moves by 0, ±0.01, ±0.02: sd 0.0158; DMU's ψ beats M(old, old) on every seed.
     assert (
-        "| sc | 0.4000 | 0.7000 | gen1-dmu → dmu(gen0) | 0.5500 | +37.5 | ψ over every stored "
-        "vector, once (no image) | fastfill-independent · fastfill-uncertainty · mixed | 0.6000 |"
+        "| sc | 5 | 0.400 ± 0.016 | 0.700 ± 0.016 | gen1-dmu → dmu(gen0) | 0.550 ± 0.016 | "
+        "+37.5 ± 0.0 | 5/5 seeds | ψ over every stored vector, once (no image) | "
+        "fastfill-independent · fastfill-uncertainty · mixed | 0.600 ± 0.016 (5 seeds) | 2 heads |"
     ) in markdown
+    # other: BCT's M(new, old) 0.35, 0.29, 0.36, 0.33, 0.28 (mean 0.322) against 0.30.
     assert (
-        "| other | 0.3000 | 0.6000 | gen1-bct → gen0 | 0.3500 | +16.7 | nothing: new queries on "
-        "the stored vectors | – | – |"
+        "| other | 5 | 0.300 ± 0.000 | 0.600 ± 0.000 | gen1-bct → gen0 | 0.322 ± 0.036 | "
+        "+7.3 ± 11.9 | 3/5 seeds | nothing: new queries on the stored vectors | – | – | "
+        "none: only the strategies' own models |"
     ) in markdown
+    assert "No head or adapter was tried in other:" in markdown
+
+
+def test_the_lead_keeps_the_old_system_where_nothing_beats_it_on_average(tmp_path: Path) -> None:
+    from modelupgrade.report.lead import KEEP_OLD, lead_blocks
+
+    study, _ = write_seeds(tmp_path)
+    other = study.scenarios[1]
+    worse = other.evaluation.model_copy(
+        update={
+            "strategies": {
+                "bct": [
+                    r.model_copy(update={"value": 0.25}) if r.comparison == "backward" else r
+                    for r in other.evaluation.strategies["bct"]
+                ]
+            }
+        }
+    )
+    study.scenarios[1] = dataclasses.replace(other, evaluation=worse)
+    text = document.render_markdown("t", lead_blocks([study]))
+    assert f"| 0.250 | +16.7 | 0/1 seed | {KEEP_OLD} |" in text
+
+
+# Python's repr of an object (``SeededCheck(draws=…``, ``np.float64(…``, ``array(…``) or of a dict.
+REPR = re.compile(r"\b[A-Z][A-Za-z]+\(|\bnp\.[a-z0-9_]+\(|\barray\(|\{'")
+
+
+def test_the_report_shows_no_python_repr(tmp_path: Path) -> None:
+    """A report of five seeds, with a check outside its claim's scope (the evidence of those once
+    showed ``SeededCheck(draws=(Check(…`` reprs), has nothing Python would print for an object."""
+    study, replicates = write_seeds(tmp_path, outside=True)
+    write_report(
+        study,
+        {"git commit": "abc"},
+        {"evaluate@sc": 4.25},
+        tmp_path / "out",
+        replicates=replicates,
+    )
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "Outside the scope, not counted: other: M(gen1-bct, fct_bct-bct(gen0))" in markdown
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "out" / name).read_text()
+        assert REPR.findall(text) == [], [
+            text[max(0, m.start() - 80) : m.end() + 80] for m in REPR.finditer(text)
+        ][:3]
+
+
+def test_the_model_table_shows_each_models_fit_and_the_gates_verdict(tmp_path: Path) -> None:
+    study, replicates = write_seeds(tmp_path)
+    write_report(study, {}, {}, tmp_path / "out", replicates=replicates)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    section = markdown.split("## Did every model and head train?")[1].split("\n## ")[0]
+    rows = [
+        [cell.strip() for cell in line.strip("| ").split(" | ")]
+        for line in section.splitlines()
+        if line.startswith("| ")
+    ]
+    # FastFill's ψ beside FCT's over the seeds: 0.95 + 2s against 0.94 + s.
+    assert rows[:2] == [
+        ["scenario", "new model", "FastFill ψ", "FCT ψ", "FastFill − FCT", "seeds"],
+        ["sc", "independent", "0.950 ± 0.032", "0.940 ± 0.016", "+0.010 ± 0.016", "5"],
+    ]
+    model = ["model", "750 steps", "7.66 → 0.31"]
+    head = ["80 epochs", "0.18 → 0.002", "–", "–", "–"]
+    # Models first, then the trained heads, each with its statistics and the gate's verdict.
+    assert rows[2][-3:] == ["late change %", "gate (this seed)", "passed on seeds"]
+    assert rows[3:] == [
+        ["gen0", *model, "0.990", "0.998", "0.286", "–", "–", "passes", "5/5"],
+        ["gen1-bct", *model, "0.930", "0.998", "0.286", "–", "–", "passes", "5/5"],
+        ["gen1-dmu", *model, "0.940", "0.998", "0.286", "–", "–", "passes", "5/5"],
+        ["gen1-independent", *model, "0.950", "0.998", "0.286", "–", "–", "passes", "5/5"],
+        ["fastfill-independent", "trained head (fastfill)", *head, "0.950", "–", "passes", "5/5"],
+        ["fct-independent", "trained head (fct)", *head, "0.940", "–", "passes", "5/5"],
+        ["rm_full-independent", "trained head (rm_full)", *head, "–", "0.4", "passes", "5/5"],
+        ["rqt-independent", "trained head (rqt)", *head, "0.520", "–", "fails", "0/5"],
+    ]
+    # Each failure with its reason, seed by seed.
+    assert (
+        "- rqt-independent, seed 1666: its output's mean cosine to the embedding it maps to is "
+        "0.52 on its training pairs (gate ≥ 0.70)"
+    ) in section
+    assert section.count("- rqt-independent, seed ") == 5
+
+
+def test_the_claims_curves_are_drawn_over_the_seeds_with_a_band(tmp_path: Path) -> None:
+    from modelupgrade.report.claim_curves import claim_curves_figure, claim_panels
+
+    study, replicates = write_seeds(tmp_path)
+    seeds = [study, *replicates]
+    panels = claim_panels(check_claims(study, replicates))
+    # Seo et al.'s full vs naive rank merge (5), RM_naive's monotonicity (6), FastFill's σ² vs
+    # random order (7): each in mAP and top-1.
+    assert [(p.claim, p.metric, [(c.system, c.policy) for c in p.curves]) for p in panels] == [
+        (5, metric, [("rm_full-independent", "old-confidence"), ("independent", "old-confidence")])
+        for metric in ("mAP", "top1")
+    ] + [(6, metric, [("independent", "old-confidence")]) for metric in ("mAP", "top1")] + [
+        (
+            7,
+            metric,
+            [("fastfill-independent", "fastfill-uncertainty"), ("fastfill-independent", "random")],
+        )
+        for metric in ("mAP", "top1")
+    ]
+    fig = claim_curves_figure(panels, seeds, "sc")
+    assert fig is not None and len(fig.axes) == 6
+    fastfill = fig.axes[4]
+    labels = [text.get_text() for text in fastfill.get_legend().get_texts()]
+    assert labels == [
+        "fastfill-independent · fastfill-uncertainty (5 seeds)",
+        "fastfill-independent · random (5 seeds)",
+        "M(old, old) = 0.400",
+    ]
+    # The σ² order's mean curve, 0.55 → 0.65, in a band of its seeds' sd (0.0158) either side.
+    line = fastfill.get_lines()[0]
+    assert list(line.get_ydata()) == pytest.approx([0.55, 0.60, 0.65])
+    band = fastfill.collections[0].get_paths()[0].vertices[:, 1]
+    assert (band.min(), band.max()) == pytest.approx((0.55 - 0.0158, 0.65 + 0.0158), abs=1e-4)
+
+
+def test_a_claim_panel_holds_at_most_eight_curves() -> None:
+    from modelupgrade.report.claim_curves import MAX_CURVES, claim_panels
+    from modelupgrade.report.claims import CurveRef
+
+    refs = tuple(CurveRef("sc", f"s{i}", "random", "mixed", "mAP") for i in range(11))
+    check = SimpleNamespace(draws=[SimpleNamespace(curves=refs)])
+    claim = SimpleNamespace(statement="many curves", checks=[check])
+    panels = claim_panels([claim])
+    assert [len(p.curves) for p in panels] == [MAX_CURVES, 11 - MAX_CURVES]
+    assert [c for p in panels for c in p.curves] == list(refs)
+
+
+def test_run_metadata_names_the_replicates_seeds(tmp_path: Path) -> None:
+    from modelupgrade.report import run_metadata
+
+    study, _ = write_seeds(tmp_path)
+    metadata = run_metadata(study_params(seeds=list(REPLICATES)), study)
+    assert metadata["seed"].startswith("666 ")
+    assert metadata["replicate seeds"] == "1666, 2666, 3666, 4666"
+    assert run_metadata(study_params(), study)["replicate seeds"] == "none"

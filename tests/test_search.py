@@ -12,9 +12,15 @@ from modelupgrade.retrieval.index import (
     SearchOptions,
     exclude_self,
     merge_topk,
-    search_topk,
     torch_knn,
 )
+
+
+def search_topk(
+    queries: np.ndarray, gallery: np.ndarray, k: int, options: SearchOptions | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine top-k of ``queries`` in ``gallery`` through a one-off index."""
+    return GallerySearcher(gallery, options).search(queries, k)
 
 
 def _data(n_gallery: int = 3000, n_query: int = 200, dim: int = 32, seed: int = 0):

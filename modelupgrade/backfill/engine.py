@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -336,7 +336,8 @@ class _RankedBlock:
     @cached_property
     def positive_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, positions) of the positive entries, row by row."""
-        return np.nonzero(self.positive)
+        rows, positions = np.nonzero(self.positive)
+        return rows, positions
 
 
 def _rank_block(
@@ -351,7 +352,11 @@ def _rank_block(
     columns = np.arange(n)
     has_self = self_index >= 0
     parts = []
-    for block, side in ((new_block, "new"), (old_block, "old")):
+    sides: tuple[tuple[DistanceBlock | None, Literal["new", "old"]], ...] = (
+        (new_block, "new"),
+        (old_block, "old"),
+    )
+    for block, side in sides:
         if block is None:
             continue
         dist = block(rows)
@@ -410,8 +415,8 @@ def _curve_block(
     num_pos = pos_entries // ranked.sides
 
     big = torch.iinfo(torch.int32).max
-    first_hit = torch.where(active, negatives_before, big).min(dim=2).values.to(torch.int64)
-    first_hit = torch.where(first_hit == big, -1, first_hit).numpy()
+    nearest = torch.where(active, negatives_before, big).min(dim=2).values.to(torch.int64)
+    first_hit = torch.where(nearest == big, -1, nearest).numpy()
 
     ap_at_k = None
     if map_at_k is not None:

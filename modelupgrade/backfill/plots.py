@@ -1,10 +1,12 @@
-"""The backfill-curve figure of a study: small multiples, one panel per serving mode.
+"""The backfill-curve figure of a study: small multiples, panels per serving mode.
 
 A scenario's study can hold well over a hundred (system, ordering policy, serving mode) curves; on
-one pair of axes they cannot be told apart. ``backfill_figure`` draws one panel per serving mode
-(in the order of ``SERVING_MODE_ORDER``, then any other mode) with:
+one pair of axes they cannot be told apart. ``backfill_figure`` draws per serving mode (in the order
+of ``SERVING_MODE_ORDER``, then any other mode) one panel per ``MAX_SYSTEMS`` systems, the systems
+ranked by their best AUC, with:
 
-- one colour per system, the same in every panel;
+- one of ``MAX_SYSTEMS`` distinct colours per system of the panel, named in the panel's legend
+  (the same colour in every panel where the figure has no more systems than colours);
 - one line style per ordering policy. A panel with few curves (``ALL_POLICIES_UP_TO`` deployable
   ones or fewer) draws every deployable policy of every system; a crowded one draws per system only
   the deployable policy with the best AUC of the plotted metric (the study's ``primary_auc``), the
@@ -16,9 +18,10 @@ one pair of axes they cannot be told apart. ``backfill_figure`` draws one panel 
 - M(old, old) and, when the study has it, M(new, new) of the independently trained new model as
   horizontal lines in every panel.
 
-Panels share their axes (backfill fraction t, the metric: mAP, as the report's curves). One
-shared legend below the panels names the systems (colours), the reference levels and the policies
-(line styles); every curve is still in ``backfill_curves.{parquet,csv}`` and the dvc plots.
+Panels are stacked and share their axes (backfill fraction t, the metric: mAP, as the report's
+curves); the figure is as wide as the report's text column, to be read unscaled. One shared legend
+below the panels names the reference levels and the policies (line styles); every curve is still
+in ``backfill_curves.{parquet,csv}`` and the dvc plots.
 ``plot_curves`` writes the figure atomically; matplotlib is imported only when a figure is drawn
 (importing the library stays fast).
 """
@@ -28,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,12 +53,30 @@ EXTRA_STYLES: Sequence[Any] = ((0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)), (0, (
 # A panel draws every deployable policy of its systems when that makes this many lines or fewer,
 # otherwise each system's best one.
 ALL_POLICIES_UP_TO = 12
+# At most this many systems share a panel (each in a colour of its own there); a serving mode with
+# more has several panels, its systems ranked by their best AUC.
+MAX_SYSTEMS = 8
+# Eight colours that tell apart at a glance (tab10 without its grey, the references', and olive).
+SYSTEM_COLOURS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:cyan",
+)
 OLD_OLD_STYLE = {"color": "0.3", "linestyle": (0, (5, 3)), "linewidth": 1.2}
 NEW_NEW_STYLE = {"color": "black", "linestyle": (0, (1, 1.5)), "linewidth": 1.5}
 ORACLE_COLOUR = "0.7"
-DPI = 150
+# Drawn to be read at 100 % in the report's text column (1,100 px at this resolution; a point of
+# text is 100/72 px).
+DPI = 100
+WIDTH_INCHES = 11.0
+PANEL_INCHES = 3.6
+TEXT_POINTS = 9.0
 AUC_NAMES = {"auc_trapezoid": "AUC (trapezoid)", "auc_mean": "AUC (mean of points)"}
-SYSTEM_MARKERS = ("", "o", "s", "^", "D", "v")
 
 
 def _ordered_modes(modes: Sequence[str]) -> list[str]:
@@ -70,22 +91,6 @@ def _policy_styles(policies: Sequence[str]) -> dict[str, Any]:
         if policy not in styles:
             styles[policy] = next(extra, "-")
     return styles
-
-
-def _system_looks(systems: Sequence[str]) -> dict[str, tuple[Any, str]]:
-    """(colour, marker) per system: the nine strong colours of tab10 without its grey (grey is
-    the references'), then their light tab20 twins with a marker, then other markers."""
-    import matplotlib
-
-    tab20 = matplotlib.colormaps["tab20"]
-    strong = [tab20(2 * i) for i in range(10) if i != 7]
-    light = [tab20(2 * i + 1) for i in range(10) if i != 7]
-    looks = {}
-    for i, system in enumerate(systems):
-        cycle, k = divmod(i, len(strong))
-        colour = strong[k] if cycle % 2 == 0 else light[k]
-        looks[system] = (colour, SYSTEM_MARKERS[cycle % len(SYSTEM_MARKERS)])
-    return looks
 
 
 def _auc(part: pd.DataFrame, metric: str, kind: str) -> float:
@@ -150,21 +155,69 @@ def _reference_levels(summary: BackfillSummary, metric: str) -> list[tuple[str, 
     return levels
 
 
-def _legend_handles(systems: list[Any], others: list[Any], rows: int) -> list[Any]:
-    """Systems first, then the orders and references in columns of their own: a legend fills its
-    columns top to bottom, so both groups are padded to whole columns of ``rows`` entries."""
-    from matplotlib.lines import Line2D
+class Panel(NamedTuple):
+    """One panel: a serving mode's curves of at most ``MAX_SYSTEMS`` systems (the ``part``-th of
+    ``parts`` groups of its systems, ranked by their best AUC), with the mode's oracle curves."""
 
-    def padded(handles: list[Any]) -> list[Any]:
-        blank = Line2D([], [], linestyle="none", label=" ")
-        return handles + [blank] * (-len(handles) % rows)
+    mode: str
+    drawn: list[Curve]
+    oracle: list[Curve]
+    crowded: bool
+    part: int
+    parts: int
+    systems: int  # how many systems the mode has in all
 
-    return padded(systems) + padded(others)
+
+def _panels(tidy: pd.DataFrame, metric: str, primary_auc: str) -> list[Panel]:
+    """Each serving mode's panels: its systems ranked by their best AUC, ``MAX_SYSTEMS`` a panel."""
+    panels = []
+    for mode in _ordered_modes(list(dict.fromkeys(tidy["mode"]))):
+        drawn, oracle, crowded = _panel_curves(tidy[tidy["mode"] == mode], metric, primary_auc)
+        best: dict[str, float] = {}
+        for system, _, part in drawn:
+            auc = _auc(part, metric, primary_auc)
+            auc = auc if math.isfinite(auc) else -math.inf
+            best[system] = max(best.get(system, -math.inf), auc)
+        ranked = sorted(best, key=lambda s: -best[s])
+        groups = [ranked[i : i + MAX_SYSTEMS] for i in range(0, len(ranked), MAX_SYSTEMS)] or [[]]
+        for k, group in enumerate(groups):
+            curves = [c for c in drawn if c[0] in group]
+            curves.sort(key=lambda c: group.index(c[0]))
+            panels.append(Panel(mode, curves, oracle, crowded, k, len(groups), len(ranked)))
+    return panels
+
+
+def _title(panel: Panel, metric: str, primary_auc: str) -> str:
+    which = "best deployable order per system" if panel.crowded else "every deployable order"
+    title = f"serving mode: {panel.mode}  ({which})"
+    if panel.parts > 1:
+        first = panel.part * MAX_SYSTEMS + 1
+        last = min(first + MAX_SYSTEMS - 1, panel.systems)
+        title += f"\nsystems {first}–{last} of {panel.systems}, ranked by AUC"
+    best = max(
+        ((_auc(part, metric, primary_auc), system, policy) for system, policy, part in panel.drawn),
+        key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf,
+        default=None,
+    )
+    if best is not None and math.isfinite(best[0]):
+        title += f"\nhighest {AUC_NAMES.get(primary_auc, primary_auc)}: "
+        title += f"{best[1]} · {best[2]} = {best[0]:.3f}"
+    return title
+
+
+def _shared_colours(panels: Sequence[Panel]) -> dict[str, Any]:
+    """One colour per system for the whole figure where it has no more systems than colours (a
+    system then looks the same in every panel); none otherwise (each panel colours its own)."""
+    systems = list(dict.fromkeys(system for panel in panels for system, _, _ in panel.drawn))
+    if len(systems) > len(SYSTEM_COLOURS):
+        return {}
+    return dict(zip(systems, SYSTEM_COLOURS, strict=False))
 
 
 def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = "mAP") -> Figure:
-    """The figure of a study's curves (``backfill_curves.parquet``) and its summary: one panel per
-    serving mode present, one shared legend below the panels."""
+    """The figure of a study's curves (``backfill_curves.parquet``) and its summary: per serving
+    mode present one panel per ``MAX_SYSTEMS`` systems, stacked, each with its systems' legend
+    beside it; one shared legend below the panels for the reference levels and the orders."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -172,51 +225,43 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
         raise ValueError(f"the curves have no {metric!r} column")
     if tidy.empty:
         raise ValueError("there are no curves to plot")
-    modes = _ordered_modes(list(dict.fromkeys(tidy["mode"])))
-    looks = _system_looks(list(dict.fromkeys(tidy["strategy"])))
     styles = _policy_styles(list(dict.fromkeys(tidy["policy"])))
     levels = _reference_levels(summary, metric)
+    panels = _panels(tidy, metric, summary.primary_auc)
+    everywhere = _shared_colours(panels)
 
-    columns = 1 if len(modes) == 1 else 2
-    rows = math.ceil(len(modes) / columns)
-    width = 6.4 * columns if columns > 1 else 8.0
-    fig = Figure(figsize=(width, 4.0 * rows + 2.2), dpi=DPI, layout="constrained")
-    grid = fig.subplots(rows, columns, sharex=True, sharey=True, squeeze=False)
-    axes = list(grid.flat)
-    for ax in axes[len(modes) :]:
-        ax.remove()
-    used_systems: dict[str, None] = {}
+    fig = Figure(figsize=(WIDTH_INCHES, PANEL_INCHES * len(panels) + 1.4), dpi=DPI)
+    fig.set_layout_engine("constrained")
+    axes = list(fig.subplots(len(panels), 1, sharex=True, sharey=True, squeeze=False)[:, 0])
     used_policies: dict[str, None] = {}
     oracle_policies: dict[str, None] = {}
-    for ax, mode in zip(axes, modes, strict=False):
-        drawn, oracle, crowded = _panel_curves(
-            tidy[tidy["mode"] == mode], metric, summary.primary_auc
-        )
-        for _, policy, part in oracle:
+    for ax, panel in zip(axes, panels, strict=True):
+        for _, policy, part in panel.oracle:
             ax.plot(part["t"], part[metric], color=ORACLE_COLOUR, linewidth=1.0, zorder=1)
             oracle_policies[policy] = None
         shown: list[Curve] = []
+        colours: dict[str, Any] = {}
+        palette = iter(SYSTEM_COLOURS)
         same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
-        for system, policy, part in drawn:
+        for system, policy, part in panel.drawn:
             twin = next(
                 (s for s, p, q in shown if p == policy and _same_curve(q, part, metric)), None
             )
-            if twin is not None:
+            if twin is not None and twin != system:
                 same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
                 continue
             shown.append((system, policy, part))
-            colour, marker = looks[system]
+            if system not in colours:
+                colours[system] = everywhere.get(system) or next(palette)
+            colour = colours[system]
             ax.plot(
                 part["t"],
                 part[metric],
                 color=colour,
                 linestyle=styles[policy],
-                marker=marker or None,
-                markersize=3.5,
-                linewidth=1.7,
+                linewidth=1.8,
                 zorder=3,
             )
-            used_systems[system] = None
             used_policies[policy] = None
         for _, value, style in levels:
             ax.axhline(value, zorder=2, **style)
@@ -225,49 +270,35 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
                 0.99,
                 0.02,
                 "\n".join(
-                    f"{', '.join(_folded(others, crowded))}: same as {s}"
+                    f"{', '.join(_folded(others, panel.crowded))}: same as {s}"
                     for s, others in same_as.items()
                 ),
                 transform=ax.transAxes,
                 ha="right",
                 va="bottom",
-                fontsize=7.5,
+                fontsize=TEXT_POINTS,
                 color="0.25",
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
                 zorder=4,
             )
-        which = "best deployable order per system" if crowded else "every deployable order"
-        best = max(
-            (
-                (_auc(part, metric, summary.primary_auc), system, policy)
-                for system, policy, part in drawn
-            ),
-            key=lambda c: c[0] if math.isfinite(c[0]) else -math.inf,
-            default=None,
-        )
-        title = f"serving mode: {mode}  ({which})"
-        if best is not None and math.isfinite(best[0]):
-            title += f"\nhighest {AUC_NAMES.get(summary.primary_auc, summary.primary_auc)}: "
-            title += f"{best[1]} · {best[2]} = {best[0]:.3f}"
-        ax.set_title(title, fontsize=10)
+        ax.set_title(_title(panel, metric, summary.primary_auc), fontsize=TEXT_POINTS + 1)
         ax.set_xlim(0, 1)
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=9, labelbottom=True, labelleft=True)
-        ax.set_xlabel("backfill fraction t", fontsize=9.5)
-        ax.set_ylabel(metric, fontsize=9.5)
+        ax.tick_params(labelsize=TEXT_POINTS, labelbottom=True, labelleft=True)
+        ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
+        ax.set_ylabel(metric, fontsize=TEXT_POINTS)
+        handles = [Line2D([], [], color=c, linewidth=2.5, label=s) for s, c in colours.items()]
+        if handles:
+            ax.legend(
+                handles=handles,
+                title="system",
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+                fontsize=TEXT_POINTS,
+                title_fontsize=TEXT_POINTS,
+                frameon=False,
+            )
 
-    system_handles = [
-        Line2D(
-            [],
-            [],
-            color=looks[s][0],
-            marker=looks[s][1] or None,
-            markersize=4,
-            linewidth=2.5,
-            label=s,
-        )
-        for s in used_systems
-    ]
     other_handles: list[Any] = [Line2D([], [], label=label, **style) for label, _, style in levels]
     other_handles += [
         Line2D([], [], color="0.2", linestyle=styles[p], linewidth=1.7, label=f"order: {p}")
@@ -276,21 +307,15 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
     if oracle_policies:
         label = f"order: {', '.join(oracle_policies)} (not deployable)"
         other_handles.append(Line2D([], [], color=ORACLE_COLOUR, linewidth=1.0, label=label))
-    legend_rows = max(
-        math.ceil(len(system_handles) / 4),
-        len(other_handles) if len(other_handles) <= 8 else math.ceil(len(other_handles) / 2),
-        1,
-    )
-    handles = _legend_handles(system_handles, other_handles, legend_rows)
     fig.legend(
-        handles=handles,
+        handles=other_handles,
         loc="outside lower center",
-        ncol=math.ceil(len(handles) / legend_rows),
-        fontsize=8.5,
+        ncol=min(3, max(len(other_handles), 1)),
+        fontsize=TEXT_POINTS,
         frameon=False,
         handlelength=3.2,
     )
-    fig.suptitle(f"{summary.scenario}: {metric} while the gallery is backfilled", fontsize=12.5)
+    fig.suptitle(f"{summary.scenario}: {metric} while the gallery is backfilled", fontsize=12)
     return fig
 
 

@@ -34,6 +34,12 @@ import pandas as pd
 from modelupgrade.arrays import load_array
 from modelupgrade.backfill.engine import backfill_curves, mean_curve
 from modelupgrade.backfill.grid import BackfillGrid, fastfill_grid, uniform_grid
+from modelupgrade.backfill.per_query import (
+    largest_drop_se,
+    mean_over_orders,
+    per_query_table,
+    per_query_values,
+)
 from modelupgrade.backfill.plots import plot_curves
 from modelupgrade.backfill.serving_arrays import ServingArrays
 from modelupgrade.backfill.simulate import evaluate_state
@@ -51,6 +57,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path, save_parquet, write_json, write_text
 from modelupgrade.layout import (
     BACKFILL_CURVES,
+    BACKFILL_PER_QUERY_FILE,
     BACKFILL_PLOTS_DIR,
     BACKFILL_SUMMARY_FILE,
     GALLERY_SPLIT,
@@ -270,10 +277,11 @@ def simulate_backfill(
         else None
     )
     records: list[pd.DataFrame] = []
+    per_query_tables: list[pd.DataFrame] = []
     curves: list[CurveSummary] = []
     skipped: list[dict[str, str]] = []
-    for variant, new_dir in variants.items():
-        new_dir = Path(new_dir)
+    for variant, new_dir_name in variants.items():
+        new_dir = Path(new_dir_name)
         extra = {
             field: load_array(path, f"{variant} {field}", ndim=None)
             for field, path in arrays.get(variant, {}).items()
@@ -289,6 +297,7 @@ def simulate_backfill(
             new_gallery=new_gallery,
         )
         serving = replace(serving, **extra)
+        assert serving.new_query is not None and serving.new_gallery is not None
         new_new = evaluate(serving.new_query, serving.new_gallery)
         forms = serving.forms()
         mixed = build_serving_mode("mixed").plan(forms)
@@ -311,14 +320,14 @@ def simulate_backfill(
         }
         modes = {name: build_serving_mode(name) for name in cfg.serving_modes}
         plans = {name: mode.try_plan(forms) for name, mode in modes.items()}
-        curves_of, ends_of = {}, {}
+        curves_of, ends_of, per_query_of = {}, {}, {}
         for mode_name, plan in plans.items():
             served = [
                 (name, orderings)
                 for name, orderings in orderings_of.items()
                 if plan is not None and policies[name].orders_for(mode_name)
             ]
-            if not served:
+            if plan is None or not served:
                 continue
             systems = serving.systems(plan)
             # The single-system ends of this mode's curves, the same for every policy.
@@ -343,8 +352,10 @@ def simulate_backfill(
                 )
             )
             for name, orderings in served:
-                curves_of[name, mode_name] = mean_curve(
-                    [next(results).as_dict() for _ in orderings]
+                drawn = [next(results) for _ in orderings]
+                curves_of[name, mode_name] = mean_curve([r.as_dict() for r in drawn])
+                per_query_of[name, mode_name] = mean_over_orders(
+                    [per_query_values(r) for r in drawn]
                 )
         for policy_name, policy in policies.items():
             if policy_name not in orderings_of:
@@ -379,6 +390,10 @@ def simulate_backfill(
                     len(orderings),
                 )
                 values = curves_of[policy_name, mode_name]
+                per_query = per_query_of[policy_name, mode_name]
+                per_query_tables.append(
+                    per_query_table(variant, policy_name, mode_name, values["t"], per_query)
+                )
                 table = pd.DataFrame(values)
                 table.insert(0, "permutations", len(orderings))
                 table.insert(0, "deployable", policy.deployable)
@@ -400,6 +415,7 @@ def simulate_backfill(
                                 values[m],
                                 old_old[m],
                                 None if reference_new_new is None else reference_new_new[m],
+                                drop_se=largest_drop_se(per_query[m]),
                             )
                             for m in ("top1", "mAP")
                         },
@@ -426,6 +442,9 @@ def simulate_backfill(
     tidy = pd.concat(records, ignore_index=True)
     metrics_dir, plots_dir = output_dirs(scenario, metrics_dir, plots_dir, layout)
     save_parquet(metrics_dir / CURVES_FILE, tidy)
+    save_parquet(
+        metrics_dir / BACKFILL_PER_QUERY_FILE, pd.concat(per_query_tables, ignore_index=True)
+    )
     write_text(metrics_dir / CURVES_CSV_FILE, tidy.to_csv(index=False))
     with atomic_path(metrics_dir / BACKFILL_PLOTS_DIR) as tmp:
         tmp.mkdir()

@@ -39,6 +39,10 @@ class BackfillConditions(_Record):
     ends_at_or_above_new: bool | None
     monotone: bool
     largest_drop: float
+    # The largest drop's standard error over the test queries (``modelupgrade.backfill.
+    # per_query``; where the curve never drops, its smallest rise's): NaN where the queries were
+    # not kept.
+    largest_drop_se: float = float("nan")
 
     @model_validator(mode="before")
     @classmethod
@@ -46,7 +50,7 @@ class BackfillConditions(_Record):
         # all_met is derived, and written for readers of the JSON: it is not read back.
         return {k: v for k, v in data.items() if k != "all_met"} if isinstance(data, dict) else data
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed property
     @property
     def all_met(self) -> bool:
         return self.starts_at_or_above_old and self.ends_at_or_above_new is True and self.monotone
@@ -56,7 +60,11 @@ class BackfillConditions(_Record):
 
 
 def check_conditions(
-    values: np.ndarray, old_old: float, new_new: float | None, tolerance: float = 1e-9
+    values: np.ndarray,
+    old_old: float,
+    new_new: float | None,
+    tolerance: float = 1e-9,
+    drop_se: float = float("nan"),
 ) -> BackfillConditions:
     """``new_new`` is M(new, new) of the independently trained new model, not of the system's own
     new model: against its own, the end condition would hold by construction for every mode
@@ -68,6 +76,7 @@ def check_conditions(
         ends_at_or_above_new=None if new_new is None else bool(values[-1] >= new_new - tolerance),
         monotone=bool(np.all(drops <= tolerance)),
         largest_drop=float(max(drops.max(initial=0.0), 0.0)),
+        largest_drop_se=drop_se,
     )
 
 

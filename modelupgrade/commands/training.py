@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,8 @@ def train(
         out = layout.model(scenario, model_name(generation, strategy))
     if old is None and scenario is not None and generation == 1:
         old = layout.model(scenario, OLD_MODEL)
-    asked = {
+    # The command's own arguments: what the stage's MLflow run records, and the job's inputs.
+    asked: dict[str, Any] = {
         "out": out,
         "generation": generation,
         "scenario": scenario,
@@ -175,7 +177,11 @@ def embed(
             {"dataset": params.dataset, "training.eval_batch_size": params.training.eval_batch_size}
         )
         written = embed_splits(params, model, splits, out=out, out_dir=out_dir, logits=logits)
-        shapes = {path.stem: np.load(path, mmap_mode="r").shape for path in written}
+        shapes = {
+            path.stem: np.load(path, mmap_mode="r").shape
+            for path in written
+            if path.suffix == ".npy"
+        }
         stage.log_metrics(
             {
                 f"{stem}.{name}": size

@@ -27,6 +27,7 @@ from modelupgrade.config.data import (
     EvaluationSplitParams,
     ScenarioParams,
     SequentialParams,
+    StudyParams,
 )
 from modelupgrade.config.errors import ParamsError, invalid_params, validation_problems
 from modelupgrade.config.evaluation import EvaluationParams
@@ -71,6 +72,7 @@ __all__ = [
     "SequentialParams",
     "StoreParams",
     "StrategyParams",
+    "StudyParams",
     "TrainingParams",
     "params_hash",
     "parse_params",
@@ -83,6 +85,9 @@ class Params(Section):
     device: str = "auto"
     dataset: DatasetParams = Field(default_factory=DatasetParams)
     evaluation_split: EvaluationSplitParams = Field(default_factory=EvaluationSplitParams)
+    # What runs (dvc.yaml iterates it); None: every scenario defined, and the sequential chains
+    # where they have strategies.
+    study: StudyParams | None = None
     scenarios: dict[str, ScenarioParams]
     sequential: SequentialParams = Field(default_factory=SequentialParams)
     architectures: dict[str, ArchitectureParams]
@@ -98,6 +103,18 @@ class Params(Section):
     registry: RegistryParams = Field(default_factory=RegistryParams)
     store: StoreParams = Field(default_factory=StoreParams)
     flows: FlowParams = Field(default_factory=FlowParams)
+
+    @property
+    def studied(self) -> dict[str, ScenarioParams]:
+        """The scenarios the study runs, in its order."""
+        names = self.study.scenarios if self.study is not None else list(self.scenarios)
+        return {name: self.scenarios[name] for name in names}
+
+    @property
+    def runs_sequential(self) -> bool:
+        if self.study is not None:
+            return bool(self.study.sequential)
+        return bool(self.sequential.strategies)
 
     @model_validator(mode="after")
     def _cross_references_exist(self) -> Params:
@@ -125,6 +142,7 @@ class Params(Section):
                         f"scenarios.{name}.heads pairs head {head!r} with strategy {strategy!r}, "
                         f"which the scenario does not train (its strategies: {scenario.strategies})"
                     )
+        self._study_runs_what_it_trains()
         self._scenarios_defined("adapters.scenarios", self.adapters.scenarios)
         for name, strategy in self.adapters.scenarios.items():
             if strategy not in self.scenarios[name].strategies:
@@ -149,6 +167,36 @@ class Params(Section):
                 )
         self._replicates_exist()
         return self
+
+    def _study_runs_what_it_trains(self) -> None:
+        """Every scenario the study names is defined; one it does not run trains nothing (dvc.yaml
+        makes its strategy and head stages from its lists, which would then have no old model);
+        so do the sequential chains when the study does not run them."""
+        if self.study is None:
+            return
+        self._scenarios_defined("study.scenarios", self.study.scenarios)
+        for name, scenario in self.scenarios.items():
+            if name not in self.study.scenarios and (scenario.strategies or scenario.heads):
+                raise ValueError(
+                    f"scenarios.{name} trains {scenario.strategies or sorted(scenario.heads)} "
+                    f"but study.scenarios does not run it; add it to study.scenarios or empty "
+                    f"its strategies and heads"
+                )
+        if not self.study.sequential and (self.sequential.strategies or self.sequential.heads):
+            raise ValueError(
+                "sequential.strategies are set but study.sequential does not run the chains; "
+                "set study.sequential: [sequential] or empty sequential.strategies and heads"
+            )
+        for section, names in (
+            ("adapters.scenarios", self.adapters.scenarios),
+            ("replicates.scenarios", self.replicates.scenarios),
+        ):
+            for name in names:
+                if name not in self.study.scenarios:
+                    raise ValueError(
+                        f"{section} names scenario {name!r}, which study.scenarios does not run "
+                        f"(it runs: {self.study.scenarios})"
+                    )
 
     def _scenarios_defined(self, section: str, names: Iterable[str]) -> None:
         for name in names:

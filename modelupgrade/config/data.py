@@ -58,6 +58,16 @@ class ScenarioParams(Section):
     heads: dict[str, str] = Field(default_factory=dict)
 
 
+class StudyParams(Section):
+    """What the study runs: DVC's per-scenario stages iterate ``scenarios`` (names under
+    ``scenarios``), the sequential chains' shared stages ``sequential`` (``[sequential]`` runs the
+    chains, ``[]`` does not). A scenario defined but not run trains nothing (no strategies, no
+    heads), since dvc.yaml makes its strategy and head stages from those lists."""
+
+    scenarios: list[str] = Field(min_length=1)
+    sequential: list[Literal["sequential"]] = Field(default_factory=list, max_length=1)
+
+
 class EvaluationSplitParams(Section):
     """Query and gallery come from the held-out source split, disjoint from every training set.
 

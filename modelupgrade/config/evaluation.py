@@ -25,6 +25,24 @@ class SearchParams(Section):
     hnsw_ef_search: int = Field(default=128, ge=1)
 
 
+class ConvergenceGateParams(Section):
+    """The statistics a trained model must reach on its own training images for the claims
+    resting on it to be tested (``modelupgrade.training.convergence``). Defaults: a model that
+    left the loss plateau (the plateau ArcFace starts on sits at 2/3 of the first epoch's loss),
+    retrieves its own data well, and whose classifier points where its embeddings are."""
+
+    max_loss_ratio: float = Field(default=0.5, gt=0)
+    min_prototype_accuracy: float = Field(default=0.8, ge=0, le=1)
+    min_classifier_agreement: float = Field(default=0.9, ge=0, le=1)
+    max_collapse: float = Field(default=0.9, ge=-1, le=1)
+    # A head's alignment: the mean cosine of its output to the embedding it maps to, on its own
+    # training pairs (``modelupgrade.heads.alignment``).
+    min_head_alignment: float = Field(default=0.7, ge=-1, le=1)
+    # A head trained through a classifier or a batch metric: the most its last tenth of epochs may
+    # still move its loss, as a fraction of its whole descent.
+    max_late_change: float = Field(default=0.05, gt=0)
+
+
 class EvaluationParams(Section):
     # query-gallery: disjoint query and gallery splits; leave-one-out: the gallery split is also
     # the query set, each query's own row excluded (FastFill / ml-fct protocol); auto: leave-one-out
@@ -56,6 +74,8 @@ class EvaluationParams(Section):
     # (query, gallery item) pair of the label-scored rows is a trial, genuine when the labels are
     # equal; reported as ``TAR@FAR=1e-03``. Empty = not computed.
     tar_at_far: list[float] = Field(default_factory=list)
+    # What a model and a head must reach for a claim resting on it to be tested.
+    convergence: ConvergenceGateParams = Field(default_factory=ConvergenceGateParams)
 
     @field_validator("tar_at_far")
     @classmethod

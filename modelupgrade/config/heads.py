@@ -64,6 +64,7 @@ def _optional_fields(section: type[Section]) -> dict[str, Any]:
     """Every field of ``section`` made optional (None = not given), with the same checks."""
     fields = {}
     for name, field in section.model_fields.items():
+        assert field.annotation is not None  # every field of a Section is annotated
         checked = (
             Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
         )
@@ -80,6 +81,7 @@ HeadTrainingOverrides: type[Section] = create_model(
 )
 
 
+# HeadTrainingOverrides is built at run time (create_model): to mypy a variable, not a class.
 class HeadParams(HeadTrainingOverrides):  # type: ignore[misc,valid-type]
     """One entry of ``heads``: a head kind, its options, and overrides of its paper's training."""
 
@@ -98,6 +100,11 @@ class HeadParams(HeadTrainingOverrides):  # type: ignore[misc,valid-type]
 
 # A sample size of the adapter study: a number of pairs, or every pair of the training split.
 SampleSize = Annotated[int, Field(ge=2)] | Literal["all"]
+ALL_SIZES: Literal["all"] = "all"  # the sample size of the whole training split
+
+
+def _every_row() -> list[SampleSize]:
+    return [ALL_SIZES]
 
 
 class AdapterStudyParams(Section):
@@ -115,7 +122,7 @@ class AdapterStudyParams(Section):
     # How many paired training embeddings each adapter is fitted on, a nested random sample (each
     # smaller sample is part of the larger ones); "all" = the whole training split. A number at or
     # above the split's size is skipped (the fit on "all" covers it).
-    sample_sizes: list[SampleSize] = Field(default_factory=lambda: ["all"], min_length=1)
+    sample_sizes: list[SampleSize] = Field(default_factory=_every_row, min_length=1)
     # The adapters, as ``heads`` entries: a training-free head kind, its options, and for the
     # iterative ones (residual MLP) overrides of its training.
     heads: dict[str, HeadParams] = Field(default_factory=dict)
@@ -130,5 +137,7 @@ class AdapterStudyParams(Section):
 
     def ordered_sizes(self) -> list[int | Literal["all"]]:
         """The sample sizes, smallest first, ``all`` last."""
-        numbers = sorted(size for size in self.sample_sizes if size != "all")
-        return [*numbers, *(["all"] if "all" in self.sample_sizes else [])]
+        numbers: list[int | Literal["all"]] = sorted(
+            size for size in self.sample_sizes if isinstance(size, int)
+        )
+        return numbers + ([ALL_SIZES] if ALL_SIZES in self.sample_sizes else [])

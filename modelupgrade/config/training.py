@@ -52,6 +52,12 @@ class TrainingParams(Section):
     """SGD with momentum, per-step linear warm-up then cosine decay (DMU/BiCT: 0.1, 0.9, 1e-4)."""
 
     epochs: int = Field(default=2, ge=1)
+    # SGD steps of every model, whatever its data size (epochs then follow from it): the old and
+    # the new model of an upgrade get the same optimisation and differ in data or objective.
+    # None: ``epochs`` passes over each model's own data.
+    steps: int | None = Field(default=None, ge=1)
+    # Warm-up steps under ``steps`` (None: ``warmup_epochs`` of the model's own data).
+    warmup_steps: int | None = Field(default=None, ge=0)
     batch_size: int = Field(default=256, ge=2)
     lr: float = Field(default=0.1, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)
@@ -71,6 +77,10 @@ class TrainingParams(Section):
     # torch CPU threads of the train/embed stages; None = torch's default (all cores). Tiny models
     # on a busy 2-core machine run several times faster with 1 (OpenMP threads otherwise spin-wait).
     cpu_threads: int | None = Field(default=None, ge=1)
+    # Seconds between resume checkpoints (written at the end of an epoch); 0: after every epoch.
+    # A step budget over a few hundred images makes epochs of a few steps, each too short to be
+    # worth a checkpoint.
+    checkpoint_seconds: float = Field(default=0.0, ge=0)
     # Steps between progress/NaN checks (each check synchronises with the GPU).
     log_every_steps: int = Field(default=10, ge=1)
     # torch.compile the model on CUDA (ignored on CPU): faster steps after a

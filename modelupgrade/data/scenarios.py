@@ -77,8 +77,12 @@ class ScenarioKind:
 
     @property
     def image_relation(self) -> ImageRelation:
-        relation = {"everything": "subset", "the rest": "disjoint", "the same": "identical"}
-        return relation[self.new_set]  # type: ignore[return-value]
+        relation: dict[str, ImageRelation] = {
+            "everything": "subset",
+            "the rest": "disjoint",
+            "the same": "identical",
+        }
+        return relation[self.new_set]
 
 
 SCENARIO_KINDS: dict[str, ScenarioKind] = {
@@ -200,7 +204,7 @@ def make_scenario_splits(
         "new_train": _rows(pool, splitter.new_mask(old)),
         **evaluation_sets(eval_pool, evaluation, seed),
     }
-    info = {
+    info: dict[str, object] = {
         "kind": scenario.kind,
         "old_fraction": scenario.old_fraction,
         "seed": seed,
@@ -264,5 +268,7 @@ def with_supplied_snapshot(
         if not (key.startswith("gen") and int(key[3:]) >= generation)
     }
     frames[name] = snapshot
-    supplied = {**dict(splits.info.get("supplied_snapshots") or {}), name: source}  # type: ignore[call-overload]
+    earlier = splits.info.get("supplied_snapshots") or {}
+    assert isinstance(earlier, dict)  # name → source, as this function writes it
+    supplied = {**earlier, name: source}
     return Splits(frames, {**splits.info, "supplied_snapshots": supplied})

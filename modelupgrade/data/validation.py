@@ -460,7 +460,7 @@ def validate_study_files(
         validator.seconds["gx_import"],
         validator.seconds["gx_context"],
     )
-    shared = {
+    shared: dict[str, Any] = {
         "root": dataset.root,
         "min_images_per_class": dataset.min_images_per_class,
         "train_split": dataset.train_split,

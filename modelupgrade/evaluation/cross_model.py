@@ -13,12 +13,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation.retrieval import PairResult, RetrievalEvaluator
+from modelupgrade.evaluation.summary import Compatibility
 from modelupgrade.io import atomic_path
 from modelupgrade.metrics import (
     compatibility_summary,
@@ -26,6 +28,9 @@ from modelupgrade.metrics import (
     negative_flip_rate,
     upgrade_gain,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,25 @@ class CrossModelResult:
     table: pd.DataFrame
     correct: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     info: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Per pair, each query's AP (``PairResult.average_precision``): what a comparison of two pairs'
+    # mAP is weighed against, query by query.
+    average_precision: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def per_query_table(self) -> pd.DataFrame:
+        """Each pair's per-query AP as rows (query_set, gallery_set, query, ap)."""
+        parts = [
+            pd.DataFrame(
+                {
+                    "query_set": q,
+                    "gallery_set": g,
+                    "query": np.arange(len(ap), dtype=np.int32),
+                    "ap": ap,
+                }
+            )
+            for (q, g), ap in self.average_precision.items()
+        ]
+        columns = ["query_set", "gallery_set", "query", "ap"]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
     def value(self, query_set: str, gallery_set: str, metric: str) -> float:
         rows = self.table[
@@ -125,7 +149,10 @@ def cross_model_matrix(
         ]
     table = pd.DataFrame(rows, columns=MATRIX_COLUMNS)
     return CrossModelResult(
-        table, {k: r.correct for k, r in results.items()}, {k: r.info for k, r in results.items()}
+        table,
+        {k: r.correct for k, r in results.items()},
+        {k: r.info for k, r in results.items()},
+        {k: r.average_precision for k, r in results.items() if r.average_precision is not None},
     )
 
 
@@ -202,30 +229,107 @@ def compatibility_matrix(
     return matrix
 
 
-def sequential_summary(result: CrossModelResult, generations: Sequence[str], metric: str) -> dict:
+def sequential_summary(
+    result: CrossModelResult, generations: Sequence[str], metric: str
+) -> Compatibility:
     matrix = compatibility_matrix(result, generations, metric)
-    return {
-        "generations": list(generations),
-        "metric": metric,
-        "matrix": matrix.tolist(),
+    return Compatibility(
+        generations=list(generations),
+        metric=metric,
+        matrix=matrix.tolist(),
         **compatibility_summary(matrix),
-    }
+    )
 
 
-def write_heatmap(
+# The heatmap is drawn to be read at 100 % in the report's text column (about 1,100 px wide in a
+# 1,400-px browser window): at this resolution a point of text is 100/72 px.
+HEATMAP_DPI = 100
+HEATMAP_MAX_WIDTH_PX = 1100
+# Text sizes in points: tick labels and the values in the cells (12.5 and 11 px at HEATMAP_DPI).
+LABEL_POINTS = 9.0
+CELL_POINTS = 8.0
+# A cell's width in inches: as wide as a value needs at CELL_POINTS, wider where the columns fit.
+CELL_INCHES = (0.62, 0.9)
+CELL_HEIGHT_INCHES = 0.34
+# Room for the axis title and the colour bar, and the inches a character of a label takes at
+# LABEL_POINTS (the query sets' names on the left; the gallery sets', rotated 40°, below).
+AXIS_TITLE_INCHES = 0.5
+COLORBAR_INCHES = 1.0
+CHARACTER_INCHES = 0.072
+
+
+@dataclass(frozen=True)
+class HeatmapPanel:
+    """One panel of the heatmap: a metric over some query sets (rows) and gallery sets (columns)."""
+
+    metric: str
+    title: str
+    queries: tuple[str, ...]
+    galleries: tuple[str, ...]
+
+
+def is_head_set(name: str) -> bool:
+    """An embedding set a head or adapter made (``fct-independent(gen0)``), not a model's own."""
+    return "(" in name
+
+
+def heatmap_panels(
+    evaluated: set[tuple[str, str]],
+    metrics: Sequence[str],
+    queries: Sequence[str],
+    galleries: Sequence[str],
+) -> list[HeatmapPanel]:
+    """The panels of a heatmap, per metric: the models' own embedding sets against each other, the
+    models' queries against the galleries a head or adapter transformed (ψ(old)), and the queries a
+    head or adapter transformed (ψ_rev(new)) against the galleries they searched; each over only the
+    rows and columns it has values in, so that no pair is shown twice. A panel with more columns
+    than fit ``HEATMAP_MAX_WIDTH_PX`` at the narrowest cell is cut into several."""
+    parts = [
+        ("models", lambda q, g: not is_head_set(q) and not is_head_set(g)),
+        ("galleries through a head or adapter", lambda q, g: is_head_set(g) and not is_head_set(q)),
+        ("queries through a head or adapter", lambda q, g: is_head_set(q)),
+    ]
+    # The panels share the figure's left margin, as wide as its longest query name: so do their
+    # cells' room.
+    most = max(1, int(_cell_room(queries) // CELL_INCHES[0]))
+    panels = []
+    for metric in metrics:
+        for name, belongs in parts:
+            pairs = {(q, g) for q, g in evaluated if belongs(q, g)}
+            rows = [q for q in queries if any((q, g) in pairs for g in galleries)]
+            columns = [g for g in galleries if any((q, g) in pairs for q in rows)]
+            # As few panels as the columns need, the columns shared out evenly among them.
+            count = math.ceil(len(columns) / most)
+            size = math.ceil(len(columns) / max(count, 1))
+            for k in range(count):
+                chunk = tuple(columns[k * size : (k + 1) * size])
+                part = f" ({k + 1}/{count})" if count > 1 else ""
+                used = tuple(q for q in rows if any((q, g) in pairs for g in chunk))
+                panels.append(HeatmapPanel(metric, f"{metric}: {name}{part}", used, chunk))
+    return panels
+
+
+def _label_inches(names: Iterable[str]) -> float:
+    return CHARACTER_INCHES * max((len(name) for name in names), default=0)
+
+
+def _cell_room(queries: Sequence[str]) -> float:
+    """The inches the cells of a panel's row may take beside the query names and the colour bar."""
+    width = HEATMAP_MAX_WIDTH_PX / HEATMAP_DPI
+    return width - AXIS_TITLE_INCHES - _label_inches(queries) - COLORBAR_INCHES
+
+
+def heatmap_figure(
     result: CrossModelResult,
     metrics: Sequence[str],
-    path: str | Path,
     query_order: Sequence[str] | None = None,
     gallery_order: Sequence[str] | None = None,
     title: str = "",
-) -> None:
-    """One heatmap panel per metric: rows = query sets, columns = gallery sets,
-    blank = not evaluated."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+) -> Figure:
+    """The cross-model heatmap (``heatmap_panels``), panels stacked: rows = query sets, columns =
+    gallery sets, each cell's value written in it, blank = not evaluated. At most
+    ``HEATMAP_MAX_WIDTH_PX`` wide at ``HEATMAP_DPI``, so that the report shows it unscaled."""
+    from matplotlib.figure import Figure
 
     table = result.table
     metrics = [m for m in metrics if m in set(table.metric)]
@@ -236,32 +340,87 @@ def write_heatmap(
         )
     queries = list(query_order or dict.fromkeys(table.query_set))
     galleries = list(gallery_order or dict.fromkeys(table.gallery_set))
-    fig, axes = plt.subplots(
-        1,
-        len(metrics),
-        figsize=(1.2 + 1.1 * len(galleries) * len(metrics) + 2, 1.5 + 0.55 * len(queries)),
-        squeeze=False,
+    evaluated = {
+        (q, g)
+        for q, g, v in zip(table.query_set, table.gallery_set, table.value, strict=True)
+        if math.isfinite(v)
+    }
+    panels = heatmap_panels(evaluated, metrics, queries, galleries)
+    widest = max(len(p.galleries) for p in panels)
+    room = _cell_room([q for p in panels for q in p.queries])
+    cell = min(CELL_INCHES[1], max(CELL_INCHES[0], room / widest))
+    most = HEATMAP_MAX_WIDTH_PX / HEATMAP_DPI
+    width = min(most, cell * widest + most - room)
+    # A rotated gallery name drops below its panel by about two thirds of its length.
+    heights = [
+        CELL_HEIGHT_INCHES * len(p.queries) + 0.66 * _label_inches(p.galleries) + 1.1
+        for p in panels
+    ]
+    fig = Figure(
+        figsize=(width, sum(heights) + (0.4 if title else 0.1)),
+        dpi=HEATMAP_DPI,
+        layout="constrained",
     )
-    for ax, metric in zip(axes[0], metrics, strict=True):
+    axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, panel in zip(axes, panels, strict=True):
         grid = (
-            table[table.metric == metric]
+            table[table.metric == panel.metric]
             .pivot(index="query_set", columns="gallery_set", values="value")
-            .reindex(index=queries, columns=galleries)
+            .reindex(index=list(panel.queries), columns=list(panel.galleries))
         )
-        values = grid.to_numpy(dtype=float)
-        image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(galleries)), galleries, rotation=45, ha="right", fontsize=8)
-        ax.set_yticks(range(len(queries)), queries, fontsize=8)
-        ax.set_xlabel("gallery embeddings")
-        ax.set_ylabel("query embeddings")
-        ax.set_title(metric)
-        for (i, j), v in np.ndenumerate(values):
-            if np.isfinite(v):
-                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7, color="white")
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        _draw_panel(fig, ax, grid.to_numpy(dtype=float), panel, cell)
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=LABEL_POINTS + 2)
+    return fig
+
+
+def _draw_panel(fig: Figure, ax: Any, values: np.ndarray, panel: HeatmapPanel, cell: float) -> None:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["viridis"]
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    # Every panel's cells the same size: a panel of few columns is narrower, not stretched.
+    image = ax.imshow(
+        np.ma.masked_invalid(values),
+        cmap=cmap,
+        aspect=CELL_HEIGHT_INCHES / cell,
+        vmin=low,
+        vmax=max(high, low + 1e-9),
+    )
+    ax.set_xticks(
+        range(len(panel.galleries)),
+        panel.galleries,
+        rotation=40,
+        ha="right",
+        rotation_mode="anchor",
+        fontsize=LABEL_POINTS,
+    )
+    ax.set_yticks(range(len(panel.queries)), panel.queries, fontsize=LABEL_POINTS)
+    ax.set_xlabel("gallery embeddings", fontsize=LABEL_POINTS)
+    ax.set_ylabel("query embeddings", fontsize=LABEL_POINTS)
+    ax.set_title(panel.title, fontsize=LABEL_POINTS + 1)
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            # Dark text on the light (yellow) end of viridis, white on the dark end.
+            shade = (v - low) / (high - low) if high > low else 0.5
+            colour = "black" if shade > 0.55 else "white"
+            ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=CELL_POINTS, color=colour)
+    # The colour bar as tall as the panel's cells, just right of them.
+    span = cell * max(len(panel.galleries), 1)
+    bar = fig.colorbar(image, cax=ax.inset_axes((1 + 0.12 / span, 0, 0.16 / span, 1)))
+    bar.ax.tick_params(labelsize=CELL_POINTS)
+
+
+def write_heatmap(
+    result: CrossModelResult,
+    metrics: Sequence[str],
+    path: str | Path,
+    query_order: Sequence[str] | None = None,
+    gallery_order: Sequence[str] | None = None,
+    title: str = "",
+) -> None:
+    """Write ``heatmap_figure`` to ``path`` as PNG, atomically."""
+    fig = heatmap_figure(result, metrics, query_order, gallery_order, title)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+        fig.savefig(tmp, format="png", dpi=HEATMAP_DPI)

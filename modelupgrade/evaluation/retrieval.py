@@ -50,6 +50,9 @@ class PairResult:
     # Per query: a positive within the first ``flip_k`` results (negative-flip bookkeeping).
     correct: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
+    # Per query: its step AP, whose mean over the queries with a positive is mAP (NaN for a query
+    # without positives or not scored by label); None where mAP is not computed.
+    average_precision: np.ndarray | None = None
 
 
 class RetrievalEvaluator:
@@ -203,11 +206,15 @@ class RetrievalEvaluator:
         metrics: dict[str, float] = {}
         correct = np.zeros(len(query), dtype=bool)
         info: dict[str, Any] = {}
+        average_precision = None
         if self.scores_labels:
             labelled = self._evaluate_labels(query[self.label_queries], gallery[self.label_gallery])
             metrics.update(labelled.metrics)
             correct[self.label_queries] = labelled.correct
             info.update(labelled.info)
+            if labelled.average_precision is not None:
+                average_precision = np.full(len(query), np.nan)
+                average_precision[self.label_queries] = labelled.average_precision
         for revisited in self.ground_truth.revisited:
             scores, right = revisited.score(
                 query,
@@ -220,7 +227,7 @@ class RetrievalEvaluator:
             metrics.update(scores)
             correct[revisited.query_rows] = right
             info.setdefault("search", {"index": "exact full ranking per revisited set"})
-        return PairResult(metrics, correct, info)
+        return PairResult(metrics, correct, info, average_precision)
 
     def _evaluate_labels(self, query: np.ndarray, gallery: np.ndarray) -> PairResult:
         """The label-scored queries against the label-scored gallery."""
@@ -259,7 +266,12 @@ class RetrievalEvaluator:
             metrics.update(
                 {tar_at_far_metric_name(far): float(t) for far, t in zip(p.tar_at_far, tars)}
             )
-        return PairResult(metrics, topk_ranking.correct_at(p.flip_k), info)
+        return PairResult(
+            metrics,
+            topk_ranking.correct_at(p.flip_k),
+            info,
+            None if full is None or not p.full_map else full.average_precision,
+        )
 
     def _tar_at_far(self, query: np.ndarray, gallery: np.ndarray) -> np.ndarray:
         """TAR at each ``evaluation.tar_at_far`` of the label-scored queries against the

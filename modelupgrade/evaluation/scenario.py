@@ -41,6 +41,7 @@ import pandas as pd
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import cross_model
+from modelupgrade.evaluation.convergence import head_convergence, model_convergence
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator
 from modelupgrade.evaluation.summary import (
     ChainEvaluation,
@@ -54,6 +55,7 @@ from modelupgrade.layout import (
     CROSS_MODEL,
     GALLERY_SPLIT,
     OLD_MODEL,
+    PER_QUERY_AP_FILE,
     QUERY_SPLIT,
     REFRESH_SUFFIX,
     SEQUENTIAL,
@@ -167,6 +169,7 @@ def write_outputs(
     title: str,
 ) -> None:
     save_parquet(out_dir / f"{CROSS_MODEL}.parquet", result.table)
+    save_parquet(out_dir / PER_QUERY_AP_FILE, result.per_query_table())
     write_text(out_dir / f"{CROSS_MODEL}.csv", result.table.to_csv(index=False))
     write_json(
         out_dir / f"{CROSS_MODEL}.json",
@@ -242,6 +245,11 @@ def evaluate_scenario(
             split: _source(layout.embedding_file(scenario, model, split))
             for split in (QUERY_SPLIT, GALLERY_SPLIT)
         }
+    convergence = {
+        model: record
+        for model in query_sets
+        if (record := model_convergence(layout.embeddings(scenario, model), ev.convergence))
+    }
 
     from modelupgrade.heads import HEADS, read_head_card
 
@@ -279,6 +287,9 @@ def evaluate_scenario(
             query_sets[new],
             device,
             old_query=query_sets[OLD_MODEL],
+        )
+        convergence[head_dir.name] = head_convergence(
+            card.training, ev.convergence, head_class.training_free, head_class.aligns
         )
         sources[head_dir.name] = {
             "card": _source(head_dir / "card.json"),
@@ -374,6 +385,7 @@ def evaluate_scenario(
         # Δ↓ per model: the registry's gates read it here (``modelupgrade.registry.sources``).
         delta_down_pct=degradation,
         sources=sources,
+        convergence=convergence,
     )
     write_outputs(
         result,
@@ -506,7 +518,10 @@ def evaluate_sequential(
         )
         rows = pd.DataFrame(
             [
-                {"metric": m, **{k: v for k, v in c.items() if k not in ("matrix", "generations")}}
+                {
+                    "metric": m,
+                    **c.model_dump(exclude={"matrix", "generations"}),
+                }
                 for m, c in compat.items()
             ]
         )

@@ -83,6 +83,20 @@ class ComparisonRow(_Record):
         return self.comparison if head is None else f"{self.comparison}.{head.split('(')[0]}"
 
 
+class Convergence(_Record):
+    """Whether a model or a head the scenario evaluates trained (the convergence gate of
+    ``evaluation.convergence``): its statistics, the verdict, and each threshold it missed."""
+
+    kind: Literal["model", "head"]
+    statistics: dict[str, float]
+    passed: bool
+    reasons: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "converged" if self.passed else "did not converge: " + "; ".join(self.reasons)
+
+
 class ScenarioEvaluation(_Summary):
     """The cross-model evaluation of a two-model scenario (old gen0, new gen1-<strategy>)."""
 
@@ -98,6 +112,15 @@ class ScenarioEvaluation(_Summary):
     # Δ↓ per new model against the oracle strategy's model: what the registry's gates read.
     delta_down_pct: dict[str, float] = {}
     sources: dict[str, Any] = {}
+    # Every model (gen0, gen1-<strategy>) and trained head (by directory name) that was measured:
+    # did it train? A claim resting on one that did not is not tested.
+    convergence: dict[str, Convergence] = {}
+
+    def converged(self, system: str) -> bool | None:
+        """Whether ``system`` (a model, a head, or an evaluation set named after one such as
+        ``fct-independent(gen0)``) passed the gate; None where it was not measured."""
+        record = self.convergence.get(system.split("(")[0])
+        return None if record is None else record.passed
 
     def rows(self, strategy: str) -> list[ComparisonRow]:
         return list(self.strategies.get(strategy, []))

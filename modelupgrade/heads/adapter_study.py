@@ -18,6 +18,7 @@ reports them apart from the trained heads (``Head.training_free``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,9 @@ def adapter_strategy(params: Params, scenario: str) -> str:
     return study.scenarios[scenario]
 
 
-def nested_samples(count: int, sizes: list[int | str], seed: int) -> dict[int | str, np.ndarray]:
+def nested_samples(
+    count: int, sizes: Sequence[int | str], seed: int
+) -> dict[int | str, np.ndarray]:
     """Rows of each sample size: the first n rows of one seeded permutation (``all``: every
     row, in order); sizes at or above ``count`` are left out."""
     order = np.random.default_rng(seed).permutation(count)

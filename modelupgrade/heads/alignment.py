@@ -29,6 +29,7 @@ from torch import nn
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.losses import squared_error
+from modelupgrade.layers import Transform
 
 # Closed-form kinds run no epochs: these fields are never read (``Head.iterative`` is False),
 # and params.yaml may not override them (``modelupgrade.plugins``). hidden_dim and depth are 1: no
@@ -87,7 +88,7 @@ def frozen_parameter(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.zeros(*shape), requires_grad=False)
 
 
-class LinearMap(nn.Module):
+class LinearMap(Transform):
     """x ↦ x·W (+ b) with W stored as (in × out); initialised to the identity padded or cut to
     (in × out), and set by a closed form."""
 
@@ -112,7 +113,7 @@ class LinearMap(nn.Module):
         return self.weight_t.shape[0] * self.weight_t.shape[1]
 
 
-class LowRankMap(nn.Module):
+class LowRankMap(Transform):
     """x ↦ (x·A)·B + b with A (in × rank) and B (rank × out): rank·(in + out) MACs a row."""
 
     def __init__(self, in_dim: int, out_dim: int, rank: int) -> None:

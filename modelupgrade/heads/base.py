@@ -31,7 +31,7 @@ from torch import nn
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.layers import MLP, MarginClassifier
+from modelupgrade.layers import MLP, MarginClassifier, Transform
 from modelupgrade.registry_util import Registry
 
 Direction = Literal["forward", "reverse"]
@@ -104,6 +104,8 @@ class Head(nn.Module):
     # The settings of the paper that defines the kind; params.yaml overrides any of them.
     TRAINING_DEFAULTS: ClassVar[HeadTraining]
     Options: ClassVar[type[Section]] = NoOptions
+    options: Section
+    psi: Transform  # the head's main transform (``build_transform``)
     needs_classifier: ClassVar[bool] = False
     accepts_side_info: ClassVar[bool] = False
     class_balanced_batches: ClassVar[bool] = False
@@ -117,6 +119,11 @@ class Head(nn.Module):
     # given as its side input: its side_info_dim is the old dimension (``out_dim`` of a reverse
     # head), and training feeds it the old embeddings of the training images.
     takes_old_embedding: ClassVar[bool] = False
+    # Whether the kind's loss pulls each output onto the embedding it maps to (a regression: FCT,
+    # FastFill, BiCT, RQT), so that its convergence shows as their mean cosine; False for a kind
+    # trained through a classifier (DMU) or a metric over the batch (MCL), whose outputs need not
+    # meet their targets one by one.
+    aligns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -147,7 +154,7 @@ class Head(nn.Module):
         self.depth = int(depth or self.TRAINING_DEFAULTS.depth)
         self.psi = self.build_transform()
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> Transform:
         """The module ``psi``: an MLP of ``hidden_dim`` × ``depth`` over the input (and the side
         information); a kind with another structure overrides this. It must have
         ``macs_per_row()``."""
@@ -175,6 +182,11 @@ class Head(nn.Module):
         return {"transform": self.psi.macs_per_row()}
 
     # ----- training ----------------------------------------------------------------------------
+
+    def calibrate(self, batch: HeadBatch) -> None:
+        """After a closed-form fit, choose what the kind chooses on held-out pairs (nothing by
+        default; SLERP its α on a support split)."""
+
     def loss(self, batch: HeadBatch) -> torch.Tensor:
         raise NotImplementedError
 

@@ -30,7 +30,9 @@ class DMUOptions(Section):
 class DMUForwardAdapter(Head):
     direction = "forward"
     Options = DMUOptions
+    options: DMUOptions
     needs_classifier = True
+    aligns = False
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1
     )

@@ -1,14 +1,18 @@
 """FastFill (Jaeckle et al.): old → new alignment with a learned per-sample uncertainty σ².
 
 Loss (Eq. 5, one shared σ² for both terms): mean[(L_align + L_disc) / σ² + log σ² / λ], computed in
-the stable form exp(−s)·L + s/λ with s = log σ². L_align = ‖h(φ_old) − φ_new‖² (mean over dimensions
-by default, as in the FCT code), L_disc = the frozen new classifier's own loss on h(φ_old). The
-uncertainty is a linear layer on the transformed embedding (App. A.2). σ² is predicted from the
-stored old vector alone, so it can order the backfill (highest first) before any
-image is re-embedded.
+the stable form exp(−s)·L + s/λ with s = log σ². L_align = ‖h(φ_old) − φ_new‖², the squared norm
+summed over the dimensions as Eq. 3 writes it (``alignment_reduction: mean``, the FCT code's
+nn.MSELoss, is kept as a named ablation: it weighs the alignment 1/d of Eq. 3's, so the
+discriminative term alone shapes ψ and ψ(old) stops aligning with φ_new), L_disc = the frozen new
+classifier's own loss on h(φ_old). The uncertainty is a linear layer on the transformed embedding
+(App. A.2). σ² is predicted from the stored old vector alone, so it can order the backfill (highest
+first) before any image is re-embedded.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from pydantic import Field
@@ -24,7 +28,8 @@ from modelupgrade.heads.losses import Reduction, squared_error
 class FastFillOptions(Section):
     # λ of Eq. 5; the issue's form (L / σ² + log σ²) is λ = 1, the Gaussian NLL would give 1/d.
     uncertainty_lambda: float = Field(default=1.0, gt=0)
-    alignment_reduction: Reduction = "mean"
+    # Eq. 3's ‖·‖² ("sum"); "mean" is the ablation that divides it by the dimension.
+    alignment_reduction: Reduction = "sum"
     # Ablations of FastFill Table 5: drop one of the two terms.
     use_alignment: bool = True
     use_discriminative: bool = True
@@ -34,11 +39,12 @@ class FastFillOptions(Section):
 class FastFillAdapter(Head):
     direction = "forward"
     Options = FastFillOptions
+    options: FastFillOptions
     needs_classifier = True
     output_names = ("transform", "log_variance")
     TRAINING_DEFAULTS = FCTAdapter.TRAINING_DEFAULTS  # the FCT recipe, which FastFill re-used
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not (self.options.use_alignment or self.options.use_discriminative):
             raise UserError("FastFill needs at least one of use_alignment / use_discriminative")

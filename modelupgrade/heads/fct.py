@@ -26,6 +26,7 @@ class FCTOptions(Section):
 class FCTAdapter(Head):
     direction = "forward"
     Options = FCTOptions
+    options: FCTOptions
     accepts_side_info = True
     # The official FCT code's recipe; FastFill trains its adapter the same way.
     TRAINING_DEFAULTS = HeadTraining.adam(

@@ -16,12 +16,12 @@ from torch import nn
 
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import Head
-from modelupgrade.layers import MLP
+from modelupgrade.layers import MLP, Transform
 
 DEFAULT_BATCH_SIZE = 8192
 
 
-class FoldedMLP(nn.Module):
+class FoldedMLP(Transform):
     """An eval-mode ``MLP`` with each BatchNorm folded into the Linear before it."""
 
     def __init__(self, weights_t: list[torch.Tensor], biases: list[torch.Tensor]) -> None:
@@ -45,6 +45,8 @@ class FoldedMLP(nn.Module):
             )
             following = modules[i + 1] if i + 1 < len(modules) else None
             if isinstance(following, nn.BatchNorm1d):
+                # The MLP's batch norms track running statistics (BatchNorm1d's default).
+                assert following.running_var is not None and following.running_mean is not None
                 scale = following.weight.detach().double() / torch.sqrt(
                     following.running_var.detach().double() + following.eps
                 )

@@ -11,13 +11,14 @@ new-model queries into the old space (query side).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from pydantic import Field
-from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.heads.alignment import ClosedFormAdapter, LowRankMap, reduced_rank_regression
-from modelupgrade.heads.base import HEADS
+from modelupgrade.heads.base import HEADS, Direction
 
 
 class LowRankAffineOptions(Section):
@@ -29,14 +30,16 @@ class LowRankAffineOptions(Section):
 
 @HEADS.register("affine")
 class LowRankAffineAdapter(ClosedFormAdapter):
-    direction = "forward"
+    direction: ClassVar[Direction] = "forward"
     Options = LowRankAffineOptions
+    options: LowRankAffineOptions
+    psi: LowRankMap
 
     @property
     def rank(self) -> int:
         return min(self.options.rank, self.in_dim, self.out_dim)
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> LowRankMap:
         return LowRankMap(self.in_dim, self.out_dim, self.rank)
 
     def fit_closed_form(self, source: torch.Tensor, target: torch.Tensor) -> None:

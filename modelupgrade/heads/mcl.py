@@ -7,7 +7,7 @@ distance is meaningful. Needs class-balanced batches (several images per class).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -35,7 +35,7 @@ class MCLOptions(Section):
     heterogeneous_negatives: bool = True
     samples_per_class: int = Field(default=4, ge=2)
 
-    def loss_kwargs(self) -> dict[str, object]:
+    def loss_kwargs(self) -> dict[str, Any]:
         return self.model_dump(exclude={"distance", "samples_per_class"})
 
 
@@ -53,7 +53,9 @@ def mcl_loss(
 class MCLReverseTransform(Head):
     direction = "reverse"
     Options = MCLOptions
+    options: MCLOptions
     class_balanced_batches = True
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

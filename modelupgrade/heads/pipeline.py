@@ -23,6 +23,7 @@ from modelupgrade.config import Params
 from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import HEADS, EmbeddingPairs, Head, build_head, head_dims
+from modelupgrade.heads.card import HeadCard
 from modelupgrade.heads.chain import HeadChain
 from modelupgrade.heads.inference import apply
 from modelupgrade.heads.persistence import load_head, read_head_card, save_head
@@ -119,7 +120,7 @@ def train_and_save_head(
     old_model: str | Path | None = None,
     side_info: str | Path | None = None,
     previous_heads: Sequence[str | Path] = (),
-) -> dict[str, Any]:
+) -> HeadCard:
     """Train (or take from the new model's training) the head ``heads.<name>`` and save it to
     ``out``; returns its card."""
     head_params = head_entry(params, name)

@@ -15,12 +15,13 @@ backfilled).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
-from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.heads.alignment import ClosedFormAdapter, LinearMap, orthogonal_procrustes
-from modelupgrade.heads.base import HEADS
+from modelupgrade.heads.base import HEADS, Direction
 
 
 class ProcrustesOptions(Section):
@@ -29,10 +30,12 @@ class ProcrustesOptions(Section):
 
 @HEADS.register("procrustes")
 class ProcrustesAdapter(ClosedFormAdapter):
-    direction = "forward"
+    direction: ClassVar[Direction] = "forward"
     Options = ProcrustesOptions
+    options: ProcrustesOptions
+    psi: LinearMap
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> LinearMap:
         return LinearMap(self.in_dim, self.out_dim, bias=self.options.center)
 
     def fit_closed_form(self, source: torch.Tensor, target: torch.Tensor) -> None:

@@ -13,7 +13,7 @@ epochs of batches of 256 pairs (seconds on a CPU core for a few thousand pairs).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
@@ -22,9 +22,9 @@ from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.alignment import LinearMap, orthogonal_procrustes
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import HEADS, Direction, Head, HeadBatch
 from modelupgrade.heads.losses import paired_distance, squared_error
-from modelupgrade.layers import MLP
+from modelupgrade.layers import MLP, Transform
 
 
 class ResidualMLPOptions(Section):
@@ -32,13 +32,17 @@ class ResidualMLPOptions(Section):
     loss: Literal["cosine", "mse"] = "cosine"
 
 
-class ResidualMap(nn.Module):
+class ResidualMap(Transform):
     """z + MLP(z), z = base(x)."""
+
+    base: LinearMap
+    residual: MLP
 
     def __init__(self, base: LinearMap, residual: MLP) -> None:
         super().__init__()
         self.base, self.residual = base, residual
         last = residual.net[-1]
+        assert isinstance(last, nn.Linear)  # an MLP ends in a linear layer
         with torch.no_grad():
             last.weight.zero_()
             last.bias.zero_()
@@ -53,14 +57,16 @@ class ResidualMap(nn.Module):
 
 @HEADS.register("residual_mlp")
 class ResidualMLPAdapter(Head):
-    direction = "forward"
+    direction: ClassVar[Direction] = "forward"
     Options = ResidualMLPOptions
+    options: ResidualMLPOptions
+    psi: ResidualMap
     training_free = True
     TRAINING_DEFAULTS = HeadTraining.adam(
         hidden_dim=128, depth=2, epochs=20, batch_size=256, lr=1e-3
     )
 
-    def build_transform(self) -> nn.Module:
+    def build_transform(self) -> ResidualMap:
         if self.options.base == "identity" and self.in_dim != self.out_dim:
             raise UserError(
                 f"a residual MLP on the identity maps equal dimensions, not {self.in_dim}-d to "

@@ -8,6 +8,8 @@ stores ρ(φ_new(g)) (output ``new_embedding``) and queries use ρ(φ_new(q)) ag
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pydantic import Field
 
@@ -32,11 +34,13 @@ class RMFullOptions(MCLOptions):
 class RankMergeFullMethod(Head):
     direction = "reverse"
     Options = RMFullOptions
+    options: RMFullOptions
     class_balanced_batches = True
     output_names = ("transform", "new_embedding")
+    aligns = False
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rho = MLP(
             self.in_dim,

@@ -26,6 +26,7 @@ class RQTOptions(Section):
 class ReverseQueryTransform(Head):
     direction = "reverse"
     Options = RQTOptions
+    options: RQTOptions
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

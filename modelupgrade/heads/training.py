@@ -136,11 +136,7 @@ def fit_head(
         # A frozen private copy: the caller's classifier keeps its mode and gradients.
         classifier = copy.deepcopy(classifier).to(device).eval().requires_grad_(False)
 
-    def to_device(
-        array: np.ndarray | None, dtype: torch.dtype = torch.float32
-    ) -> torch.Tensor | None:
-        if array is None:
-            return None
+    def to_device(array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         # a copy: inputs may be read-only
         return torch.tensor(np.asarray(array), dtype=dtype, device=device)
 
@@ -150,7 +146,7 @@ def fit_head(
         replaced = to_device(inputs)
         old, new = (replaced, new) if head.direction == "forward" else (old, replaced)
     labels = to_device(data.labels, torch.int64)
-    side_info = to_device(side_array)
+    side_info = None if side_array is None else to_device(side_array)
 
     head.to(device).train()
     started = time.perf_counter()
@@ -159,6 +155,8 @@ def fit_head(
             head.fit_closed_form(old, new)
         else:
             head.fit_closed_form(new, old)
+        # A closed form with a hyper-parameter chosen on held-out pairs (SLERP's α) chooses it.
+        head.calibrate(HeadBatch(old, new, labels, side_info, classifier))
     if not head.iterative:
         # Fitted in closed form: the training loss of the fit is the whole record.
         head.eval()

@@ -9,7 +9,7 @@ from modelupgrade.layers.margins import (
     NormSoftmax,
     build_classifier,
 )
-from modelupgrade.layers.mlp import MLP
+from modelupgrade.layers.mlp import MLP, Transform
 
 __all__ = [
     "CLASSIFIERS",
@@ -19,5 +19,6 @@ __all__ = [
     "GeM",
     "MarginClassifier",
     "NormSoftmax",
+    "Transform",
     "build_classifier",
 ]

@@ -26,6 +26,7 @@ _COS_EPS = 1e-7
 class MarginClassifier(nn.Module):
     """Base: cosine logits scaled by ``scale``; subclasses add their margin to the target class."""
 
+    registry_name: ClassVar[str]  # set by CLASSIFIERS.register
     # The kind's defaults, for ``scale`` and ``margin`` left out.
     default_scale: ClassVar[float] = 30.0
     default_margin: ClassVar[float] = 0.0

@@ -11,7 +11,19 @@ import torch
 from torch import nn
 
 
-class MLP(nn.Module):
+class Transform(nn.Module):
+    """A map of embeddings to embeddings, (N, in) → (N, out), whose cost per row is known: what a
+    transformation head's ``psi`` is."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def macs_per_row(self) -> int:
+        """Multiply-accumulates to transform one embedding."""
+        raise NotImplementedError
+
+
+class MLP(Transform):
     def __init__(
         self,
         in_dim: int,

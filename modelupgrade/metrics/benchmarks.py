@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from modelupgrade.errors import UserError
 from modelupgrade.metrics.ranking import truncated_average_precision
@@ -85,9 +86,9 @@ def gldv2_inputs_from_padded(
 
 # ------------------------------------------------------------------------------------ revisitop
 def revisitop_ground_truth(
-    easy: Sequence[Sequence[int]],
-    hard: Sequence[Sequence[int]],
-    junk: Sequence[Sequence[int]],
+    easy: Sequence[ArrayLike],
+    hard: Sequence[ArrayLike],
+    junk: Sequence[ArrayLike],
     protocol: RevisitopProtocol,
 ) -> list[dict[str, np.ndarray]]:
     """Per-query {'ok', 'junk'} for the Easy, Medium or Hard protocol of ROxford/RParis.
@@ -102,8 +103,8 @@ def revisitop_ground_truth(
             f"easy/hard/junk lists differ in length: {len(easy)}, {len(hard)}, {len(junk)}"
         )
     gnd = []
-    for e, h, j in zip(easy, hard, junk, strict=True):
-        e, h, j = (np.asarray(x, dtype=np.int64).ravel() for x in (e, h, j))
+    for lists in zip(easy, hard, junk, strict=True):
+        e, h, j = (np.asarray(x, dtype=np.int64).ravel() for x in lists)
         ok, bad = {
             "easy": (e, np.concatenate([j, h])),
             "medium": (np.concatenate([e, h]), j),
@@ -127,7 +128,7 @@ def revisitop_average_precision(positions: np.ndarray, num_positives: int) -> fl
 
 def revisitop_map(
     ranks: np.ndarray,
-    gnd: Sequence[Mapping[str, Sequence[int]]],
+    gnd: Sequence[Mapping[str, ArrayLike]],
     kappas: Sequence[int] = (1, 5, 10),
 ) -> tuple[float, np.ndarray]:
     """(mAP, mP@kappas) exactly as revisitop ``compute_map``.
@@ -227,7 +228,7 @@ def tar_at_far(scores: np.ndarray, labels: np.ndarray, fars: Sequence[float]) ->
     return _tar_nearest_far(fpr, tpr, fars)
 
 
-def _tar_nearest_far(fpr: np.ndarray, tpr: np.ndarray, fars: Sequence[float]) -> np.ndarray:
+def _tar_nearest_far(fpr: np.ndarray, tpr: np.ndarray, fars: ArrayLike) -> np.ndarray:
     fpr, tpr = fpr[::-1], tpr[::-1]
     result = []
     for far in np.asarray(fars, dtype=np.float64).ravel():

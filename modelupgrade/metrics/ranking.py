@@ -123,6 +123,7 @@ def rank_block(
 
     average_precision = torch.full((b,), float("nan"), dtype=torch.float64, device=scores.device)
     if full_ap and n:
+        assert hits_so_far is not None
         tie_with_next = sorted_scores[:, 1:] == sorted_scores[:, :-1]
         if bool(tie_with_next.any()):
             # Precision of a positive is read at the end of its group of tied
@@ -142,6 +143,7 @@ def rank_block(
 
     ap_at_k = torch.full((b,), float("nan"), dtype=torch.float64, device=scores.device)
     if ap_k:
+        assert hits_so_far is not None
         k = min(ap_k, n)
         head_hits = relevant[:, :k]
         precision_k = hits_so_far[:, :k].to(torch.float64) / positions[:k]
@@ -171,7 +173,8 @@ def _validate(
 ) -> None:
     if scores.ndim != 2:
         raise UserError(f"scores must be 2-D (queries, gallery), got shape {tuple(scores.shape)}")
-    label_vectors(query_labels, gallery_labels, *scores.shape, leave_one_out)
+    queries, gallery = scores.shape
+    label_vectors(query_labels, gallery_labels, queries, gallery, leave_one_out)
     finite = (
         torch.isfinite(_as_tensor(scores)).all()
         if isinstance(scores, torch.Tensor)

@@ -141,6 +141,8 @@ class AdoptedNetwork(nn.Module):
     preprocessing → its output, L2-normalised. It has no classifier."""
 
     runs_on_images = True
+    mean: torch.Tensor  # buffers: the preprocessing's per-channel normalisation
+    std: torch.Tensor
 
     def __init__(self, network: nn.Module, preprocessing: PreprocessingCard, dim: int) -> None:
         super().__init__()
@@ -174,6 +176,7 @@ class PrecomputedEmbeddings(nn.Module):
     """An old model that can no longer run: the L2-normalised vectors it gave known items."""
 
     runs_on_images = False
+    vectors: torch.Tensor  # a buffer: (items, dim)
 
     def __init__(self, vectors: torch.Tensor, item_ids: Sequence[str], source: str) -> None:
         super().__init__()
@@ -227,7 +230,7 @@ class Adoption:
     embedding_dim: int
     card: dict[str, Any]
     # File name in the model directory → writes that file at the given path.
-    files: dict[str, Callable[[Path], None]] = field(default_factory=dict)
+    files: dict[str, Callable[[Path], object]] = field(default_factory=dict)
 
 
 MODEL_SOURCES: Registry[ModelSource] = Registry("model source")

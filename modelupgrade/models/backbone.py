@@ -45,7 +45,9 @@ def create_backbone(
         ) from None
     if cifar_stem:
         apply_cifar_stem(backbone, name, in_chans)
-    return backbone, int(backbone.num_features)
+    features = backbone.num_features  # timm's models say their feature width
+    assert isinstance(features, int)
+    return backbone, features
 
 
 def apply_cifar_stem(backbone: nn.Module, name: str, in_chans: int) -> None:

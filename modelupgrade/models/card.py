@@ -113,6 +113,8 @@ class ModelCard(Card):
     data: dict[str, Any] = Field(default_factory=dict)
     training: dict[str, Any] = Field(default_factory=dict)
     history: list[dict[str, float]] = Field(default_factory=list)
+    # The trained model's fit to its own training images (``modelupgrade.training.convergence``).
+    fit: dict[str, float] | None = None
     train_seconds: float | None = None
     train_images_per_second: float | None = None
     resumed_from_epoch: int | None = None

@@ -65,7 +65,7 @@ class EmbeddingModel(nn.Module):
         """uint8 or [0, 1] float images → normalised float at this model's channels and size."""
         x = resized_unit_images(images, self.in_chans, self.input_size)
         x = (x - PIXEL_MEAN) / PIXEL_STD
-        return x.contiguous(memory_format=torch.channels_last) if images.is_cuda else x
+        return x.contiguous(memory_format=torch.channels_last)
 
     def unnormalised(self, images: torch.Tensor) -> torch.Tensor:
         return self.embedding(self.pool(self.backbone(self.prepare_inputs(images))))

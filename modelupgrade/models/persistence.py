@@ -105,6 +105,8 @@ def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> Emb
         from modelupgrade.models.adopted import load_adopted
 
         adopted = load_adopted(model_dir, card)
+        # An adopted module has EmbeddingModel's interface (embedding_dim, classifier, card,
+        # forward) without being one: the types see a plain module.
         adopted.card = card  # type: ignore[assignment]
         return adopted.to(device).eval()  # type: ignore[return-value]
     model = build_from_card(card)

@@ -77,6 +77,11 @@ def _entropy(inputs: OrderingInputs) -> np.ndarray:
     return -(p * np.log(np.clip(p, 1e-300, None))).sum(axis=1)
 
 
+def _width(vectors: np.ndarray | None) -> tuple[int, ...]:
+    """The shape of one vector of ``vectors`` (none when there are none)."""
+    return () if vectors is None else np.shape(vectors)[1:]
+
+
 def _alignment_error(inputs: OrderingInputs) -> np.ndarray:
     new = inputs.rows("new_vectors").astype(np.float64)
     old = inputs.rows("old_state_vectors").astype(np.float64)
@@ -139,7 +144,7 @@ SCORE_KINDS: dict[str, ScoreKind] = {
             deployable=False,
             applies=lambda inputs: (
                 inputs.old_state_in_new_space
-                and np.shape(inputs.new_vectors)[1:] == np.shape(inputs.old_state_vectors)[1:]
+                and _width(inputs.new_vectors) == _width(inputs.old_state_vectors)
             ),
         ),
     )

@@ -81,16 +81,14 @@ def read_chain(registry: ModelRegistry, strategy: str, layout: StudyLayout) -> C
     if generations != list(range(len(generations))):
         raise UserError(f"{registry.name!r} has generations {generations}, with gaps in the chain")
     champion = registry.champion()
+    champion_entry = None
+    if champion is not None:
+        generation = chain_generation(champion.model_key, strategy)
+        assert generation is not None  # every registered key is in the chain (checked above)
+        champion_entry = ChainChampion(champion.version, champion.model_key, generation)
     return ChainState(
         registered_model=registry.name,
         tracking_uri=registry.tracker.config.tracking_uri,
         generations=generations,
-        champion=None
-        if champion is None
-        else ChainChampion(
-            champion.version,
-            champion.model_key,
-            # Every registered key is in the chain (checked above).
-            chain_generation(champion.model_key, strategy),  # type: ignore[arg-type]
-        ),
+        champion=champion_entry,
     )

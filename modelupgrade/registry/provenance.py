@@ -28,15 +28,22 @@ def current_user() -> str:
         return "unknown"
 
 
+# Files a pipeline run itself rewrites: DVC records each stage's hashes in dvc.lock as the stages
+# finish, so a run's later stages would otherwise see their own commit as modified.
+WRITTEN_BY_THE_RUN = ("dvc.lock",)
+
+
 def git_commit(root: str | os.PathLike[str] | None = None) -> str:
-    """The checked-out commit, with ``-dirty`` when tracked files differ from it."""
+    """The checked-out commit, with ``-dirty`` when tracked files differ from it (other than
+    those the run itself rewrites, ``WRITTEN_BY_THE_RUN``)."""
     cwd = str(root) if root is not None else None
+    excluded = [f":(top,exclude,glob)**/{name}" for name in WRITTEN_BY_THE_RUN]
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded],
             cwd=cwd,
             capture_output=True,
             text=True,

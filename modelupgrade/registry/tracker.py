@@ -102,7 +102,8 @@ class StageRun(StageLog):
         with self.tracker.config.writer_lock():
             for start in range(0, len(entries), per_batch):
                 batch = entries[start : start + per_batch]
-                self.tracker.client.log_batch(self.run_id, **{kind: batch})
+                # kind is metrics, params or tags: the keyword mypy cannot see through **.
+                self.tracker.client.log_batch(self.run_id, **{kind: batch})  # type: ignore[arg-type]
 
 
 class Tracker:
@@ -157,7 +158,7 @@ class Tracker:
         self,
         execution: str | None = None,
         started_ms: int | None = None,
-        tags: Mapping[str, str] | None = None,
+        tags: Mapping[str, str | None] | None = None,
     ) -> str:
         """The parent run of this pipeline execution, created by the first stage that asks.
 
@@ -237,7 +238,7 @@ class Tracker:
         tags: Mapping[str, Any] | None,
         execution: str | None = None,
         started_ms: int | None = None,
-        parent_tags: Mapping[str, str] | None = None,
+        parent_tags: Mapping[str, str | None] | None = None,
     ) -> tuple[StageRun, str]:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
@@ -259,7 +260,7 @@ class Tracker:
             self.client.set_terminated(parent, status=status, end_time=ended_ms)
 
     def _create_parent(
-        self, run_name: str, tags: Mapping[str, str] | None, started_ms: int | None = None
+        self, run_name: str, tags: Mapping[str, str | None] | None, started_ms: int | None = None
     ) -> str:
         from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
@@ -320,7 +321,8 @@ def fluent_tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(before)
+        # None unsets it: mlflow's code takes it, though its annotation leaves it out.
+        mlflow.set_tracking_uri(before)  # type: ignore[arg-type]
 
 
 def _name(key: str) -> str:

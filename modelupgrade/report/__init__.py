@@ -2,8 +2,9 @@
 
 ``document`` holds the blocks and the one markdown/HTML renderer every report is written with;
 ``results`` reads back what the study measured, ``claims`` checks the papers' claims on it, and
-``build`` writes the study report. ``upgrade`` writes what an automated upgrade tells people
-(one cycle, a chain's lineage, a gallery backfill), which the Prefect flows publish.
+``build`` writes the study report (with ``lead``, ``fits``, ``claim_curves`` and ``numbers``).
+``upgrade`` writes what an automated upgrade tells people (one cycle, a chain's lineage, a gallery
+backfill), which the Prefect flows publish.
 """
 
 from modelupgrade.report.build import run_metadata, write_report

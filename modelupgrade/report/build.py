@@ -1,8 +1,11 @@
 """The study report: what ``dvc repro`` measured, as markdown and HTML a person reads.
 
-Per scenario the papers' table, the cross-model heatmap and the backfill curves; the sequential
-compatibility matrices; the verdicts on the papers' claims; run metadata. Written with
-``atomic_path``: a report directory is either the old one or the complete new one.
+What to use per scenario over the seeds (``lead``); the verdicts on the papers' claims, how they are
+reached and the curves they compare (``claim_curves``); whether every model and head trained
+(``fits``); the levels over the seeds and the settings against the papers; per scenario the papers'
+table, the adapters, the cross-model heatmap and the backfill curves; the sequential compatibility
+matrices; run metadata. Numbers as ``numbers`` writes them. Written with ``atomic_path``: a report
+directory is either the old one or the complete new one.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from modelupgrade.evaluation.summary import (
 )
 from modelupgrade.io import atomic_path
 from modelupgrade.registry.provenance import dvc_data_hash, git_commit
-from modelupgrade.report.claims import Claim, Spread, check_claims
+from modelupgrade.report.claim_curves import write_claim_curves
+from modelupgrade.report.claims import COMPARABLE_PAIR, DIP_Z, Claim, check_claims
 from modelupgrade.report.document import (
-    MISSING,
     Block,
     Details,
     Heading,
@@ -39,11 +42,24 @@ from modelupgrade.report.document import (
     render_html,
     render_markdown,
 )
+from modelupgrade.report.fits import fit_blocks
+from modelupgrade.report.lead import lead_blocks, scenario_runs
+from modelupgrade.report.numbers import (
+    M_DIGITS,
+    PERCENT_DIGITS,
+    PRECISION_RULE,
+    fixed,
+    p_value,
+    spread,
+)
 from modelupgrade.report.results import CURVE_METRIC, ScenarioResults, StudyResults
+from modelupgrade.report.statistics import ALPHA, MIN_SEEDS, PairedTest
+
+M, PCT = M_DIGITS, PERCENT_DIGITS
 
 
 def _fmt(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.4f}"
+    return fixed(value, M_DIGITS)
 
 
 def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]:
@@ -83,7 +99,7 @@ def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]
         "Δ↓ %",
         "flip rate (new, old)",
     ]
-    blocks.append(Table(columns, rows))
+    blocks.append(Table(columns, rows, digits=(0, M, M, M, 0, PCT, PCT, M)))
     blocks += adapter_blocks(sc)
     if sc.heatmap is not None:
         blocks.append(Image(images[sc.heatmap], f"{sc.name}: every (query set, gallery set) pair"))
@@ -185,6 +201,7 @@ def adapter_blocks(sc: ScenarioResults) -> list[Block]:
                 "flip rate",
             ],
             rows,
+            digits=(0, 0, 0, 0, M, PCT, PCT, PCT, M),
         ),
     ]
 
@@ -195,7 +212,7 @@ def _reference_text(backfill: BackfillSummary) -> str:
     value = backfill.reference_new_new[CURVE_METRIC]
     return (
         f"M(new, new) of the independently trained new model ({backfill.reference_system}, "
-        f"{CURVE_METRIC} {value:.4f})"
+        f"{CURVE_METRIC} {value:.3f})"
     )
 
 
@@ -243,6 +260,7 @@ def backfill_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]
                 "monotone",
             ],
             curve_rows,
+            digits=M,
         ),
     ]
     if sc.curves_plot is not None:
@@ -271,9 +289,9 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
             for i, q in enumerate(generations)
         ]
         blocks.append(Heading(f"{strategy} ({metric})", 3))
-        blocks.append(Table(["query \\ gallery", *generations], rows))
+        blocks.append(Table(["query \\ gallery", *generations], rows, digits=M))
         scalars = dict(sorted(compat.numbers().items()))
-        blocks.append(Table(list(scalars), [list(scalars.values())]))
+        blocks.append(Table(list(scalars), [list(scalars.values())], digits=M))
         if strategy in study.sequential_plots:
             plot = images[study.sequential_plots[strategy]]
             blocks.append(Image(plot, f"sequential {strategy}: compatibility matrix"))
@@ -301,52 +319,38 @@ def sequential_blocks(study: StudyResults, images: dict[Path, str]) -> list[Bloc
             Table(
                 ["chain", "generation", "gallery held", "M on it", "refreshed to", "M on it"],
                 refresh_rows,
+                digits=M,
             ),
         ]
     return blocks
 
 
-# What a search of the old gallery costs before any backfill, by how it searches it.
-_NO_BACKFILL_COST = {
-    BACKWARD: "nothing: new queries on the stored vectors",
-    "forward-head": "ψ over every stored vector, once (no image)",
-    "forward-adapter": "the adapter over every stored vector, once (no image)",
-    REVERSE_HEAD: "ψ_rev on every query",
-    REVERSE_ADAPTER: "the adapter on every query",
-}
-
-
 def seed_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
     """Per scenario, the old and the independently trained new model's levels over the training
-    seeds: whether the upgrade is an upgrade by more than a seed would change."""
+    seeds: whether the upgrade is an upgrade by more than a seed would change (a paired t-test of
+    the gain, as the claims test theirs)."""
     if len(seeds) < 2 or not seeds[0].scenarios:
         return []
     rows, unclear = [], []
     for sc in seeds[0].scenarios:
-        runs = [
-            other.evaluation
-            for study in seeds
-            for other in study.scenarios
-            if other.name == sc.name
-        ]
         pairs = [
-            (ev.old_self, ev.oracle_self)
-            for ev in runs
-            if ev.old_self is not None and ev.oracle_self is not None
+            (run.evaluation.old_self, run.evaluation.oracle_self)
+            for run in scenario_runs(seeds, sc.name)
+            if run.evaluation.oracle_self is not None
         ]
-        old = Spread.of([o for o, _ in pairs])
-        new = Spread.of([n for _, n in pairs])
-        gain = Spread.of([n - o for o, n in pairs])
-        clear = gain.count >= 2 and gain.mean > gain.sd
+        gains = [new - old for old, new in pairs]
+        test = PairedTest.of(gains)
+        clear = test.n >= MIN_SEEDS and test.p < ALPHA and test.mean > 0
         if not clear:
             unclear.append(sc.name)
         rows.append(
             [
                 sc.name,
-                old.text(4),
-                new.text(4),
-                gain.text(4),
-                gain.count,
+                spread([old for old, _ in pairs]),
+                spread([new for _, new in pairs]),
+                spread(gains, sign=True),
+                test.n,
+                p_value(test.p),
                 "yes" if clear else "no",
             ]
         )
@@ -356,7 +360,8 @@ def seed_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
             f"{seeds[0].scenarios[0].metric} of the old model and of the "
             "independently trained new model, mean ± standard deviation over the training seeds "
             "of each scenario (the study's own and the replicates', params.yaml replicates). An "
-            "upgrade is clear where the new model's gain exceeds its standard deviation."
+            f"upgrade is clear where a paired t-test of the new model's gain over the seeds gives "
+            f"p < {ALPHA} (at least {MIN_SEEDS} seeds) and the gain is positive."
             + (
                 f" Not clear here: {', '.join(unclear)}; a claim checked there compares a new "
                 "model that is not better than the old one, which the papers' settings assume."
@@ -371,7 +376,8 @@ def seed_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
                 "independent M(new, new)",
                 "gain",
                 "seeds",
-                "gain beyond the spread",
+                "paired t, p",
+                "clear upgrade",
             ],
             rows,
         ),
@@ -396,74 +402,40 @@ def settings_blocks(study: StudyResults) -> list[Block]:
     ]
 
 
-def lead_blocks(study: StudyResults) -> list[Block]:
-    """What a team deciding an upgrade reads first: per scenario, the best way to serve the new
-    model before any backfill, the best way to backfill, and the levels they sit between."""
-    rows = []
-    for sc in study.scenarios:
-        searches = [
-            row
-            for strategy in sc.evaluation.strategies
-            for row in sc.rows(strategy)
-            if row.comparison != SELF and math.isfinite(row.value)
-        ]
-        best = max(searches, key=lambda row: row.value, default=None)
-        primary = sc.primary_auc
-        curves = [
-            c
-            for c in sc.backfill_curves()
-            if c.deployable and math.isfinite(c.auc(primary).get(CURVE_METRIC, math.nan))
-        ]
-        curve = max(curves, key=lambda c: c.auc(primary)[CURVE_METRIC], default=None)
-        rows.append(
-            [
-                sc.name,
-                sc.evaluation.old_self,
-                sc.evaluation.oracle_self,
-                MISSING if best is None else f"{best.query_set} → {best.gallery_set}",
-                None if best is None else best.value,
-                MISSING if best is None else f"{best.delta_up_pct:+.1f}",
-                MISSING
-                if best is None
-                else _NO_BACKFILL_COST.get(best.comparison, MISSING)
-                if best.value > sc.evaluation.old_self
-                else "none beats the old system: keep it serving until a backfill",
-                MISSING if curve is None else f"{curve.strategy} · {curve.policy} · {curve.mode}",
-                None if curve is None else curve.auc(primary)[CURVE_METRIC],
-            ]
-        )
-    if not rows:
-        return []
-    return [
-        Heading("What to use, per scenario", 2),
-        Paragraph(
-            "Read this first. For each scenario: the old system's level M(old, old) and the "
-            "independently trained new model's M(new, new); the best way to serve the new model "
-            "before any backfill (the search of the old gallery with the highest M, over every "
-            "strategy, head and training-free adapter, with its Δ↑ over M(old, old) and what it "
-            "costs); and the best deployable backfill (system · ordering · serving mode) by the "
-            f"area under its {CURVE_METRIC} curve, all from the study's own training seed (the "
-            "claims and the seed table below weigh differences against the other seeds). The "
-            "tables and curves below give every option."
-        ),
-        Table(
-            [
-                "scenario",
-                "M(old, old)",
-                "independent M(new, new)",
-                "best without backfill",
-                "M",
-                "Δ↑ %",
-                "it costs",
-                "best backfill",
-                "AUC",
-            ],
-            rows,
-        ),
-    ]
+def verdict_rule(seeds: int) -> list[Block]:
+    """How a claim's verdict is reached: the statistics of ``modelupgrade.report.statistics``, the
+    premises and the convergence gate of ``modelupgrade.report.claims``."""
+    text = (
+        "A check compares two numbers of the same training seed "
+        "(M(BCT, old) against M(old, old), one backfill curve's area against another's), so its "
+        f"margin, the difference in the direction the paper claims, is paired across the {seeds} "
+        "seeds of this study (its own and the replicates'). A paired t-test (two-sided, n − 1 "
+        f"degrees of freedom, at least {MIN_SEEDS} seeds) tests the mean margin against zero; "
+        "Holm's step-down correction adjusts the p-values across a claim's checks, so that the "
+        f"chance of any false verdict among them stays below α = {ALPHA}. A check holds where its "
+        "adjusted p < α and the mean margin lies in the paper's direction; it fails only where "
+        "adjusted p < α and the mean lies against it, so that its interval excludes the paper's "
+        "direction; otherwise it is inconclusive. A claim fails where one of its checks fails, "
+        "holds where every one holds, and is inconclusive otherwise. Beside the seeds' spread "
+        "each check shows its query-bootstrap standard error: how far another draw of the same "
+        "number of test queries would move the margin at one seed (the queries drawn again with "
+        "replacement); a spread over seeds well above it says the training seed, not the query "
+        "sample, moves the result. A dip of a backfill curve counts only beyond "
+        f"{DIP_Z} of its query standard errors. Premises: a check whose paper assumes what a seed "
+        "does not give (a backward-compatible new model for BiCT's and DMU's ψ; an old model "
+        f"within {100 * COMPARABLE_PAIR:.0f} % of the new one's M for Drift-Adapter) leaves that "
+        "seed out. The convergence gate: a seed whose model or head a check rests on failed the "
+        "gate (see 'Did every model and head train?') is left out too, and a check with no seed "
+        "left is 'not tested (anchor model did not converge)', never 'fails'."
+    )
+    return [Heading("How the verdicts are reached", 3), Paragraph(text)]
 
 
-def claim_blocks(claims: Sequence[Claim], seeds: int = 1) -> list[Block]:
+def claim_blocks(
+    claims: Sequence[Claim], seeds: int = 1, curves: dict[str, str] | None = None
+) -> list[Block]:
+    """The claims table with how its verdicts are reached, each claim's evidence, and the curves
+    the backfilling claims compare (``curves``: scenario → the figure's path in the report)."""
     rows = [
         [f"{i}. {c.statement}", c.source, c.paper, c.ours, c.verdict]
         for i, c in enumerate(claims, 1)
@@ -473,22 +445,18 @@ def claim_blocks(claims: Sequence[Claim], seeds: int = 1) -> list[Block]:
         Paragraph(
             "Each claim is stated as narrowly as its paper states it, and checked only on the "
             "scenarios of its scope (the details below name them, with the metric and the "
-            "protocol); it holds only where it holds on all of them, and a NaN number leaves a "
-            "check not measured. The paper column gives the paper's own numbers (– where it "
-            "shows figures only; the papers' models and data are far larger than this study's), "
-            "ours the numbers compared here. "
+            "protocol); a NaN number leaves a check not measured. The paper column gives the "
+            "paper's own numbers (– where it shows figures only; the papers' models and data are "
+            "far larger than this study's), ours the numbers compared here"
             + (
-                f"Each check ran on up to {seeds} training seeds (ours: mean ± standard "
-                "deviation); it holds or fails only where the mean difference is farther from "
-                "zero than its standard deviation, and is inconclusive otherwise or where fewer "
-                "than two seeds measured it. A claim fails where a check fails, holds where every "
-                "check holds, and is inconclusive otherwise. "
+                " (mean ± sd over the seeds that tested them). "
                 if seeds > 1
-                else "One training seed: each verdict rests on one draw. "
+                else ". One training seed: no check can be tested, every verdict is open. "
             )
             + "A small CPU study can contradict a paper: the verdicts say what this run "
             "measured, nothing more."
         ),
+        *verdict_rule(seeds),
         Table(["claim", "source", "paper", "ours", "verdict"], rows),
     ]
     for i, c in enumerate(claims, 1):
@@ -499,9 +467,20 @@ def claim_blocks(claims: Sequence[Claim], seeds: int = 1) -> list[Block]:
             f"Not checked elsewhere: {scope.elsewhere}.",
             f"Paper: {c.paper or 'no number (figures only)'}.",
             *(c.checked or [c.unchecked]),
-            *(f"Outside the scope, not counted: {line}" for line in c.outside),
+            *(f"Outside the scope, not counted: {check.line}" for check in c.outside),
         ]
         blocks.append(Details(f"{i}. {c.statement} Verdict: {c.verdict}.", items))
+    for scenario, path in (curves or {}).items():
+        blocks += [
+            Heading(f"The claims' curves ({scenario})", 3),
+            Paragraph(
+                "The backfill curves the claims above compare, each the mean over the seeds that "
+                "simulated it with a band of ± one standard deviation (the legend gives the "
+                "seeds), beside M(old, old): the random order is itself the mean of "
+                "backfill.random_permutations orders at each seed."
+            ),
+            Image(path, f"{scenario}: the curves the claims compare, over the seeds"),
+        ]
     return blocks
 
 
@@ -517,7 +496,7 @@ def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -
                 f"Wall time per stage (seconds, {sum(stage_seconds.values()):.0f} s in all), from "
                 "the stage runs in the MLflow store; a stage that DVC skipped shows its last run."
             ),
-            Table(["stage", "seconds"], rows),
+            Table(["stage", "seconds"], rows, digits=1),
         ]
     else:
         blocks.append(Paragraph("No stage wall times were found in the MLflow store."))
@@ -533,6 +512,7 @@ def run_metadata(params: Params, study: StudyResults) -> dict[str, str]:
         "params hash": params_hash(params),
         "DVC data hash": dvc_data_hash(),
         "seed": f"{params.seed} (generation g trains with seed {params.seed} + g)",
+        "replicate seeds": ", ".join(map(str, params.replicates.seeds)) or "none",
         "device": ", ".join(devices) or params.device,
         "dataset": f"{params.dataset.name} ({params.dataset.loader} loader, {params.dataset.root})",
     }
@@ -558,28 +538,35 @@ def write_report(
         else f"plots/{p.parent.name}_{p.name}"
         for p in plots
     }
+    seeds = [study, *replicates]
     claims = check_claims(study, replicates)
-    blocks: list[Block] = [
-        Paragraph(
-            "The upgrade study of params.yaml: per scenario the papers' table (M(old, old), the "
-            "independent M(new, new), and per strategy M(new, new), M(new, old), M through its "
-            "heads, Δ↑ and Δ↓ as the DMU paper defines them), the online-backfilling curves, the "
-            "sequential-upgrade matrices, and whether the papers' claims hold on this data."
-        ),
-        *lead_blocks(study),
-        *claim_blocks(claims, 1 + len(replicates)),
-        *seed_blocks([study, *replicates]),
-        *settings_blocks(study),
-    ]
-    for sc in study.scenarios:
-        blocks += scenario_blocks(sc, images)
-    blocks += sequential_blocks(study, images)
-    blocks += metadata_blocks(metadata, stage_seconds)
     verdicts = [c.as_dict() for c in claims]
     with atomic_path(out_dir) as tmp:
         (tmp / "plots").mkdir(parents=True)
         for source, name in images.items():
             shutil.copyfile(source, tmp / name)
+        curves = {
+            scenario: f"plots/{path.name}"
+            for scenario, path in write_claim_curves(claims, seeds, tmp / "plots").items()
+        }
+        blocks: list[Block] = [
+            Paragraph(
+                "The upgrade study of params.yaml: per scenario the papers' table (M(old, old), "
+                "the independent M(new, new), and per strategy M(new, new), M(new, old), M "
+                "through its heads, Δ↑ and Δ↓ as the DMU paper defines them), the "
+                "online-backfilling curves, the sequential-upgrade matrices, whether every model "
+                "trained, and whether the papers' claims hold on this data. " + PRECISION_RULE
+            ),
+            *lead_blocks(seeds),
+            *claim_blocks(claims, len(seeds), curves),
+            *fit_blocks(seeds),
+            *seed_blocks(seeds),
+            *settings_blocks(study),
+        ]
+        for sc in study.scenarios:
+            blocks += scenario_blocks(sc, images)
+        blocks += sequential_blocks(study, images)
+        blocks += metadata_blocks(metadata, stage_seconds)
         (tmp / "report.md").write_text(render_markdown(title, blocks), encoding="utf-8")
         (tmp / "report.html").write_text(render_html(title, blocks), encoding="utf-8")
         (tmp / "claims.json").write_text(json.dumps(verdicts, indent=2) + "\n", encoding="utf-8")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +32,19 @@ class Paragraph:
 
 @dataclass(frozen=True)
 class Table:
-    """A header row and rows of values; ``format_cell`` writes each value."""
+    """A header row and rows of values; ``format_cell`` writes each value, a float with ``digits``
+    decimals: one number for every column, or one per column."""
 
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
+    digits: int | Sequence[int] = 4
+
+    def cells(self, row: Sequence[Any]) -> list[str]:
+        """One row's values as text."""
+        digits = self.digits
+        if isinstance(digits, int):
+            return [format_cell(value, digits) for value in row]
+        return [format_cell(value, d) for value, d in zip(row, digits, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -68,14 +78,14 @@ class Details:
 Block = Heading | Paragraph | Table | Image | CodeBlock | BulletList | Details
 
 
-def format_cell(value: Any) -> str:
-    """A table value as text: four decimals, ``–`` for None or NaN, yes/no for booleans."""
+def format_cell(value: Any, digits: int = 4) -> str:
+    """A table value as text: ``digits`` decimals, ``–`` for None or NaN, yes/no for booleans."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4f}"
+        return f"{value:.{digits}f}"
     return str(value)
 
 
@@ -100,7 +110,7 @@ def render_markdown(title: str, blocks: Iterable[Block]) -> str:
             case Table(columns, rows):
                 lines.append(_markdown_row(columns))
                 lines.append("|" + "---|" * len(columns))
-                lines += [_markdown_row(format_cell(v) for v in row) for row in rows]
+                lines += [_markdown_row(block.cells(row)) for row in rows]
             case Image(path, caption):
                 lines.append(f"![{caption}]({path})")
             case CodeBlock(text, language):
@@ -114,12 +124,27 @@ def render_markdown(title: str, blocks: Iterable[Block]) -> str:
 
 
 _STYLE = (
-    "<style>body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em}"
+    "<style>body{font-family:sans-serif;max-width:80em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;"
-    "text-align:right}th{background:#eee}td:first-child,th:first-child{text-align:left}"
-    "img{max-width:100%}figcaption{color:#555}summary{cursor:pointer;margin:.4em 0}"
+    "text-align:right}th{background:#eee}td:first-child,th:first-child,td.text{text-align:left}"
+    # Figures are drawn as wide as the text column (1,100 px): shown unscaled, without the
+    # browser's default figure indent.
+    "figure{margin:1em 0}img{max-width:100%}figcaption{color:#555}"
+    "summary{cursor:pointer;margin:.4em 0}"
     "</style></head><body>"
 )
+
+
+# A cell that starts with a number (a sign, a p-value's "<" or a missing value's dash allowed):
+# right-aligned, as numbers are; any other text reads from the left.
+_NUMBER = re.compile(r"[+\-−<≤≥ ]*\d|–$")
+
+
+def _html_cell(text: str) -> str:
+    """A table cell: text left-aligned, numbers right-aligned; a mean ± its spread kept on one
+    line."""
+    shown = html.escape(text).replace(" ± ", "&nbsp;±&nbsp;")
+    return f"<td>{shown}</td>" if _NUMBER.match(text) else f'<td class="text">{shown}</td>'
 
 
 def render_html(title: str, blocks: Iterable[Block]) -> str:
@@ -140,7 +165,7 @@ def render_html(title: str, blocks: Iterable[Block]) -> str:
             case Table(columns, rows):
                 head = "".join(f"<th>{esc(c)}</th>" for c in columns)
                 body = "".join(
-                    "<tr>" + "".join(f"<td>{esc(format_cell(v))}</td>" for v in row) + "</tr>"
+                    "<tr>" + "".join(_html_cell(cell) for cell in block.cells(row)) + "</tr>"
                     for row in rows
                 )
                 parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

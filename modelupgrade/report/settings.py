@@ -66,7 +66,7 @@ def _architecture(arch: ArchitectureParams) -> str:
 def _backbones(params: Params) -> str | None:
     used = [
         params.architectures[name]
-        for scenario in params.scenarios.values()
+        for scenario in params.studied.values()
         for name in (scenario.old_architecture, scenario.new_architecture)
     ]
     if all(arch.backbone in PAPER_BACKBONES for arch in used):
@@ -74,19 +74,32 @@ def _backbones(params: Params) -> str | None:
     return "; ".join(dict.fromkeys(_architecture(arch) for arch in used))
 
 
-def _epochs(params: Params) -> str | None:
-    epochs = params.training.epochs
-    return None if epochs >= PAPER_EPOCHS else f"{epochs} epochs"
+def _training_length(params: Params) -> str | None:
+    training = params.training
+    if training.steps is None:
+        return None if training.epochs >= PAPER_EPOCHS else f"{training.epochs} epochs"
+    seen = training.steps * training.batch_size
+    return (
+        f"{training.steps} SGD steps of {training.batch_size} images for every model, old and "
+        f"new alike ({seen:,} images seen: many epochs of a small old training set, fewer of "
+        "the new one's)"
+    )
 
 
 def _unibct_warmup(params: Params) -> str | None:
+    trained = {name for scenario in params.studied.values() for name in scenario.strategies}
     warmups = [
         (name, s.options.get("warmup_epochs"))
         for name, s in params.strategies.items()
-        if s.kind == "unibct"
+        if s.kind == "unibct" and name in trained
     ]
+    length = (
+        f"{params.training.epochs} epochs"
+        if params.training.steps is None
+        else f"{params.training.steps} steps"
+    )
     differing = [
-        f"{name}: {warmup} of {params.training.epochs} epochs"
+        f"{name}: {warmup} epochs of {length}"
         for name, warmup in warmups
         if warmup is not None and warmup != UNIBCT_WARMUP_EPOCHS
     ]
@@ -121,7 +134,7 @@ def _heads(params: Params) -> str | None:
 
 def _identical_data(params: Params) -> str | None:
     upgrades = []
-    for scenario in params.scenarios.values():
+    for scenario in params.studied.values():
         if scenario.kind != IDENTICAL_DATA:
             continue
         old = params.architectures[scenario.old_architecture]
@@ -162,8 +175,9 @@ PAPER_SETTINGS: tuple[PaperSetting, ...] = (
     PaperSetting(
         "training length",
         "30 epochs (BiCT App. A, DMU); 35 (UniBCT)",
-        "the CPU budget; the replicates' seeds take a share of it",
-        _epochs,
+        "the same number of steps for the old and the new model, enough for each to converge "
+        "(the report's model table), within the CPU budget; the replicates' seeds take a share",
+        _training_length,
     ),
     PaperSetting(
         "UniBCT warm-up",

@@ -13,7 +13,7 @@ a person reads (``reported_distance``) is 1 − cos or the Euclidean distance.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ def check_distance(distance: str) -> Distance:
         raise UserError(
             f"unknown distance {distance!r}", hint=f"use one of: {', '.join(DISTANCES)}"
         )
-    return distance  # type: ignore[return-value]
+    return cast(Distance, distance)
 
 
 class DistanceBlock:

@@ -298,13 +298,6 @@ class GallerySearcher:
         return out_scores, out_ids
 
 
-def search_topk(
-    queries: np.ndarray, gallery: np.ndarray, k: int, options: SearchOptions | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Cosine top-k of ``queries`` in ``gallery`` (one-off index)."""
-    return GallerySearcher(gallery, options).search(queries, k)
-
-
 def exclude_self(
     ids: np.ndarray, scores: np.ndarray, query_ids: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -138,7 +138,9 @@ class DataParallel:
         # deprecation notice points to.
         from torch.distributed import _functional_collectives as collectives
 
-        gathered = collectives.all_gather_single(tensor.contiguous(), 0, dist.group.WORLD)
+        world = dist.group.WORLD
+        assert world is not None  # enabled: the process group is initialised
+        gathered = collectives.all_gather_single(tensor.contiguous(), 0, world)
         return (
             gathered.wait() if isinstance(gathered, collectives.AsyncCollectiveTensor) else gathered
         )

@@ -13,9 +13,10 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.faults import damaged
@@ -219,7 +220,7 @@ class Database:
                     raise damaged(self.path, failure) from None  # type: ignore[arg-type]
                 raise
 
-    def query(self, sql: str, arguments: tuple[object, ...] | list[object] = ()) -> list[tuple]:
+    def query(self, sql: str, arguments: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """A single read statement's rows (one implicit transaction)."""
         with self.lock:
             try:

@@ -90,7 +90,7 @@ def _whole(frame: Any, column: str) -> list[int] | None:
 
     if column not in frame.columns:
         return None
-    return pd.to_numeric(frame[column]).astype("int64").tolist()  # type: ignore[no-any-return]
+    return pd.to_numeric(frame[column]).astype("int64").tolist()
 
 
 def ingest_embedding_table(

@@ -461,4 +461,8 @@ class BackfillJob:
             self._stop.set()
 
         signal.signal(signal.SIGTERM, handler)
-        return lambda: signal.signal(signal.SIGTERM, previous)
+
+        def restore() -> None:
+            signal.signal(signal.SIGTERM, previous)
+
+        return restore

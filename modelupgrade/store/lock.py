@@ -180,6 +180,7 @@ class WriterLock:
         pid = record.get("pid") if record else None
         dead = (
             isinstance(pid, int)
+            # record is not None where pid is an int
             and record.get("host") == socket.gethostname()  # type: ignore[union-attr]
             and not pid_alive(pid)
         )
@@ -231,6 +232,6 @@ def writes(operation: str) -> Callable[[F], F]:
             with self.committing(operation):
                 return method(self, *args, **kwargs)
 
-        return locked  # type: ignore[return-value]
+        return locked  # type: ignore[return-value]  # functools.wraps keeps method's signature
 
     return decorate

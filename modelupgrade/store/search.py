@@ -208,9 +208,16 @@ class Searcher:
     ) -> np.ndarray:
         if form not in made:
             heads = self.heads
+
+            def old_queries() -> np.ndarray:
+                # A serving plan asks for the old form only where the queries have one.
+                assert queries.old is not None
+                return queries.old
+
+            # A plan asks for a head's form only when that head is loaded (not None).
             producers: dict[str, Callable[[], np.ndarray]] = {
                 "new": lambda: queries.new,
-                "old": lambda: queries.old,  # type: ignore[return-value]
+                "old": old_queries,
                 "reverse": lambda: heads.reverse(queries.new),  # type: ignore[misc]
                 "rho": lambda: heads.rho(queries.new),  # type: ignore[misc]
                 "rho_reverse": lambda: heads.rho_reverse(queries.new),  # type: ignore[misc]

@@ -356,7 +356,7 @@ def create_app(
     def backfill_status() -> dict[str, Any]:
         status = store.status().as_dict()
         status["path"] = Path(status["path"]).name
-        return public(status)  # type: ignore[no-any-return]
+        return public(status)
 
     if limits.service_openapi:
 

@@ -96,6 +96,7 @@ def shadow_evaluate(
             "column",
         )
     slots = np.fromiter((item.slot for item in items), dtype=np.int64, count=len(items))
+    # Every item of a labelled store has a label (``labels`` is checked above).
     gallery_labels = np.fromiter((int(item.label) for item in items), np.int64, len(items))  # type: ignore[arg-type]
     evaluator = RetrievalEvaluator(
         params.evaluation, sample.labels, gallery_labels, leave_one_out=False

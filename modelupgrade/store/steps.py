@@ -44,7 +44,24 @@ def steps_in(db: sqlite3.Connection, backfill_id: int | None = None) -> list[Ser
         if backfill_id is None
         else db.execute(query + " WHERE backfill_id = ? ORDER BY id", (backfill_id,)).fetchall()
     )
-    return [ServingStep(*row[:8], json.loads(row[8])) for row in rows]
+    return [_step(*row[:9]) for row in rows]
+
+
+def _step(
+    id: int,
+    backfill_id: int,
+    step: str,
+    from_space: str,
+    to_space: str,
+    actor: str,
+    at: float,
+    reason: str,
+    detail: str,
+) -> ServingStep:
+    """The record of one row of ``serving_steps`` (its columns in the table's order)."""
+    return ServingStep(
+        id, backfill_id, step, from_space, to_space, actor, at, reason, json.loads(detail)
+    )
 
 
 def window_ends(cut: ServingStep) -> float:

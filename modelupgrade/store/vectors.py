@@ -201,7 +201,7 @@ class VectorJournal:
         self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray, sources: np.ndarray
     ) -> None:
         parts = [
-            memoryview(np.ascontiguousarray(part, dtype=dtype)).cast("B")
+            np.ascontiguousarray(part, dtype=dtype).data.cast("B")
             for part, dtype in (
                 (slots, np.int64),
                 (vectors, np.float32),

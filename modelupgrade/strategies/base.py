@@ -21,6 +21,7 @@ from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
+from modelupgrade.layers import MarginClassifier
 from modelupgrade.models import EmbeddingModel, runs_on_images
 from modelupgrade.registry_util import Registry
 
@@ -91,6 +92,9 @@ class CompatibilityStrategy(nn.Module):
     # old classifier suffice, so an embeddings-only old model can serve.
     runs_old_model: ClassVar[bool] = True
     registry_name: ClassVar[str]
+    options: StrategyOptions
+    # Which rows of the old classifier are its own (``keep_old_prototypes``), a buffer.
+    seen_classes: torch.Tensor
 
     def __init__(self, options: StrategyOptions | Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -169,6 +173,8 @@ class OldClassifierStrategy(CompatibilityStrategy):
     the new training set: its own rows where it has them, else the synthesised ones
     (``keep_old_prototypes``). ``setup`` builds it as ``old_classifier``."""
 
+    old_classifier: MarginClassifier
+
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)
         prototypes = self.keep_old_prototypes(new_model, context)
@@ -243,19 +249,23 @@ def old_class_prototypes(
     return prototypes, seen
 
 
-def old_classifier_template(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
+def old_classifier_template(
+    old_model: EmbeddingModel, new_model: EmbeddingModel
+) -> MarginClassifier:
     """The classifier whose kind, scale and margin the old model's frozen classifier takes: its
     own, or the new model's when it has none (an adopted model)."""
-    classifier = old_model.classifier
-    return new_model.classifier if classifier is None else classifier  # type: ignore[return-value]
+    classifier: MarginClassifier | None = old_model.classifier
+    return new_model.classifier if classifier is None else classifier
 
 
-def frozen_classifier_like(template: nn.Module, prototypes: torch.Tensor) -> nn.Module:
+def frozen_classifier_like(
+    template: MarginClassifier, prototypes: torch.Tensor
+) -> MarginClassifier:
     """A copy of ``template``'s margin classifier whose prototype matrix is
     ``prototypes``, frozen."""
     from modelupgrade.layers import build_classifier
 
-    kind = type(template).registry_name  # type: ignore[attr-defined]
+    kind = type(template).registry_name
     classifier = build_classifier(
         kind, prototypes.shape[1], prototypes.shape[0], template.scale, template.margin
     )

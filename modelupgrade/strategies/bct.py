@@ -28,6 +28,7 @@ class BCTOptions(WeightedOptions):
 @STRATEGIES.register("bct")
 class BCT(OldClassifierStrategy):
     Options = BCTOptions
+    options: BCTOptions
     runs_old_model = False
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:

@@ -51,6 +51,7 @@ def compatibility_info_nce(
 @STRATEGIES.register("contrastive")
 class Contrastive(CompatibilityStrategy):
     Options = ContrastiveOptions
+    options: ContrastiveOptions
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         assert step.old_features is not None
@@ -67,3 +68,4 @@ class Contrastive(CompatibilityStrategy):
 @STRATEGIES.register("ract")
 class RACT(Contrastive):
     Options = RACTOptions
+    options: RACTOptions

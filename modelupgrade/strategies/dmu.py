@@ -74,6 +74,7 @@ def selective_weights(
 @STRATEGIES.register("dmu")
 class DMU(OldClassifierStrategy):
     Options = DMUOptions
+    options: DMUOptions
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)

@@ -65,6 +65,8 @@ def old_model_correct(
 @STRATEGIES.register("focal_distillation")
 class FocalDistillation(CompatibilityStrategy):
     Options = FocalDistillationOptions
+    options: FocalDistillationOptions
+    old_prototypes: torch.Tensor  # a buffer, set by setup
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:
         super().setup(new_model, context)

@@ -113,6 +113,11 @@ class LCEOptions(StrategyOptions):
 @STRATEGIES.register("lce")
 class LCE(CompatibilityStrategy):
     Options = LCEOptions
+    options: LCEOptions
+    # Buffers set by setup: class centres and radii of the old embeddings, classes present.
+    centres: torch.Tensor
+    radii: torch.Tensor
+    present: torch.Tensor
     runs_old_model = False
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:

@@ -26,6 +26,7 @@ class RegressionOptions(WeightedOptions):
 @STRATEGIES.register("regression")
 class Regression(CompatibilityStrategy):
     Options = RegressionOptions
+    options: RegressionOptions
 
     def losses(self, step: StepInputs) -> dict[str, torch.Tensor]:
         assert step.old_features is not None

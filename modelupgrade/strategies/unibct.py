@@ -96,6 +96,7 @@ class UniBCTOptions(WeightedOptions):  # weight: η after the warm-up
 @STRATEGIES.register("unibct")
 class UniBCT(CompatibilityStrategy):
     Options = UniBCTOptions
+    options: UniBCTOptions
     runs_old_model = False
 
     def setup(self, new_model: EmbeddingModel, context: TrainingContext) -> None:

@@ -4,7 +4,8 @@
   with tensor ops (``BatchAugment``).
 - The old model is frozen (eval mode, no gradient); it embeds the same batch (the same augmented
   view, or its own view when the strategy asks for one).
-- SGD with momentum; per-step warm-up then cosine schedule; bf16 autocast and channels_last on GPU.
+- SGD with momentum; per-step warm-up then cosine schedule; bf16 autocast on GPU; channels_last
+  everywhere (on the CPU too, where it is faster at these sizes).
 - Deterministic on CPU for a seed: the epoch's permutation and augmentation draws come from
   generators seeded by (seed, epoch), so a run resumed from an epoch checkpoint continues exactly.
 - A checkpoint (model, strategy, optimiser, history) is written atomically after every epoch; a run
@@ -20,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,41 @@ def _fingerprint(
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class TrainingPlan:
+    """How many SGD steps a run takes and how they fall into epochs of its data.
+
+    ``training.steps`` gives every model the same number of steps whatever its data size (the old
+    and the new model of an upgrade then differ in data, not in optimisation); without it a run
+    takes ``training.epochs`` passes. The last epoch of a step budget can be a part of one."""
+
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+    @classmethod
+    def of(cls, params: TrainingParams, n: int, batch_size: int) -> TrainingPlan:
+        steps_per_epoch = max(1, n // batch_size)
+        if params.steps is None:
+            total = steps_per_epoch * params.epochs
+            warmup = round(params.warmup_epochs * steps_per_epoch)
+        else:
+            total = params.steps
+            warmup = (
+                params.warmup_steps
+                if params.warmup_steps is not None
+                else round(params.warmup_epochs * steps_per_epoch)
+            )
+        return cls(steps_per_epoch, total, min(warmup, total))
+
+    @property
+    def epochs(self) -> int:
+        return math.ceil(self.total_steps / self.steps_per_epoch)
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        return min(self.steps_per_epoch, self.total_steps - epoch * self.steps_per_epoch)
+
+
 class Trainer:
     def __init__(
         self,
@@ -152,18 +190,18 @@ class Trainer:
             torch.backends.cudnn.benchmark = True
         images = place_images(images, device, p.images_on_device_max_fraction)
         labels = labels.to(device)
-        channels_last = device.type == "cuda"
-        model.to(device)
-        if channels_last:
-            model.to(memory_format=torch.channels_last)
+        # channels_last on the CPU too: its max-pool and convolutions run ~1.3x faster per image
+        # there than in NCHW (measured on the 2-core machine, the default network at 28x28).
+        model.to(device).to(memory_format=torch.channels_last)
         if old_model is not None and runs_on_images(old_model):
             old_model.to(device).eval().requires_grad_(False)
-            if channels_last:
-                old_model.to(memory_format=torch.channels_last)
+            old_model.to(memory_format=torch.channels_last)
 
+        batch_size = min(p.batch_size, n)
+        plan = TrainingPlan.of(p, n, batch_size)
         context = TrainingContext(
             labels=labels,
-            epochs=p.epochs,
+            epochs=plan.epochs,
             embed_training_set=lambda m: embed_tensor(m, images, p.eval_batch_size, device),
             old_model=old_model if strategy.needs_old_model else None,
             _old_features=None
@@ -181,12 +219,9 @@ class Trainer:
             trainable, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
         )
 
-        batch_size = min(p.batch_size, n)
         local_rows = data_parallel.local_rows(batch_size)
-        steps_per_epoch = n // batch_size
-        total_steps = steps_per_epoch * p.epochs
-        warmup_steps = round(p.warmup_epochs * steps_per_epoch)
-        augment = data_parallel.augmentation(tuple(p.crop_scale), tuple(p.crop_ratio), p.hflip)
+        steps_per_epoch, total_steps = plan.steps_per_epoch, plan.total_steps
+        augment = data_parallel.augmentation(p.crop_scale, p.crop_ratio, p.hflip)
         separate_old_view = strategy.options.old_view == "separate"
         result = TrainingResult(
             images_on_device=images.device.type == device.type, world_size=data_parallel.world_size
@@ -194,7 +229,7 @@ class Trainer:
 
         fingerprint = _fingerprint(model, strategy, p, self.seed, n)
         start_epoch = self._maybe_resume(fingerprint, model, strategy, optimizer, result)
-        forward_model = data_parallel.wrap(model)
+        forward_model: Callable[..., torch.Tensor] = data_parallel.wrap(model)
         if p.compile and device.type == "cuda":
             forward_model = torch.compile(forward_model)
         bar = tqdm(
@@ -206,10 +241,10 @@ class Trainer:
             mininterval=1.0,
             dynamic_ncols=True,
         )
-        started = time.perf_counter()
+        started = last_checkpoint = time.perf_counter()
         trained_images = 0
         try:
-            for epoch in range(start_epoch, p.epochs):
+            for epoch in range(start_epoch, plan.epochs):
                 model.train()
                 strategy.train()
                 strategy.on_epoch_start(epoch, model, context)
@@ -217,14 +252,21 @@ class Trainer:
                 generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
                 order = torch.randperm(n, generator=generator)[: steps_per_epoch * batch_size]
                 order = order.view(steps_per_epoch, batch_size)
-                epoch_losses = torch.zeros(steps_per_epoch, device=device)
+                # The last epoch of a step budget can be a part of one.
+                epoch_steps = plan.steps_in_epoch(epoch)
+                epoch_losses = torch.zeros(epoch_steps, device=device)
                 term_sums: dict[str, torch.Tensor] = {}
                 epoch_started = time.perf_counter()
                 checked = 0
-                for step_in_epoch in range(steps_per_epoch):
+                for step_in_epoch in range(epoch_steps):
                     step = epoch * steps_per_epoch + step_in_epoch
                     lr = learning_rate(
-                        step, total_steps, warmup_steps, p.lr, p.warmup_start_ratio, p.lr_min_ratio
+                        step,
+                        total_steps,
+                        plan.warmup_steps,
+                        p.lr,
+                        p.warmup_start_ratio,
+                        p.lr_min_ratio,
                     )
                     for group in optimizer.param_groups:
                         group["lr"] = lr
@@ -259,7 +301,7 @@ class Trainer:
                     for name, value in terms.items():
                         term_sums[name] = term_sums.get(name, 0.0) + value.detach().float()
                     trained_images += batch_size
-                    last = step_in_epoch == steps_per_epoch - 1
+                    last = step_in_epoch == epoch_steps - 1
                     if (step_in_epoch + 1) % p.log_every_steps == 0 or last or device.type == "cpu":
                         # From here on the losses are the global batch's: the mean
                         # over the processes.
@@ -285,27 +327,35 @@ class Trainer:
                     {
                         "epoch": epoch,
                         "loss": float(epoch_losses.mean()),
-                        **{f"loss_{k}": float(v) / steps_per_epoch for k, v in term_sums.items()},
+                        **{f"loss_{k}": float(v) / epoch_steps for k, v in term_sums.items()},
+                        "steps": epoch * steps_per_epoch + epoch_steps,
                         "lr_end": lr,
                         "seconds": round(seconds, 3),
                         "images_per_second": round(
-                            steps_per_epoch * batch_size / max(seconds, 1e-9), 1
+                            epoch_steps * batch_size / max(seconds, 1e-9), 1
                         ),
                     }
                 )
                 if data_parallel.is_primary:
-                    log.info(
+                    # About ten lines a run, however many short epochs a step budget makes.
+                    logged = (epoch + 1) % max(1, plan.epochs // 10) == 0 or epoch == 0
+                    log.log(
+                        logging.INFO if logged else logging.DEBUG,
                         "%s epoch %d/%d: %s",
                         self.description,
                         epoch + 1,
-                        p.epochs,
+                        plan.epochs,
                         result.history[-1],
                     )
-                    self._save_resume(fingerprint, epoch + 1, model, strategy, optimizer, result)
+                    if time.perf_counter() - last_checkpoint >= p.checkpoint_seconds:
+                        self._save_resume(
+                            fingerprint, epoch + 1, model, strategy, optimizer, result
+                        )
+                        last_checkpoint = time.perf_counter()
         finally:
             bar.close()
         result.seconds = time.perf_counter() - started
-        result.steps = (p.epochs - start_epoch) * steps_per_epoch
+        result.steps = total_steps - min(total_steps, start_epoch * steps_per_epoch)
         result.images_per_second = trained_images / max(result.seconds, 1e-9)
         model.eval()
         strategy.eval()

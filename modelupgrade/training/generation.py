@@ -18,7 +18,7 @@ import torch
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
-from modelupgrade.io import file_sha256, save_npy
+from modelupgrade.io import file_sha256, save_npy, write_json
 from modelupgrade.layout import StudyLayout, embedding_file_name, logits_beside, training_split
 from modelupgrade.runtime import select_device
 
@@ -183,6 +183,7 @@ def embedding_targets(
         raise UserError(
             f"split files share a name ({', '.join(stems)}); their outputs would collide"
         )
+    assert out_dir is not None  # exactly one of out and out_dir, checked above
     return [Path(out_dir) / embedding_file_name(stem) for stem in stems]
 
 
@@ -200,7 +201,14 @@ def embed_splits(
     ``logits`` also writes ``<stem>_logits.npy`` beside each output: the model's classifier logits
     on its embeddings, which order the backfill by old-model confidence or entropy.
     """
-    from modelupgrade.models import classifier_logits, embed, load_model, runs_on_images
+    from modelupgrade.models import (
+        classifier_logits,
+        embed,
+        load_model,
+        read_model_card,
+        runs_on_images,
+    )
+    from modelupgrade.training.convergence import FIT_FILE
 
     if not splits:
         raise UserError("no split given", hint="pass --split <parquet> [...]")
@@ -213,7 +221,8 @@ def embed_splits(
         images = load_split_images(pd.concat(frames, ignore_index=True), params)
         embeddings = embed(model, images, params.training.eval_batch_size, device)
     else:
-        # An embeddings-only model gives the vectors it holds for the splits' items.
+        # An embeddings-only model gives the vectors it holds for the splits' items (it is a
+        # PrecomputedEmbeddings, whose lookup the EmbeddingModel type does not declare).
         embeddings = np.concatenate(
             [
                 model.lookup(split_item_ids(frame, split), Path(split).stem).cpu().numpy()  # type: ignore[operator]
@@ -221,6 +230,12 @@ def embed_splits(
             ]
         )
     written = list(targets)
+    fit = read_model_card(model_dir).fit
+    if fit is not None:
+        # Beside the embeddings, the evaluation reads whether the model trained without loading it.
+        fit_path = targets[0].parent / FIT_FILE
+        write_json(fit_path, fit)
+        written.append(fit_path)
     start = 0
     for frame, target, split in zip(frames, targets, splits, strict=True):
         part = np.ascontiguousarray(embeddings[start : start + len(frame)])

@@ -23,9 +23,11 @@ from modelupgrade.models import (
     runs_on_images,
     save_model,
 )
+from modelupgrade.models.card import ModelCard
 from modelupgrade.models.weights_file import load_pretrained_backbone
 from modelupgrade.runtime import describe_device, seed_everything
 from modelupgrade.strategies import CompatibilityStrategy, Independent, build_strategy
+from modelupgrade.training.convergence import fit_of_trained_model
 from modelupgrade.training.engine import Trainer
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ def train_model(
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
     item_ids: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> ModelCard:
     """Train and save one model; returns its card. Generation 0 trains without a strategy.
 
     ``item_ids`` name the training images: an embeddings-only old model (adopted vectors) gives
@@ -133,6 +135,7 @@ def train_model(
                     hint="train from a split file (--scenario or --split), whose rows name items",
                 )
             split = str((data or {}).get("split") or "the training split")
+            # An embeddings-only model is a PrecomputedEmbeddings: the type does not say lookup.
             old_training_features = old_model.lookup(list(item_ids), split)  # type: ignore[operator]
     resume_dir = Path(resume_dir) if resume_dir is not None else default_resume_dir(out_dir)
     name = Path(out_dir).name if strategy_name is None else f"gen{generation}-{strategy_name}"
@@ -145,6 +148,8 @@ def train_model(
         description=name,
     )
     result = trainer.fit(model, images, labels, strategy, old_model, old_training_features)
+    # Measured on the training images, without augmentation: did this model train at all?
+    fit = fit_of_trained_model(model, images, labels, result.history)
 
     card_fields = {
         "generation": generation,
@@ -159,6 +164,7 @@ def train_model(
         },
         "training": training.model_dump(mode="json"),
         "history": result.history,
+        "fit": fit.as_dict(),
         "train_seconds": round(result.seconds, 3),
         "train_images_per_second": round(result.images_per_second, 1),
         "resumed_from_epoch": result.resumed_from_epoch,

@@ -74,11 +74,12 @@ def read_image_files(loader: DatasetLoader, frame: pd.DataFrame, image_size: int
     for row, relative in enumerate(frame["path"].astype(str)):
         full = loader.resolve(relative)
         try:
-            with Image.open(full) as image:
-                image.load()
-                image = image.convert("RGB")
+            with Image.open(full) as opened:
+                opened.load()
+                image = opened.convert("RGB")
                 if crops is not None and not np.isnan(crops[row]).any():
-                    image = image.crop(tuple(float(v) for v in crops[row]))
+                    left, top, right, bottom = (float(v) for v in crops[row])
+                    image = image.crop((left, top, right, bottom))
                 image = image.resize((image_size, image_size), Image.Resampling.BILINEAR)
                 pixels = np.asarray(image, dtype=np.uint8)
         except FileNotFoundError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ _CACHE: dict[tuple[str, int, int], dict[str, object]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _unpickle(path: Path) -> dict[str, object]:
+def _unpickle(path: Path) -> dict[str, Any]:
     """Load one CIFAR pickle once per process; byte-string keys become str."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
@@ -85,7 +85,7 @@ class Cifar100Loader(DatasetLoader):
         elif meta_path.is_file():
             names = [
                 n.decode() if isinstance(n, bytes) else str(n)
-                for n in _unpickle(meta_path)["fine_label_names"]  # type: ignore[union-attr]
+                for n in _unpickle(meta_path)["fine_label_names"]
             ]
         else:
             names = [str(i) for i in range(int(max(p[2].max() for p in parts)) + 1)]

@@ -101,7 +101,7 @@ class Gldv2Loader(DatasetLoader):
         gnd = load_ground_truth(self.root / name / f"gnd_{name}.pkl")
         gallery_ids = [f"{name}/gallery/{im}" for im in gnd["imlist"]]
         gallery_class = [f"{name}/distractor"] * len(gallery_ids)
-        rows = []
+        rows: list[dict[str, object]] = []
         for query, truth in zip(gnd["qimlist"], gnd["gnd"], strict=True):
             landmark = f"{name}/{_landmark_of(query)}"
             for position in [*truth.get("easy", []), *truth.get("hard", [])]:

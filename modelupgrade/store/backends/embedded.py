@@ -110,7 +110,9 @@ class _SpaceIndex:
             self.slots = np.concatenate([self.slots, slots])
             self.sums = np.concatenate([self.sums, sums])
 
-    def search(self, queries: np.ndarray, limit: int, rows: int, allowed: np.ndarray | None):
+    def search(
+        self, queries: np.ndarray, limit: int, rows: int, allowed: np.ndarray | None
+    ) -> np.ndarray:
         """Slots of the ``limit`` best rows per query among the first ``rows`` rows (those of the
         part's snapshot), or among ``allowed`` ones."""
         with self.lock:

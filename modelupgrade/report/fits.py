@@ -1,0 +1,229 @@
+"""Did every model and head train? The convergence gate's records as tables a person reads.
+
+Per scenario, every model (gen0, gen1-<strategy>) and every trained head and training-free adapter
+the evaluation measured (``ScenarioEvaluation.convergence``): its fit statistics on the study's
+own seed, the gate's verdict there, and on how many of the seeds that measured it it passed; the
+reasons of every failure below the table. Then FastFill's ψ beside FCT's on the same pair: the
+mean cosine of ψ(old) to φ_new on their training pairs, over the seeds (FastFill's Eq. 3 aligns ψ
+as FCT's does, plus its σ² term: its ψ should align at least as well).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from modelupgrade.evaluation.summary import Convergence
+from modelupgrade.report.document import MISSING, Block, BulletList, Heading, Paragraph, Table
+from modelupgrade.report.lead import scenario_runs
+from modelupgrade.report.numbers import M_DIGITS, PERCENT_DIGITS, fixed, spread
+from modelupgrade.report.results import ScenarioResults, StudyResults
+
+FASTFILL_KIND, FCT_KIND = "fastfill", "fct"
+
+
+def _kind(sc: ScenarioResults, name: str, record: Convergence) -> str:
+    if record.kind == "model":
+        return "model"
+    if name in sc.head_kinds:
+        return f"trained head ({sc.head_kinds[name]})"
+    adapter = sc.evaluation.sources.get(name, {}).get("kind")
+    return f"adapter ({adapter})" if adapter else "head"
+
+
+def _order(sc: ScenarioResults, name: str) -> tuple[int, str]:
+    record = sc.evaluation.convergence[name]
+    rank = 0 if record.kind == "model" else 1 if name in sc.head_kinds else 2
+    return rank, name
+
+
+def _loss(statistics: dict[str, float]) -> str:
+    start, end = statistics.get("loss_start"), statistics.get("loss_end")
+    if start is None or end is None:
+        return MISSING
+    return f"{start:.3g} → {end:.3g}"
+
+
+def _length(record: Convergence) -> str:
+    statistics = record.statistics
+    if record.kind == "model":
+        steps = statistics.get("steps")
+        return MISSING if steps is None else f"{steps:.0f} steps"
+    epochs = statistics.get("epochs", 0.0)
+    if not epochs:
+        return "closed form"
+    return f"{epochs:.0f} epoch{'' if epochs == 1 else 's'}"
+
+
+def _statistic(record: Convergence, name: str, digits: int = M_DIGITS) -> str:
+    value = record.statistics.get(name)
+    return MISSING if value is None else fixed(value, digits)
+
+
+def _passed_on(runs: Sequence[ScenarioResults], name: str) -> str:
+    verdicts = [
+        sc.evaluation.convergence[name].passed for sc in runs if name in sc.evaluation.convergence
+    ]
+    return f"{sum(verdicts)}/{len(verdicts)}"
+
+
+def fit_row(sc: ScenarioResults, runs: Sequence[ScenarioResults], name: str) -> list[Any]:
+    record = sc.evaluation.convergence[name]
+    late = record.statistics.get("late_change")
+    return [
+        name,
+        _kind(sc, name, record),
+        _length(record),
+        _loss(record.statistics),
+        _statistic(record, "prototype_accuracy"),
+        _statistic(record, "classifier_agreement"),
+        _statistic(record, "collapse"),
+        _statistic(record, "alignment"),
+        MISSING if late is None else fixed(100 * late, PERCENT_DIGITS),
+        "passes" if record.passed else "fails",
+        _passed_on(runs, name),
+    ]
+
+
+def _seed_name(study: StudyResults, index: int) -> str:
+    return f"seed {study.seed}" if study.seed is not None else f"seed {index + 1}"
+
+
+def failures(seeds: Sequence[StudyResults], scenario: str) -> list[str]:
+    """Why each model or head that failed the gate on some seed failed, seed by seed."""
+    lines = []
+    for index, study in enumerate(seeds):
+        for sc in study.scenarios:
+            if sc.name != scenario:
+                continue
+            for name, record in sorted(sc.evaluation.convergence.items()):
+                if not record.passed:
+                    reasons = "; ".join(record.reasons) or "no reason recorded"
+                    lines.append(f"{name}, {_seed_name(study, index)}: {reasons}")
+    return lines
+
+
+FIT_COLUMNS = [
+    "model or head",
+    "what",
+    "trained for",
+    "loss first → last epoch",
+    "nearest-prototype accuracy",
+    "classifier agreement",
+    "collapse",
+    "alignment",
+    "late change %",
+    "gate (this seed)",
+    "passed on seeds",
+]
+
+
+def fit_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
+    """The section: what the statistics mean, FastFill's alignment beside FCT's, then per scenario
+    the table of every model and head with its failures."""
+    study = seeds[0] if seeds else None
+    if study is None or not any(sc.evaluation.convergence for sc in study.scenarios):
+        return []
+    blocks: list[Block] = [
+        Heading("Did every model and head train?", 2),
+        Paragraph(
+            "A number means something only if the model behind it converged. Each model is "
+            "measured on its own training images after training: its loss over the first and "
+            "the last epoch, nearest-prototype accuracy (each image's class is the class whose "
+            "mean embedding is nearest), classifier agreement (how often its classifier picks "
+            "that same class; near chance when the classifier points away from the "
+            "embeddings), and collapse (the embeddings' mean cosine to their mean direction; 1: "
+            "every image on one point). A head that maps embeddings (FCT, FastFill, BiCT, RQT, "
+            "the adapters) is measured by its alignment, the mean cosine of its output to the "
+            "embedding it maps to on its training pairs; one trained through a classifier or a "
+            "batch metric by its late change, how much the last tenth of its epochs moved its "
+            "loss, as a share of its whole descent. The gate (params.yaml, "
+            "evaluation.convergence) turns them into a verdict; a claim's check resting on a "
+            "model or head that failed it at a seed leaves that seed out, and is not tested "
+            "where none is left. The table gives the study's own seed; the last column the "
+            "seeds that measured it."
+        ),
+    ]
+    blocks += alignment_blocks(seeds)
+    for sc in study.scenarios:
+        records = sc.evaluation.convergence
+        if not records:
+            continue
+        runs = scenario_runs(seeds, sc.name)
+        names = sorted(records, key=lambda name: _order(sc, name))
+        blocks += [
+            Heading(f"Models and heads of {sc.name}", 3),
+            Table(FIT_COLUMNS, [fit_row(sc, runs, name) for name in names]),
+        ]
+        failed = failures(seeds, sc.name)
+        if failed:
+            blocks += [Paragraph("Failed the gate:"), BulletList(failed)]
+        else:
+            blocks.append(Paragraph(f"Every model and head of {sc.name} passed on every seed."))
+    return blocks
+
+
+def _heads_of_kind(sc: ScenarioResults, kind: str) -> dict[str, str]:
+    """The scenario's trained heads of ``kind``: the strategy each pairs with → its name."""
+    return {
+        sc.head_systems[name]: name
+        for name, of_kind in sc.head_kinds.items()
+        if of_kind == kind and name in sc.head_systems
+    }
+
+
+def _alignment(sc: ScenarioResults, name: str | None) -> float:
+    """A head's alignment on one seed (NaN where it was not measured there)."""
+    record = sc.evaluation.convergence.get(name or "")
+    return math.nan if record is None else record.statistics.get("alignment", math.nan)
+
+
+def _alignments(runs: Sequence[ScenarioResults], name: str | None) -> list[float]:
+    """A head's alignment on each seed that measured it."""
+    values = [_alignment(sc, name) for sc in runs]
+    return [value for value in values if math.isfinite(value)]
+
+
+def alignment_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
+    """FastFill's ψ beside FCT's: per scenario and new model, the mean cosine of ψ(old) to φ_new."""
+    rows = []
+    for sc in seeds[0].scenarios:
+        runs = scenario_runs(seeds, sc.name)
+        fastfill, fct = _heads_of_kind(sc, FASTFILL_KIND), _heads_of_kind(sc, FCT_KIND)
+        for strategy in dict.fromkeys([*fastfill, *fct]):
+            ours = _alignments(runs, fastfill.get(strategy))
+            theirs = _alignments(runs, fct.get(strategy))
+            paired = [
+                a - b
+                for a, b in (
+                    (_alignment(run, fastfill.get(strategy)), _alignment(run, fct.get(strategy)))
+                    for run in runs
+                )
+                if math.isfinite(a) and math.isfinite(b)
+            ]
+            rows.append(
+                [
+                    sc.name,
+                    strategy,
+                    spread(ours) if ours else "not trained here",
+                    spread(theirs) if theirs else "not trained here",
+                    spread(paired, sign=True) if paired else MISSING,
+                    max(len(ours), len(theirs)),
+                ]
+            )
+    if not rows:
+        return []
+    return [
+        Heading("FastFill's ψ beside FCT's", 3),
+        Paragraph(
+            "The mean cosine of ψ(φ_old(x)) to φ_new(x) over each head's training images, mean ± "
+            "sd over the seeds: FastFill's Eq. 3 sums the same squared-norm alignment as FCT with "
+            "its uncertainty term, so its ψ should align at least as well as FCT's on the same "
+            "pair. Where one of them is not trained in a scenario, there is nothing to compare."
+        ),
+        Table(
+            ["scenario", "new model", "FastFill ψ", "FCT ψ", "FastFill − FCT", "seeds"],
+            rows,
+        ),
+    ]
