@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.retrieval.distance import check_distance
 from modelupgrade.store import operations
 from modelupgrade.store.ledger import AbortRecord
 from modelupgrade.store.live import Erasure, Update
@@ -255,7 +256,7 @@ def search(
         _store(params, store),
         mode or config.serving_mode,
         config.top_k if k is None else k,
-        distance or config.distance,
+        check_distance(distance or config.distance),
         queries,
         old_queries,
         rows,

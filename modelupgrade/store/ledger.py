@@ -296,17 +296,17 @@ class BackfillLedger:
         failures = any(commit.failures for commit in commits)
         with self.db.write(items_changed=failures) as db:
             for commit in commits:
-                chunk, expected = commit.chunk, sorted(item.slot for item in commit.chunk.items)
+                chunk, slots = commit.chunk, sorted(item.slot for item in commit.chunk.items)
                 logged = db.execute(
                     "SELECT COUNT(*) FROM chunk_log WHERE backfill_id = ? AND chunk = ?",
                     (chunk.backfill_id, chunk.index),
                 ).fetchone()[0]
                 still_pending = db.execute(
                     "SELECT COUNT(*) FROM items WHERE state = 'pending' AND backfill_id = ? AND "
-                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(expected))})",
-                    [chunk.backfill_id, chunk.index, *expected],
+                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(slots))})",
+                    [chunk.backfill_id, chunk.index, *slots],
                 ).fetchone()[0]
-                if logged or still_pending != len(expected):
+                if logged or still_pending != len(slots):
                     raise RuntimeError(
                         f"chunk {chunk.index} of backfill {chunk.backfill_id} was already committed"
                     )
@@ -315,7 +315,7 @@ class BackfillLedger:
                     (
                         chunk.backfill_id,
                         chunk.index,
-                        len(expected),
+                        len(slots),
                         len(commit.written),
                         len(commit.failures),
                         commit.vectors_sha256,

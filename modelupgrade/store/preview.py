@@ -84,7 +84,8 @@ def preview_backfill(
                 f"a backfill into space {active.target_space!r} is still running in {store.path}",
                 hint="preview the backfill that would resume it, or abort it first",
             )
-        pending = int((store.status().backfill or {}).get("pending", 0))
+        state = store.status().backfill
+        pending = 0 if state is None else state.pending
         chunks = store.backfills.next_chunks(active, limit=max(1, -(-sample // active.chunk_size)))
         candidates = [item for chunk in chunks for item in chunk.items]
         picked = [candidates[i] for i in spread(len(candidates), sample)] if candidates else []

