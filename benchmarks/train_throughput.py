@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from modelupgrade.config.training import ArchitectureParams, TrainingParams
 from modelupgrade.models import EmbeddingModel
-from modelupgrade.plugins import load_params
+from modelupgrade.params import load_params
 from modelupgrade.runtime import describe_device, select_device
 from modelupgrade.strategies import build_strategy
 from modelupgrade.training import Trainer

@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from modelupgrade.cards import CARD_FILE, verified_weights
+from modelupgrade.commands.data import Manifest, SplitFiles, Validation, prepare, split, validate
+from modelupgrade.commands.evaluation import Evaluation, evaluate
+from modelupgrade.commands.heads import TrainedHead, train_heads
+from modelupgrade.commands.registry import Registration, register
+from modelupgrade.commands.results import WrittenFiles
+from modelupgrade.commands.training import TrainedModel, embed, train
 from modelupgrade.config import Params
+from modelupgrade.data import read_manifest, read_splits, with_supplied_snapshot, write_splits
+from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import UserError
+from modelupgrade.io import atomic_path
 from modelupgrade.layout import (
     EVALUATION_SPLITS,
     GALLERY_SPLIT,
@@ -37,19 +47,22 @@ from modelupgrade.layout import (
     chain_model_name,
     snapshot_split,
 )
-from modelupgrade.plugins import load_params
+from modelupgrade.models import read_model_card
+from modelupgrade.params import load_params
 from modelupgrade.registry.chain import ChainChampion, ChainState, read_chain
+from modelupgrade.registry.study import RegistrationSummary
+from modelupgrade.registry.tracker import Tracker
 from modelupgrade.registry.versions import ModelRegistry, registered_model_name
-
-if TYPE_CHECKING:
-    from modelupgrade.commands.data import Manifest, SplitFiles, Validation
-    from modelupgrade.commands.evaluation import Evaluation
-    from modelupgrade.commands.heads import TrainedHead
-    from modelupgrade.commands.registry import Registration
-    from modelupgrade.commands.results import WrittenFiles
-    from modelupgrade.commands.training import TrainedModel
-    from modelupgrade.report.upgrade import Chain, WrittenReport
-    from modelupgrade.store.follow import FollowedModel, Progress
+from modelupgrade.report.upgrade import (
+    Chain,
+    WrittenReport,
+    write_backfill_report,
+    write_lineage_report,
+    write_skipped_upgrade_report,
+    write_upgrade_report,
+)
+from modelupgrade.store.follow import FollowedModel, Progress, follow_model
+from modelupgrade.training.generation import DEFAULT_ARCHITECTURE
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +115,6 @@ class UpgradeChain:
 
     def has_splits(self) -> bool:
         """Whether validated split files are in place (the first cycle proposes them)."""
-        from modelupgrade.data.split_files import INFO_FILE
 
         return (self.layout.splits(SEQUENTIAL) / INFO_FILE).is_file()
 
@@ -121,7 +133,6 @@ class UpgradeChain:
 
     # ----- registry ----------------------------------------------------------------------------
     def registry(self) -> ModelRegistry:
-        from modelupgrade.registry.tracker import Tracker
 
         return ModelRegistry(Tracker.from_params(self.params), self.registered_model)
 
@@ -132,13 +143,11 @@ class UpgradeChain:
 
     # ----- data --------------------------------------------------------------------------------
     def prepare(self) -> Manifest:
-        from modelupgrade.commands.data import prepare
 
         return prepare(self.params, self.layout.manifest(self.params.dataset.name))
 
     def propose_splits(self) -> SplitFiles:
         """The planned growing snapshots and the evaluation splits, proposed until validated."""
-        from modelupgrade.commands.data import split
 
         return split(
             self.params,
@@ -152,12 +161,6 @@ class UpgradeChain:
         data (``modelupgrade.data.with_supplied_snapshot``), built on the split files in place or,
         with ``extend_proposal``, on those this cycle proposed already."""
         # Read through the package: the manifest reader is one, wherever it is called from.
-        from modelupgrade.data import (
-            read_manifest,
-            read_splits,
-            with_supplied_snapshot,
-            write_splits,
-        )
 
         proposed = self.layout.proposed_splits(SEQUENTIAL)
         rows = read_manifest(snapshot)
@@ -169,7 +172,6 @@ class UpgradeChain:
     def validate_proposal(self) -> Validation:
         """Great Expectations over the manifest and the proposed split files;
         raises on a failure."""
-        from modelupgrade.commands.data import validate
 
         return validate(
             self.params,
@@ -180,7 +182,6 @@ class UpgradeChain:
 
     def commit_proposal(self) -> Path:
         """Put the validated split files (and their reports) where training reads them."""
-        from modelupgrade.io import atomic_path
 
         pairs = (
             (self.layout.proposed_splits(SEQUENTIAL), self.layout.splits(SEQUENTIAL)),
@@ -196,8 +197,6 @@ class UpgradeChain:
     def train(self, generation: int, strategy: str) -> TrainedModel:
         """Train ``strategy``'s model of ``generation`` on its snapshot against the chain's
         previous generation, then embed the evaluation splits with it."""
-        from modelupgrade.commands.training import train
-        from modelupgrade.training.generation import DEFAULT_ARCHITECTURE
 
         return train(
             self.params,
@@ -220,8 +219,6 @@ class UpgradeChain:
         Checked first (``check_new_model``): a readable model card whose files are the ones it
         hashed; for a generation after gen0, a model that runs on images and whose embeddings have
         the previous generation's dimension, or, failing that, heads to map between the two."""
-        from modelupgrade.commands.training import embed
-        from modelupgrade.io import atomic_path
 
         source = Path(new_model).resolve()
         previous = self.model_dir(generation - 1) if generation > 0 else None
@@ -242,7 +239,6 @@ class UpgradeChain:
         return target
 
     def embed_snapshot(self, model_generation: int, snapshot_generation: int) -> WrittenFiles:
-        from modelupgrade.commands.training import embed
 
         return embed(
             self.params,
@@ -254,7 +250,6 @@ class UpgradeChain:
     def train_head(self, generation: int, head: str) -> TrainedHead:
         """Head ``head`` between generations ``generation - 1`` and ``generation``, trained on the
         new snapshot's embeddings by both."""
-        from modelupgrade.commands.heads import train_heads
 
         return train_heads(
             self.params,
@@ -271,7 +266,6 @@ class UpgradeChain:
     def evaluate(self, generations: int) -> Evaluation:
         """The compatibility matrix of the chain's first ``generations`` models, and of the oracle
         chain beside it: each generation's Δ↓."""
-        from modelupgrade.commands.evaluation import evaluate
 
         return evaluate(
             self.params,
@@ -284,7 +278,6 @@ class UpgradeChain:
     def register(self, generations: int) -> Registration:
         """Register the chain's first ``generations`` models, the newest gated against the
         champion on the evaluation's numbers."""
-        from modelupgrade.commands.registry import register
 
         layout = self.layout
         return register(
@@ -300,7 +293,6 @@ class UpgradeChain:
     # ----- reports -----------------------------------------------------------------------------
     def report_chain(self) -> Chain:
         """The chain as its reports see it: its registered model and its files."""
-        from modelupgrade.report.upgrade import Chain
 
         return Chain(
             registry=self.registry(),
@@ -311,23 +303,21 @@ class UpgradeChain:
             reports_dir=self.layout.reports,
         )
 
-    def upgrade_report(self, generation: int, registration: dict[str, Any]) -> WrittenReport:
+    def upgrade_report(self, generation: int, registration: Mapping[str, Any]) -> WrittenReport:
         """The report of the cycle that registered ``generation`` (``registration``: what
-        ``register`` returned)."""
-        from modelupgrade.report.upgrade import write_upgrade_report
+        ``register`` returned, as the flows pass it between tasks: ``as_dict()``)."""
 
         return write_upgrade_report(
             self.report_chain(),
             generation,
             self.layout.sequential_model_name(self.strategy, generation),
-            registration,
+            RegistrationSummary.from_dict(registration),
             snapshot=self.snapshot(generation),
             registration_file=self.layout.cycle_registration(generation),
         )
 
     def skipped_upgrade_report(self, generation: int) -> WrittenReport:
         """The report of a cycle that found no data snapshot for ``generation``."""
-        from modelupgrade.report.upgrade import write_skipped_upgrade_report
 
         return write_skipped_upgrade_report(
             generation,
@@ -337,13 +327,11 @@ class UpgradeChain:
         )
 
     def lineage_report(self) -> WrittenReport:
-        from modelupgrade.report.upgrade import write_lineage_report
 
         return write_lineage_report(self.report_chain())
 
     def backfill_report(self, outcome: dict[str, Any]) -> WrittenReport:
         """The report of ``follow_champion``'s ``outcome`` (its ``as_dict()``)."""
-        from modelupgrade.report.upgrade import write_backfill_report
 
         return write_backfill_report(outcome, self.layout.reports)
 
@@ -354,7 +342,6 @@ class UpgradeChain:
         """Keep the gallery store (default: the work directory's) on the champion: create it with
         the champion's gallery embeddings, or backfill it with the champion's model
         (``modelupgrade.store.follow``)."""
-        from modelupgrade.store.follow import follow_model
 
         store = Path(store) if store else self.layout.champion_store
         champion = self.state().champion
@@ -402,8 +389,6 @@ def check_new_model(model_dir: Path, previous: Path | None, heads: Sequence[str]
     card and every file it hashes is there unchanged; a later generation must embed images (new
     queries, the backfill) and have ``previous``'s embedding dimension, unless ``heads`` (the
     chain's heads, trained between the two) map between the spaces."""
-    from modelupgrade.cards import CARD_FILE, verified_weights
-    from modelupgrade.models import read_model_card
 
     if not model_dir.is_dir():
         raise UserError(

@@ -3,7 +3,7 @@
     modelupgrade experiments --overlay params/gpu-full.yaml --seeds 0 1 2
 
 queues one ``dvc exp run`` per seed with every leaf of the overlay as a ``-S key=value`` override
-(the overlay merged over params.yaml is checked first, as ``modelupgrade.plugins.load_params``
+(the overlay merged over params.yaml is checked first, as ``modelupgrade.params.load_params``
 checks params.yaml), then runs the queue (``modelupgrade.commands.experiments``).
 """
 
@@ -18,15 +18,18 @@ import yaml
 
 from modelupgrade.config import DEFAULT_PARAMS_PATH, parse_params
 from modelupgrade.errors import UserError
-from modelupgrade.plugins import check_params
+from modelupgrade.params import check_params
 
 
 def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """``overlay`` over ``base``, mapping into mapping; an empty mapping replaces what it
+    overlays (``backbone_kwargs: {}`` clears the CPU network's widths), as ``set_arguments`` sets
+    it for DVC."""
     merged = dict(base)
     for key, value in overlay.items():
         merged[key] = (
             merge(base[key], value)
-            if isinstance(value, Mapping) and isinstance(base.get(key), Mapping)
+            if isinstance(value, Mapping) and value and isinstance(base.get(key), Mapping)
             else value
         )
     return merged

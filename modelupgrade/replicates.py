@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -139,10 +140,16 @@ def _share_cores(threads: int) -> None:
 
 
 def run_replicate(
-    params: Params, seed: int, root: Path, splits_root: Path, cpu_threads: int | None = None
+    params: Params,
+    seed: int,
+    root: Path,
+    splits_root: Path,
+    cpu_threads: int | None = None,
+    on_finished: Callable[[Params, StudyLayout], None] | None = None,
 ) -> Path:
     """One seed of the replicates: train, evaluate and simulate in a scratch tree, then keep its
-    metrics as ``<root>/seed-<seed>``."""
+    metrics as ``<root>/seed-<seed>``. ``on_finished`` reads the scratch tree (with the seed's
+    params) before it goes: the GPU study's run record takes each model's training time there."""
     import torch
 
     from modelupgrade.runtime import select_device
@@ -174,6 +181,8 @@ def run_replicate(
             _train_head(seeded, layout, scenario, head, strategy, device)
     simulated = {name for name, wanted in params.replicates.scenarios.items() if wanted.backfill}
     _evaluate(seeded, layout, device, simulated)
+    if on_finished is not None:
+        on_finished(seeded, layout)
     final = replicate_dir(root, seed)
     shutil.rmtree(final, ignore_errors=True)
     final.mkdir(parents=True)

@@ -12,7 +12,7 @@ import torch
 from modelupgrade.config import Params, parse_params
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.models import EmbeddingModel
-from modelupgrade.plugins import check_params
+from modelupgrade.params import check_params
 from modelupgrade.training import train_model
 
 

@@ -26,7 +26,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.layout import StudyLayout
 from modelupgrade.models import embed as embed_images
 from modelupgrade.models import load_model, read_model_card
-from modelupgrade.registry import PARENT_RUN_ENV, ModelRegistry
+from modelupgrade.registry import PARENT_RUN_ENV, ModelRegistry, RegistrationSummary
 from modelupgrade.registry.scenario import register_scenario
 from tests.data_fixtures import TOY_PIXELS
 from tests.registry_support import fresh_tracker
@@ -77,13 +77,15 @@ def with_adapters(params: Any) -> Any:
     return params.model_copy(update={"adapters": study})
 
 
-def register(params: Any, template_db: Path, root: Path, **kwargs: Any) -> tuple[Any, dict]:
+def register(
+    params: Any, template_db: Path, root: Path, **kwargs: Any
+) -> tuple[Any, RegistrationSummary]:
     """Register toy's models (``kwargs``: which) in a fresh store under ``root``."""
     tracker = fresh_tracker(template_db, root)
     summary = register_scenario(
         params, "toy", root / "registration.json", StudyLayout(), tracker=tracker, **kwargs
     )
-    return ModelRegistry(tracker, summary["registered_model"]), summary
+    return ModelRegistry(tracker, summary.registered_model), summary
 
 
 def same_embeddings(registered: Any, model_dir: Path) -> None:
@@ -194,7 +196,7 @@ def test_a_torchscript_model_registers_as_its_files_and_an_embeddings_only_one_a
         tracker=tracker,
         strategies=[],
     )
-    registry = ModelRegistry(tracker, summary["registered_model"])
+    registry = ModelRegistry(tracker, summary.registered_model)
     version = registry.by_key("gen0")
     assert version.aliases == ["champion"] and version.tags["logged_as"] == "card-and-checksums"
     assert version.tags["adopted.runs_on_images"] == "false"

@@ -155,7 +155,12 @@ def test_the_study_without_dvc_writes_what_the_stages_write(
     as_json = json.loads(
         invoke(capsys, "embed", "--scenario", "toy", "--model", "models/toy/gen0", "--json")
     )
-    assert as_json == ["embeddings/toy/gen0/query.npy", "embeddings/toy/gen0/gallery.npy"]
+    # The model's fit to its training images goes beside its embeddings (the evaluation reads it).
+    assert as_json == [
+        "embeddings/toy/gen0/query.npy",
+        "embeddings/toy/gen0/gallery.npy",
+        "embeddings/toy/gen0/training_fit.json",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,9 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     overlay = read_overlay(ROOT / "params" / "gpu-full.yaml", ROOT / "params.yaml")
     merged = merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overlay)
     assert merged["architectures"]["default"]["backbone"] == "resnet18"
+    # ResNet-18's own widths: the overlay's empty backbone_kwargs replaces the CPU network's, as
+    # `dvc exp run -S architectures.default.backbone_kwargs={}` does.
+    assert merged["architectures"]["default"]["backbone_kwargs"] == {}
     # the paper's default, not the CPU study's 256
     assert merged["heads"]["bict"]["hidden_dim"] is None
     scenarios = yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]

@@ -14,6 +14,7 @@ from modelupgrade.data import MANIFEST_COLUMNS, build_manifest, load_images
 from modelupgrade.data.idx_format import clear_cache
 from modelupgrade.data.manifest import KNOWN_CLASS_NAMES
 from modelupgrade.errors import UserError
+from modelupgrade.params import check_params
 from tests.data_fixtures import (
     idx_bytes,
     make_params,
@@ -272,6 +273,7 @@ def test_gldv2_with_revisited_ground_truth_and_query_crop(tmp_path):
     assert uncropped.shape == (1, 3, 16, 16) and not uncropped.any()
 
 
-def test_unknown_loader_is_rejected_by_the_schema(tmp_path):
+def test_unknown_loader_is_rejected_by_the_params_check(tmp_path):
+    # The config takes the name; the check against the loaders' registry refuses it.
     with pytest.raises(ParamsError, match="dataset.loader"):
-        make_params(tmp_path, loader="tfrecord")
+        check_params(make_params(tmp_path, loader="tfrecord"))

@@ -326,12 +326,12 @@ def test_a_failing_task_fails_its_flow_and_registers_nothing(
     assert registry_of(project).versions() == []
 
     # Bad input is not retried: it would fail the same way again.
-    import modelupgrade.data
+    import modelupgrade.chain
 
     reads = []
-    real_read = modelupgrade.data.read_manifest
+    real_read = modelupgrade.chain.read_manifest
     monkeypatch.setattr(
-        modelupgrade.data, "read_manifest", lambda path: reads.append(path) or real_read(path)
+        modelupgrade.chain, "read_manifest", lambda path: reads.append(path) or real_read(path)
     )
     with pytest.raises(UserError, match="missing.parquet does not exist"):
         upgrade(project.params, snapshot=str(tmp_path / "missing.parquet"))
@@ -377,7 +377,7 @@ def test_training_on_a_gpu_pool_deployment_failing_fails_the_cycle(
 def test_flow_params_are_checked(tmp_path: Path) -> None:
     from modelupgrade.chain import load_chain
     from modelupgrade.config import FlowParams, ParamsError
-    from modelupgrade.plugins import load_params
+    from modelupgrade.params import load_params
 
     assert FlowParams().upgrade_cron == "0 3 * * 1"
     for bad in (

@@ -30,7 +30,7 @@ from modelupgrade.heads import (
 )
 from modelupgrade.layers import MLP
 from modelupgrade.models import save_model
-from modelupgrade.plugins import check_params
+from modelupgrade.params import check_params
 from tests.model_fixtures import tiny_model
 from tests.test_heads import DIM, quick_training, synthetic_pairs
 

@@ -273,7 +273,7 @@ def adapter_params(adapters: dict, scenarios: dict | None = None):
 
 
 def test_adapter_configuration_is_validated() -> None:
-    from modelupgrade.plugins import plugin_problems
+    from modelupgrade.params import plugin_problems
 
     good = adapter_params(
         {"heads": {"p": {"kind": "procrustes_query"}, "m": {"kind": "residual_mlp", "epochs": 3}}}

@@ -74,7 +74,7 @@ def tiny_params(dataset_root: Path) -> dict:
         "backbone": "resnet10t",
         "backbone_kwargs": {"channels": [8, 8, 8, 8], "stem_width": 8},
         "cifar_stem": False,
-        "embedding_dim": 8,
+        "embedding_dim": 16,
     }
     params["architectures"] = {
         "default": tiny,
@@ -215,6 +215,8 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     for package in ("modelupgrade", "stages"):
         shutil.copytree(ROOT / package, project / package, ignore=ignore)
     shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
+    # The report reads the GPU-scale study's folder (here as committed: no run yet).
+    shutil.copytree(ROOT / "results" / "gpu-quick", project / "results" / "gpu-quick")
     write_learnable_idx_dataset(tmp_path / "idx", train=240, test=96, classes=4, size=16)
     (project / "params.yaml").write_text(
         yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False)
@@ -235,11 +237,15 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
     # Each measured claim rests on the three seeds' numbers: the study's and two replicates'.
     # (A claim whose premise does not hold in this toy, e.g. Drift-Adapter's comparable old model,
     # is "not tested (premise: …)" and rests on none.)
+    # A seed where a check's premise fails is left out of that check (and said so).
     tested = [c for c in claims if not c["verdict"].startswith("not tested")]
     seeds = {c["statement"][:40]: c["seeds"] for c in tested}
-    assert seeds and set(seeds.values()) == {3}, seeds
-    assert all(check["seeds"] == 3 for c in tested for check in c["checks"])
+    assert seeds and set(seeds.values()) <= {2, 3} and 3 in set(seeds.values()), seeds
+    assert all(
+        check["seeds"] + check["seeds_left_out"] == 3 for c in tested for check in c["checks"]
+    )
     assert "Across training seeds" in report
+    assert "## At GPU scale" in report and "has not been run" in report
     assert sorted(p.name for p in (project / "replicates").iterdir()) == [
         "seed-1666",
         "seed-2666",

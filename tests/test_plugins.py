@@ -1,4 +1,4 @@
-"""params.yaml's plugin references checked against the registries (``modelupgrade.plugins``), and
+"""params.yaml's plugin references checked against the registries (``modelupgrade.params``), and
 a bad params file reported like any user error by the front ends."""
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import yaml
 from modelupgrade.cli.arguments import run_command
 from modelupgrade.commands.data import prepare
 from modelupgrade.config import HeadParams, HeadTraining, ParamsError, parse_params, read_params
+from modelupgrade.data.loaders import LOADERS
 from modelupgrade.errors import UserError
 from modelupgrade.heads import HEADS
-from modelupgrade.plugins import check_params, load_params
+from modelupgrade.layers import CLASSIFIERS
+from modelupgrade.params import check_params, load_params
+from modelupgrade.retrieval.index import INDEXES
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = {"scenarios": {}, "architectures": {}, "strategies": {}, "sequential": {"strategies": []}}
@@ -62,6 +65,29 @@ def test_every_bad_plugin_reference_is_reported_under_its_key() -> None:
     assert "unknown serving mode 'blended'" in problems[5]
     assert "unknown backfill ordering policy 'sideways'" in problems[6]
     assert "unknown serving mode 'merged'" in problems[7]
+
+
+def test_loaders_classifiers_and_search_indexes_are_checked_against_their_registries() -> None:
+    raw = {
+        **MINIMAL,
+        "dataset": {"loader": "tfrecord"},
+        "architectures": {"a": {"backbone": "resnet10t", "classifier": "sphereface"}},
+        "evaluation": {"search": {"index": "lsh"}},
+    }
+    assert problems_of(raw) == [
+        "dataset.loader: unknown dataset loader 'tfrecord' (choose one of: "
+        + ", ".join(LOADERS.names())
+        + ")",
+        "architectures.a.classifier: unknown classifier 'sphereface' (choose one of: "
+        + ", ".join(CLASSIFIERS.names())
+        + ")",
+        "evaluation.search.index: unknown search index 'lsh' (choose one of: "
+        + ", ".join(INDEXES.names())
+        + ")",
+    ]
+    assert set(LOADERS.names()) >= {"idx", "imagefolder", "manifest", "cifar100", "gldv2"}
+    assert set(CLASSIFIERS.names()) == {"softmax", "arcface", "cosface"}
+    assert set(INDEXES.names()) == {"flat", "ivf", "hnsw"}
 
 
 def test_the_store_policy_must_be_deployable() -> None:

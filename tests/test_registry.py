@@ -17,6 +17,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.registry import (
     PARENT_RUN_ENV,
     ModelRegistry,
+    RegistrationSummary,
     Tracker,
     TrackingConfig,
     format_lineage,
@@ -410,8 +411,10 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
         return models.setdefault(model_dir.name, TinyEmbedder())
 
     out = tmp_path / "registry/toy.json"
-    summary = register_scenario(params, "toy", out, StudyLayout(), load_model=load, tracker=tracker)
+    record = register_scenario(params, "toy", out, StudyLayout(), load_model=load, tracker=tracker)
+    summary = record.as_dict()
     assert json.loads(out.read_text()) == summary
+    assert RegistrationSummary.from_dict(summary) == record
     assert summary["registered_model"] == "study-toy" and summary["gate_metric"] == "mAP"
     by_key = {g["model_key"]: g for g in summary["generations"]}
     # Through its BiCT adapter bct searches gen0's gallery well, but Δ↓ 5.7% > 5%: no candidate.
@@ -433,7 +436,7 @@ def test_register_stage_gates_from_evaluate_outputs_and_explicit_numbers(
     override.write_text(json.dumps({"models": {"gen1-bct": {"degradation_pct": 3.0}}}))
     again = register_scenario(
         params, "toy", out, StudyLayout(), load_model=load, tracker=tracker, gate_metrics=override
-    )
+    ).as_dict()
     assert [g["version"] for g in again["generations"]] == [
         g["version"] for g in summary["generations"]
     ]

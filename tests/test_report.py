@@ -17,7 +17,7 @@ import pytest
 
 from modelupgrade.config import Params, parse_params
 from modelupgrade.layout import StudyLayout
-from modelupgrade.registry import VersionInfo
+from modelupgrade.registry import RegistrationSummary, VersionInfo
 from modelupgrade.report import (
     check_claims,
     collect_replicates,
@@ -670,6 +670,7 @@ def test_upgrade_report_tells_the_cycle_with_gates_metrics_matrix_and_lineage(
     registration = {
         "registered_model": "tiny-flows-sequential",
         "tracking_uri": "sqlite:///tmp/mlflow.db",
+        "gate_metric": "mAP",
         "champion": 1,
         "candidate": 2,
         "generations": [
@@ -683,7 +684,12 @@ def test_upgrade_report_tells_the_cycle_with_gates_metrics_matrix_and_lineage(
         ],
     }
     report = write_upgrade_report(
-        chain, 1, "bct/gen1", registration, snapshot, tmp_path / "gen1.json"
+        chain,
+        1,
+        "bct/gen1",
+        RegistrationSummary.from_dict(registration),
+        snapshot,
+        tmp_path / "gen1.json",
     )
     assert report.markdown == (
         "# Upgrade cycle gen1: bct/gen1 passed the gates and is the candidate\n\n"

@@ -154,7 +154,7 @@ def test_with_batchnorm_on_cpu_the_processes_stay_replicas(
 
 def test_a_global_batch_that_does_not_split_over_the_processes_is_refused() -> None:
     from modelupgrade.errors import UserError
-    from modelupgrade.scale.distributed import DataParallel
+    from modelupgrade.training.distributed import DataParallel
 
     with pytest.raises(UserError, match="multiple of torchrun's --nproc_per_node"):
         DataParallel(rank=1, world_size=3).local_rows(16)
@@ -162,7 +162,7 @@ def test_a_global_batch_that_does_not_split_over_the_processes_is_refused() -> N
 
 
 def test_without_torchrun_the_engine_stays_single_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from modelupgrade.scale.distributed import join_process_group
+    from modelupgrade.training.distributed import join_process_group
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     joined = join_process_group("cpu")
@@ -176,7 +176,7 @@ def test_a_world_size_without_the_rest_of_torchruns_environment_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from modelupgrade.errors import UserError
-    from modelupgrade.scale.distributed import TORCHRUN_VARIABLES, join_process_group
+    from modelupgrade.training.distributed import TORCHRUN_VARIABLES, join_process_group
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     for name in TORCHRUN_VARIABLES:
@@ -186,7 +186,7 @@ def test_a_world_size_without_the_rest_of_torchruns_environment_is_refused(
 
 
 def test_each_process_draws_the_crops_of_its_rows_of_the_global_batch() -> None:
-    from modelupgrade.scale.distributed import DataParallel
+    from modelupgrade.training.distributed import DataParallel
 
     augmentation = ((0.5, 1.0), (0.75, 1.33), True)
     single = (

@@ -365,7 +365,7 @@ def test_params_yaml_names_the_backend_and_only_milvus_takes_a_uri() -> None:
     import yaml
 
     from modelupgrade.config import ParamsError, parse_params
-    from modelupgrade.plugins import plugin_problems
+    from modelupgrade.params import plugin_problems
 
     raw = yaml.safe_load(PROJECT_PARAMS.read_text())
 

@@ -416,7 +416,7 @@ def test_lineage_of_an_unknown_model_fails_and_creates_no_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from modelupgrade.commands.registry import lineage
-    from modelupgrade.plugins import load_params
+    from modelupgrade.params import load_params
 
     params = load_params(PROJECT_PARAMS)
     with pytest.raises(UserError, match="no registered model named 'nobody-here'"):

@@ -120,7 +120,7 @@ def test_serve_warns_when_reachable_from_other_machines_without_a_token(
     import uvicorn
 
     from modelupgrade.commands.store import serve
-    from modelupgrade.plugins import load_params
+    from modelupgrade.params import load_params
     from modelupgrade.store.service import TOKEN_ENV, exposure_warning
 
     assert exposure_warning("0.0.0.0", None) and exposure_warning("192.168.1.4", "")

@@ -14,7 +14,7 @@ from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MLP
 from modelupgrade.models import EmbeddingModel
-from modelupgrade.plugins import check_params
+from modelupgrade.params import check_params
 from modelupgrade.strategies import (
     STRATEGIES,
     StepInputs,

@@ -62,7 +62,7 @@ def test_train_gen0_and_gen1_then_embed_several_splits(params, splits, tmp_path)
 
 
 def test_stage_errors_are_user_errors_with_exit_code_2(params, splits, capsys, monkeypatch):
-    monkeypatch.setattr("modelupgrade.plugins.load_params", lambda path: params)
+    monkeypatch.setattr("modelupgrade.params.load_params", lambda path: params)
     with pytest.raises(SystemExit) as exit_info:
         stages.train.main(
             ["--generation", "1", "--scenario", "toy", "--strategy", "nope", "--out", "m"]
@@ -84,7 +84,7 @@ def test_main_parses_the_cli(params, splits, monkeypatch):
         def as_dict(self) -> dict[str, str]:
             return {}
 
-    monkeypatch.setattr("modelupgrade.plugins.load_params", lambda path: params)
+    monkeypatch.setattr("modelupgrade.params.load_params", lambda path: params)
     monkeypatch.setattr(
         "modelupgrade.training.pipeline.train_model", lambda **kw: seen.update(kw) or TrainedCard()
     )

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "promote": "modelupgrade.commands.registry:promote",
     "lineage": "modelupgrade.commands.registry:lineage",
     "experiments": "modelupgrade.commands.experiments:experiments",
+    "gpu-study": "modelupgrade.commands.gpu_study:gpu_study",
 }
 
 

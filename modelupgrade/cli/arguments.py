@@ -9,7 +9,7 @@ Mapping: ``a_name`` → ``--a-name``; ``bool`` → ``--a-name/--no-a-name``; ``l
 ``Sequence[T]`` → one or more values after the option (the option may also be repeated; with no
 value it gives an empty list); ``Literal[...]`` → choices; ``X | None`` → optional; a parameter
 without a default → a required option. A parameter typed ``Params`` is read from ``--params``
-(default ``params.yaml``) through ``modelupgrade.plugins.load_params``; one typed ``ParamsFile``
+(default ``params.yaml``) through ``modelupgrade.params.load_params``; one typed ``ParamsFile``
 (a Prefect flow's, which reads the file itself) gets the path given with ``--params``. Every command
 also takes ``--json``: its result printed as JSON instead of text (``describe()``).
 
@@ -197,7 +197,7 @@ def run_command(
     try:
         for name, annotation in typing.get_type_hints(function).items():
             if annotation is Params and name in arguments:
-                from modelupgrade.plugins import load_params
+                from modelupgrade.params import load_params
 
                 arguments[name] = load_params(arguments[name])
         result = function(**arguments)

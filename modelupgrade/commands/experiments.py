@@ -2,7 +2,7 @@
 
 The overlay logic is ``modelupgrade.overrides``'s: every leaf of the overlay becomes a
 ``dvc exp run -S key=value``, after the overlay merged over params.yaml passed the checks of
-``modelupgrade.plugins``.
+``modelupgrade.params``.
 """
 
 from __future__ import annotations

@@ -11,28 +11,27 @@ from typing import Any
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.layout import StudyLayout
+from modelupgrade.registry.study import RegistrationSummary
 
 
 @dataclass
 class Registration:
     """What registering a scenario did (the JSON file the register stage writes)."""
 
-    summary: dict[str, Any]
+    summary: RegistrationSummary
     out: Path
 
     def as_dict(self) -> dict[str, Any]:
-        return self.summary
+        return self.summary.as_dict()
 
     def describe(self) -> str:
         s = self.summary
-        candidate = f"v{s['candidate']}" if s["candidate"] else "none"
-        champion = f"v{s['champion']}" if s["champion"] else "none"
-        lines = [
-            f"{s['registered_model']}: champion {champion}, candidate {candidate} ({self.out})"
-        ]
-        for g in s["generations"]:
-            failed = f" (failed: {', '.join(g['failed_gates'])})" if g["failed_gates"] else ""
-            lines.append(f"  v{g['version']} {g['model_key']}: gates {g['gates']}{failed}")
+        candidate = f"v{s.candidate}" if s.candidate else "none"
+        champion = f"v{s.champion}" if s.champion else "none"
+        lines = [f"{s.registered_model}: champion {champion}, candidate {candidate} ({self.out})"]
+        for g in s.generations:
+            failed = f" (failed: {', '.join(g.failed_gates)})" if g.failed_gates else ""
+            lines.append(f"  v{g.version} {g.model_key}: gates {g.gates}{failed}")
         return "\n".join(lines)
 
 

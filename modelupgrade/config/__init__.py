@@ -4,7 +4,7 @@ Every section is a strict pydantic model: a wrong type or an unknown key is an e
 the key and says what is expected. This package is a leaf of the library: it imports nothing else
 of ``modelupgrade`` (loading params.yaml loads neither torch nor a plugin), so it checks structure
 only, and plugin names (strategy and head kinds, ordering policies, serving modes) are plain strings
-here. ``modelupgrade.plugins.load_params`` is the only way the code reads params.yaml: it reads the
+here. ``modelupgrade.params.load_params`` is the only way the code reads params.yaml: it reads the
 file with ``read_params`` and checks every plugin reference against the registries.
 """
 
@@ -257,7 +257,7 @@ class Params(Section):
 
 
 def parse_params(raw: dict[str, Any], source: Path = DEFAULT_PARAMS_PATH) -> Params:
-    """The structure of ``raw`` checked (plugin names unchecked: see ``modelupgrade.plugins``)."""
+    """The structure of ``raw`` checked (plugin names unchecked: see ``modelupgrade.params``)."""
     try:
         return Params.model_validate(raw)
     except ValidationError as err:
@@ -270,7 +270,7 @@ def parse_params(raw: dict[str, Any], source: Path = DEFAULT_PARAMS_PATH) -> Par
 
 def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> Params:
     """The params file at ``path``, its structure checked (front ends call
-    ``modelupgrade.plugins.load_params``, which also checks the plugin names)."""
+    ``modelupgrade.params.load_params``, which also checks the plugin names)."""
     path = Path(path)
     if not path.is_file():
         raise ParamsError(f"params file {path} does not exist", hint="run from the project root")

@@ -12,7 +12,7 @@ from modelupgrade.config.base import Section
 
 class BackfillParams(Section):
     # Names in modelupgrade.ordering.ORDERINGS / modelupgrade.serving.SERVING_MODES (checked by
-    # modelupgrade.plugins); combinations lacking inputs are skipped.
+    # modelupgrade.params); combinations lacking inputs are skipped.
     policies: list[str] = Field(
         default_factory=lambda: [
             "random",

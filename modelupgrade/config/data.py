@@ -26,7 +26,8 @@ class Gldv2Params(Section):
 
 class DatasetParams(Section):
     name: str = "fashion-mnist"
-    loader: Literal["idx", "imagefolder", "manifest", "cifar100", "gldv2"] = "idx"
+    # A registered dataset loader (``modelupgrade.data.loaders``; modelupgrade.params checks it).
+    loader: str = "idx"
     root: str = "/usr/share/datasets/fashion-mnist"
     # Names of the classes in label order; None = the known names of ``name`` or "0".."C-1".
     class_names: list[str] | None = None

@@ -13,7 +13,8 @@ class SearchParams(Section):
     """Top-k search: FAISS exact inner product on normalised vectors unless an
     ANN index is chosen."""
 
-    index: Literal["flat", "ivf", "hnsw"] = "flat"
+    # A registered search index (``modelupgrade.retrieval.INDEXES``; plugins checks it).
+    index: str = "flat"
     use_gpu: Literal["auto", "never", "always"] = "auto"
     query_block: int = Field(default=4096, ge=1)
     # A gallery above this many rows is split into shards whose top-k lists are merged.

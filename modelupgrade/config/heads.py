@@ -6,7 +6,7 @@ field. A field left out (null) takes the default of the paper that defines the k
 class in ``modelupgrade.heads`` holds its paper's settings as a ``HeadTraining``
 (``TRAINING_DEFAULTS``). ``HeadTraining`` is the one definition of these fields: the overrides of a
 params entry are derived from it. The kind and its options are checked against the head registry
-by ``modelupgrade.plugins``, not here (the config imports none of the library).
+by ``modelupgrade.params``, not here (the config imports none of the library).
 
 ``adapters`` lists the training-free adapters the study fits at several sample sizes in one stage
 per scenario (``AdapterStudyParams``).

@@ -38,7 +38,7 @@ class StoreIndexParams(Section):
 class StoreParams(Section):
     path: str = "stores/demo"
     # Where a new store keeps its vectors: a backend of modelupgrade.store.backends.VECTOR_BACKENDS
-    # (embedded, milvus); checked by modelupgrade.plugins. A store keeps the backend it was created
+    # (embedded, milvus); checked by modelupgrade.params. A store keeps the backend it was created
     # with; its items, scores and backfill ledger stay in its SQLite database either way.
     backend: str = "embedded"
     # The milvus backend's address: a Milvus Lite file (a path ending in .db), a server URI
@@ -49,9 +49,9 @@ class StoreParams(Section):
     # less work to a crash and let SIGTERM stop sooner.
     chunk_size: int = Field(default=512, ge=1)
     # A deployable policy of modelupgrade.ordering.ORDERINGS (random, ingest-order, old-confidence,
-    # old-entropy, fastfill-uncertainty); checked by modelupgrade.plugins.
+    # old-entropy, fastfill-uncertainty); checked by modelupgrade.params.
     policy: str = "old-confidence"
-    # A mode of modelupgrade.serving.SERVING_MODES; checked by modelupgrade.plugins.
+    # A mode of modelupgrade.serving.SERVING_MODES; checked by modelupgrade.params.
     serving_mode: str = "mixed"
     distance: Literal["cosine", "l2"] = "cosine"
     index: StoreIndexParams = Field(default_factory=StoreIndexParams)

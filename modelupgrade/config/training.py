@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
@@ -32,7 +32,8 @@ class ArchitectureParams(Section):
     embedding_dim: int = Field(default=128, ge=2)
     gem_p: float = Field(default=3.0, gt=0)
     gem_learnable: bool = False
-    classifier: Literal["softmax", "arcface", "cosface"] = "arcface"
+    # A registered margin classifier (``modelupgrade.layers.CLASSIFIERS``; plugins checks it).
+    classifier: str = "arcface"
     scale: float = Field(default=30.0, gt=0)
     margin: float = Field(default=0.3, ge=0)
     backbone_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -107,7 +108,7 @@ class StrategyParams(Section):
     """One compatibility strategy: its registered ``kind`` and that kind's hyper-parameters.
 
     ``options`` left out take the defaults of the paper that defines the kind (the ``Options`` class
-    of each strategy in ``modelupgrade.strategies``); ``modelupgrade.plugins`` checks the kind and
+    of each strategy in ``modelupgrade.strategies``); ``modelupgrade.params`` checks the kind and
     validates the options strictly against that class (the config imports none of the library).
     """
 

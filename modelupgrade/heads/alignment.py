@@ -32,7 +32,7 @@ from modelupgrade.heads.losses import squared_error
 from modelupgrade.layers import Transform
 
 # Closed-form kinds run no epochs: these fields are never read (``Head.iterative`` is False),
-# and params.yaml may not override them (``modelupgrade.plugins``). hidden_dim and depth are 1: no
+# and params.yaml may not override them (``modelupgrade.params``). hidden_dim and depth are 1: no
 # hidden layer.
 CLOSED_FORM = HeadTraining(
     hidden_dim=1, depth=1, epochs=1, batch_size=2, optimizer="sgd", lr=1.0, weight_decay=0.0

@@ -32,7 +32,7 @@ from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MLP, MarginClassifier, Transform
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 Direction = Literal["forward", "reverse"]
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 CLASSIFIERS: Registry[MarginClassifier] = Registry("classifier")
 

@@ -23,22 +23,33 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ValidationError
 from torch import nn
 
 from modelupgrade.cards import CARD_FILE, load_weights, verified_weights
-from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError, not_valid
 from modelupgrade.io import atomic_path, file_sha256, write_json
+from modelupgrade.models.adopted_modules import (
+    AdoptedNetwork,
+    PrecomputedEmbeddings,
+    runs_on_images,
+)
+from modelupgrade.models.adoption_options import (
+    EmbeddingsOptions,
+    Preprocessing,
+    SourceOptions,
+    StateDictOptions,
+    TorchScriptOptions,
+    TorchvisionOptions,
+)
 from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard, PreprocessingCard
-from modelupgrade.models.embedding import PIXEL_MEAN, PIXEL_STD, resized_unit_images
 from modelupgrade.models.weights_file import checked_file, load_matching, read_state_dict
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -46,177 +57,6 @@ TORCHSCRIPT_FILE = "network.torchscript"
 ITEM_IDS_FILE = "item_ids.parquet"
 # How many images a network's output shape is probed with (more than one: a squeeze would hide).
 PROBE_IMAGES = 2
-_SHA256 = r"^[0-9a-f]{64}$"
-
-
-# ---------------------------------------------------------------- options (params.yaml)
-
-
-class Preprocessing(Section):
-    """The input the source network was trained on. ``mean``/``std`` (on [0, 1] pixels, one value
-    per channel or one for all) left out are unknown: modelupgrade's own 0.5/0.5 is used and the
-    card says so."""
-
-    input_size: int = Field(ge=8)
-    channels: Literal[1, 3] = 3
-    mean: list[float] | None = None
-    std: list[float] | None = None
-
-    @model_validator(mode="after")
-    def _per_channel(self) -> Preprocessing:
-        for name in ("mean", "std"):
-            values = getattr(self, name)
-            if values is not None and len(values) not in (1, self.channels):
-                raise ValueError(
-                    f"{name} has {len(values)} values; give 1 or one per channel ({self.channels})"
-                )
-        if self.std is not None and min(self.std) <= 0:
-            raise ValueError("std values must be positive")
-        return self
-
-    def card(self) -> PreprocessingCard:
-        def per_channel(values: list[float] | None, default: float) -> list[float]:
-            values = values or [default]
-            return values * self.channels if len(values) == 1 else list(values)
-
-        return PreprocessingCard(
-            input_size=self.input_size,
-            channels=self.channels,
-            mean=per_channel(self.mean, PIXEL_MEAN),
-            std=per_channel(self.std, PIXEL_STD),
-        )
-
-    def unknown(self) -> list[str]:
-        return [
-            f"preprocessing.{name} (assumed {default}, modelupgrade's own)"
-            for name, default in (("mean", PIXEL_MEAN), ("std", PIXEL_STD))
-            if getattr(self, name) is None
-        ]
-
-
-class SourceOptions(Section):
-    """The adopted file, and optionally the sha256 it must have."""
-
-    path: str
-    sha256: str | None = Field(default=None, pattern=_SHA256)
-
-
-class NetworkOptions(SourceOptions):
-    preprocessing: Preprocessing
-
-
-class StateDictOptions(NetworkOptions):
-    # The architecture the weights were saved from, and its constructor's keyword arguments.
-    network: str
-    network_kwargs: dict[str, Any] = Field(default_factory=dict)
-    # A prefix every key of the file carries (e.g. "module." from DataParallel), removed.
-    key_prefix: str = ""
-
-
-class TorchvisionOptions(StateDictOptions):
-    # The classifier layer (a dotted attribute path) replaced by the identity, so that the network
-    # returns the features it classifies.
-    classifier_layer: str = "fc"
-
-
-class TorchScriptOptions(NetworkOptions):
-    # The dimension the output must have; None: whatever the probe batch gives.
-    embedding_dim: int | None = Field(default=None, ge=2)
-
-
-class EmbeddingsOptions(SourceOptions):
-    """A parquet table (an id column and a vector column), or a .npy matrix with ``ids``."""
-
-    ids: str | None = None
-    ids_sha256: str | None = Field(default=None, pattern=_SHA256)
-    id_column: str = "item_id"
-    vector_column: str = "embedding"
-
-
-# ---------------------------------------------------------------- the adopted modules
-
-
-class AdoptedNetwork(nn.Module):
-    """A network made elsewhere behind the embedding-model interface: images → its
-    preprocessing → its output, L2-normalised. It has no classifier."""
-
-    runs_on_images = True
-    mean: torch.Tensor  # buffers: the preprocessing's per-channel normalisation
-    std: torch.Tensor
-
-    def __init__(self, network: nn.Module, preprocessing: PreprocessingCard, dim: int) -> None:
-        super().__init__()
-        self.network = network
-        self.in_chans = preprocessing.channels
-        self.input_size = preprocessing.input_size
-        self.classifier: nn.Module | None = None
-        self.trained_classes: list[int] | None = None
-        self._dim = dim
-        shape = (1, preprocessing.channels, 1, 1)
-        self.register_buffer("mean", torch.tensor(preprocessing.mean).view(shape), False)
-        self.register_buffer("std", torch.tensor(preprocessing.std).view(shape), False)
-
-    @property
-    def embedding_dim(self) -> int:
-        return self._dim
-
-    @property
-    def num_classes(self) -> int:
-        return 0
-
-    def prepare_inputs(self, images: torch.Tensor) -> torch.Tensor:
-        x = resized_unit_images(images, self.in_chans, self.input_size)
-        return (x - self.mean) / self.std
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.network(self.prepare_inputs(images)).float(), dim=-1)
-
-
-class PrecomputedEmbeddings(nn.Module):
-    """An old model that can no longer run: the L2-normalised vectors it gave known items."""
-
-    runs_on_images = False
-    vectors: torch.Tensor  # a buffer: (items, dim)
-
-    def __init__(self, vectors: torch.Tensor, item_ids: Sequence[str], source: str) -> None:
-        super().__init__()
-        self.register_buffer("vectors", vectors.float())
-        self.row_of = {item: row for row, item in enumerate(item_ids)}
-        self.source = source
-        self.classifier: nn.Module | None = None
-        self.trained_classes: list[int] | None = None
-
-    @property
-    def embedding_dim(self) -> int:
-        return int(self.vectors.shape[1])
-
-    @property
-    def num_classes(self) -> int:
-        return 0
-
-    def rows(self, item_ids: Sequence[str], split: str) -> np.ndarray:
-        """The table rows of ``item_ids``; an item without a vector is an error naming ``split``."""
-        missing = [item for item in item_ids if item not in self.row_of]
-        if missing:
-            shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
-            raise UserError(
-                f"the embeddings of {self.source} lack {len(missing)} of the {len(item_ids)} "
-                f"images of split {split} ({shown})",
-                hint="an embeddings-only model can only give the vectors it holds: add the "
-                "missing items to the table and adopt it again",
-            )
-        return np.fromiter((self.row_of[item] for item in item_ids), np.int64, len(item_ids))
-
-    def lookup(self, item_ids: Sequence[str], split: str) -> torch.Tensor:
-        """The vectors of ``item_ids`` (rows in their order), float32 (N, D)."""
-        return self.vectors[torch.from_numpy(self.rows(item_ids, split))]
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        raise UserError(
-            f"{self.source} is an embeddings-only model: it cannot embed images",
-            hint="use it where its precomputed vectors are looked up by item id (embed, training "
-            "strategies that need only the old embeddings of the training images, the store)",
-        )
 
 
 # ---------------------------------------------------------------- the sources
@@ -622,11 +462,6 @@ def load_adopted(directory: str | Path, card: ModelCard) -> nn.Module:
             f"{str(err).splitlines()[0]}"
         ) from None
     return module
-
-
-def runs_on_images(model: nn.Module) -> bool:
-    """Whether ``model`` embeds images (an embeddings-only model only looks vectors up)."""
-    return bool(getattr(model, "runs_on_images", True))
 
 
 __all__ = [

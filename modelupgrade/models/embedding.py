@@ -11,6 +11,7 @@ from modelupgrade.config.training import ArchitectureParams
 from modelupgrade.errors import UserError
 from modelupgrade.layers import GeM, MarginClassifier, build_classifier
 from modelupgrade.models.backbone import create_backbone, probe_feature_shape
+from modelupgrade.models.card import ModelCard
 
 # Images are scaled to [0, 1] and then to [-1, 1]; the models are trained from scratch, so
 # dataset-specific statistics buy nothing and would tie a checkpoint to one dataset.
@@ -25,6 +26,8 @@ class EmbeddingModel(nn.Module):
     the model converts them to its own channel count and input size, so that an old and a new model
     of different architectures can embed the same batch.
     """
+
+    card: ModelCard  # the card it was loaded from (``load_model``)
 
     def __init__(
         self, architecture: ArchitectureParams, in_chans: int, num_classes: int, input_size: int

@@ -117,5 +117,5 @@ def load_model(model_dir: str | Path, device: torch.device | str = "cpu") -> Emb
             f"{Path(model_dir) / WEIGHTS_FILE} does not match its card: {err}"
         ) from None
     model.trained_classes = card.trained_classes
-    model.card = card  # type: ignore[assignment]
+    model.card = card
     return model.to(device).eval()

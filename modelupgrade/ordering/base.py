@@ -15,7 +15,7 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.ordering.scores import OrderingInputs, score_kind_of
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 
 class OrderingPolicy:

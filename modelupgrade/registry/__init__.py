@@ -14,7 +14,12 @@ from modelupgrade.registry.promotion import PromotionResult, gate_version, promo
 from modelupgrade.registry.provenance import current_user, data_hash_of, dvc_data_hash, git_commit
 from modelupgrade.registry.stage_log import StageLog, StageRecord
 from modelupgrade.registry.stage_tracking import track_stage
-from modelupgrade.registry.study import GenerationSource, RegistrationOutcome, register_generations
+from modelupgrade.registry.study import (
+    GenerationSource,
+    RegistrationOutcome,
+    RegistrationSummary,
+    register_generations,
+)
 from modelupgrade.registry.tracker import StageRun, Tracker, stage_wall_times
 from modelupgrade.registry.tracking_config import TrackingConfig
 from modelupgrade.registry.versions import (
@@ -41,6 +46,7 @@ __all__ = [
     "ModelRegistry",
     "PromotionResult",
     "RegistrationOutcome",
+    "RegistrationSummary",
     "StageLog",
     "StageRecord",
     "StageRun",

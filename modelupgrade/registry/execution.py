@@ -9,6 +9,7 @@ DVC sets ``MODELUPGRADE_PARENT_RUN_ID`` to group its stages under a parent it op
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 from modelupgrade.io import write_json
 
 PARENT_RUN_ENV = "MODELUPGRADE_PARENT_RUN_ID"
+
+log = logging.getLogger(__name__)
 
 
 def execution_key() -> str:
@@ -88,9 +91,14 @@ class ExecutionParents:
 
 
 def _read_state(path: Path) -> dict[str, Any]:
+    """The parents file's JSON; none yet, or one that cannot be read, is an empty state (a new
+    parent run is opened: the cost is a second parent, never a lost stage run)."""
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        log.warning("ignoring the unreadable parent-run state %s: %s", path, err)
         return {}
     return state if isinstance(state, dict) else {}
 

@@ -7,11 +7,12 @@ metric was not measured fails, saying so: an unverified model is not promoted si
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from modelupgrade.config import GateParams
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,56 @@ class GateReport:
 
     def to_tags(self) -> dict[str, str]:
         """Model-version tags: the overall verdict, and per gate its verdict with the comparison
-        (``gate.<name>``, read by people in the UI) and its measured value
-        (``gate.<name>.value``)."""
+        (``gate.<name>``, read by people in the UI and back by ``read_gate_verdicts``) and its
+        measured value (``gate.<name>.value``)."""
         tags = {"gates.passed": str(self.passed).lower()}
         for c in self.checks:
-            tags[f"gate.{c.name}"] = f"{'pass' if c.passed else 'fail'}: {c.detail}"
-            tags[f"gate.{c.name}.value"] = "n/a" if c.value is None else f"{c.value:.6g}"
+            verdict = GateVerdict(c.name, PASS if c.passed else FAIL, c.detail)
+            tags[GATE_TAG + c.name] = verdict.tag_value()
+            tags[f"{GATE_TAG}{c.name}.value"] = "n/a" if c.value is None else f"{c.value:.6g}"
         return tags
+
+
+# A gate's verdict on a model version: the tag ``gate.<name>`` holds "<verdict>: <detail>".
+GATE_TAG = "gate."
+PASS, FAIL = "pass", "fail"
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """One gate's verdict as a model version's tags record it (``GateReport.to_tags``)."""
+
+    gate: str
+    verdict: str  # PASS or FAIL
+    detail: str
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict.startswith(FAIL)
+
+    def tag_value(self) -> str:
+        return f"{self.verdict}: {self.detail}"
+
+    def as_row(self) -> dict[str, str]:
+        return {"gate": self.gate, "verdict": self.verdict, "detail": self.detail}
+
+
+def read_gate_verdicts(tags: Mapping[str, str]) -> list[GateVerdict]:
+    """The gate verdicts among a model version's ``tags``, by gate name."""
+    verdicts = []
+    for name, value in sorted(tags.items()):
+        if not name.startswith(GATE_TAG) or name.count(".") != 1:
+            continue  # gate.<name>.value, or another tag
+        verdict, colon, detail = value.partition(":")
+        verdicts.append(
+            GateVerdict(name[len(GATE_TAG) :], verdict, (detail if colon else value).strip())
+        )
+    return verdicts
+
+
+def failed_gates(tags: Mapping[str, str]) -> list[str]:
+    """The names of the gates a model version failed, sorted."""
+    return [v.gate for v in read_gate_verdicts(tags) if v.failed]
 
 
 class Gate(ABC):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelupgrade.registry.forms import ADOPTED_KIND, ADOPTED_SOURCE
+from modelupgrade.registry.gates import failed_gates
 from modelupgrade.registry.versions import (
     TAG_COMPATIBLE_WITH,
     TAG_GENERATION,
@@ -81,10 +82,5 @@ def _gate_summary(v: VersionInfo) -> str:
     if status == "true":
         return "pass"
     if status == "false":
-        failed = sorted(
-            k[len("gate.") :]
-            for k, val in v.tags.items()
-            if k.startswith("gate.") and k.count(".") == 1 and val.startswith("fail")
-        )
-        return "FAIL(" + ",".join(failed) + ")"
+        return "FAIL(" + ",".join(failed_gates(v.tags)) + ")"
     return status

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from modelupgrade.config import GateParams
 from modelupgrade.errors import UserError
-from modelupgrade.registry.gates import GateInputs, GateReport, evaluate_gates
+from modelupgrade.registry.gates import GateInputs, GateReport, evaluate_gates, failed_gates
 from modelupgrade.registry.provenance import current_user
 from modelupgrade.registry.versions import (
     CANDIDATE,
@@ -111,9 +111,4 @@ def promote(
 
 
 def _failed_gates(info: VersionInfo) -> str:
-    failed = [
-        key[len("gate.") :]
-        for key, value in info.tags.items()
-        if key.startswith("gate.") and key.count(".") == 1 and value.startswith("fail")
-    ]
-    return ", ".join(sorted(failed))
+    return ", ".join(failed_gates(info.tags))

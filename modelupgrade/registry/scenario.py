@@ -16,7 +16,7 @@ from modelupgrade.io import write_json
 from modelupgrade.layout import StudyLayout
 from modelupgrade.registry.lineage import format_lineage
 from modelupgrade.registry.sources import load_evidence, scenario_sources, shares_gen0
-from modelupgrade.registry.study import register_generations
+from modelupgrade.registry.study import RegistrationSummary, register_generations
 from modelupgrade.registry.tracker import Tracker
 from modelupgrade.registry.versions import CANDIDATE, ModelRegistry, registered_model_name
 
@@ -41,7 +41,7 @@ def register_scenario(
     strategies: Sequence[str] | None = None,
     generations: int | None = None,
     model: str | None = None,
-) -> dict[str, Any]:
+) -> RegistrationSummary:
     """Register ``scenario``'s generations and write what happened to ``out`` (JSON); returns it.
 
     The gates read the scenario's evaluation in ``layout`` (``metrics/<sc>``); ``gate_metrics``
@@ -77,15 +77,15 @@ def register_scenario(
         )
         champion = registry.champion()
         candidate = registry.by_alias(CANDIDATE)
-        summary = {
-            "registered_model": registry.name,
-            "tracking_uri": tracker.config.tracking_uri,
-            "gate_metric": evidence.metric,
-            "champion": champion.version if champion else None,
-            "candidate": candidate.version if candidate else None,
-            "generations": [o.as_dict() for o in outcomes],
-        }
-        write_json(out, summary)
+        summary = RegistrationSummary(
+            registered_model=registry.name,
+            tracking_uri=tracker.config.tracking_uri,
+            gate_metric=evidence.metric,
+            champion=champion.version if champion else None,
+            candidate=candidate.version if candidate else None,
+            generations=tuple(outcomes),
+        )
+        write_json(out, summary.as_dict())
         stage.log_artifact(out, "registry")
         lineage = format_lineage(registry.name, registry.versions())
         stage.log_dict({"lineage": lineage.splitlines()}, "registry/lineage.json")

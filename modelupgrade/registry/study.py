@@ -9,7 +9,7 @@ a person decides when the gallery is re-served by a new model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,36 @@ class RegistrationOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegistrationOutcome:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RegistrationSummary:
+    """What registering a batch of generations did: the register stage's JSON file, the value the
+    flows pass from their registration task to the upgrade report (``as_dict`` / ``from_dict``:
+    the one codec of both)."""
+
+    registered_model: str
+    tracking_uri: str
+    gate_metric: str
+    champion: int | None
+    candidate: int | None
+    generations: tuple[RegistrationOutcome, ...]
+
+    def outcome(self, model_key: str) -> RegistrationOutcome:
+        """What happened to the generation registered as ``model_key``."""
+        return next(o for o in self.generations if o.model_key == model_key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "generations": [o.as_dict() for o in self.generations]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegistrationSummary:
+        outcomes = tuple(RegistrationOutcome.from_dict(o) for o in data["generations"])
+        return cls(**{**data, "generations": outcomes})
 
 
 def register_generations(

@@ -43,6 +43,7 @@ from modelupgrade.report.document import (
     render_markdown,
 )
 from modelupgrade.report.fits import fit_blocks
+from modelupgrade.report.gpu_scale import gpu_scale_blocks
 from modelupgrade.report.lead import lead_blocks, scenario_runs
 from modelupgrade.report.numbers import (
     M_DIGITS,
@@ -561,6 +562,7 @@ def write_report(
             *claim_blocks(claims, len(seeds), curves),
             *fit_blocks(seeds),
             *seed_blocks(seeds),
+            *gpu_scale_blocks(seeds, claims),
             *settings_blocks(study),
         ]
         for sc in study.scenarios:

@@ -20,6 +20,8 @@ from modelupgrade.io import write_json, write_text
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
 from modelupgrade.registry.forms import ADOPTED_STRATEGY
+from modelupgrade.registry.gates import read_gate_verdicts
+from modelupgrade.registry.study import RegistrationOutcome, RegistrationSummary
 from modelupgrade.registry.versions import TAG_GATES_AGAINST, TAG_STRATEGY
 from modelupgrade.report.document import (
     Block,
@@ -118,7 +120,7 @@ def write_upgrade_report(
     chain: Chain,
     generation: int,
     model_key: str,
-    registration: dict[str, Any],
+    registration: RegistrationSummary,
     snapshot: Path,
     registration_file: Path,
 ) -> WrittenReport:
@@ -127,24 +129,16 @@ def write_upgrade_report(
     compatibility matrix and the lineage. ``registration`` is what the register stage returned."""
     import pandas as pd
 
-    outcome = next(o for o in registration["generations"] if o["model_key"] == model_key)
+    outcome = registration.outcome(model_key)
     registry = chain.registry
-    version = registry.version(outcome["version"])
-    gates = [
-        {
-            "gate": name[len("gate.") :],
-            "verdict": value.split(":", 1)[0],
-            "detail": value.split(":", 1)[-1].strip(),
-        }
-        for name, value in sorted(version.tags.items())
-        if name.startswith("gate.") and name.count(".") == 1
-    ]
+    version = registry.version(outcome.version)
+    gates = [verdict.as_row() for verdict in read_gate_verdicts(version.tags)]
     against = version.tags.get(TAG_GATES_AGAINST, "none")
     labels = pd.read_parquet(snapshot, columns=["label"]).label
     rows = generation_rows(chain, generation)
     parent = f"v{version.parent_version}" if version.parent_version else "none"
-    candidate = registration["candidate"]
-    registered = f"`{registration['registered_model']}` v{version.version} (parent {parent})"
+    candidate = registration.candidate
+    registered = f"`{registration.registered_model}` v{version.version} (parent {parent})"
     # The version's own strategy: a model adopted from elsewhere was not trained on the snapshot.
     strategy = version.tags.get(TAG_STRATEGY, chain.strategy if generation else "initial")
     trained_on = f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"
@@ -156,9 +150,9 @@ def write_upgrade_report(
         ("registered model", registered),
         ("strategy", strategy),
         ("training data", trained_on),
-        ("champion", f"v{registration['champion']}"),
+        ("champion", f"v{registration.champion}"),
         ("candidate", f"v{candidate}" if candidate else "none"),
-        ("MLflow", f"`{registration['tracking_uri']}`"),
+        ("MLflow", f"`{registration.tracking_uri}`"),
     ]
     blocks: list[Block] = [
         _facts(facts),
@@ -187,14 +181,14 @@ def write_upgrade_report(
         "status": "registered",
         "generation": generation,
         "model_key": model_key,
-        "registered_model": registration["registered_model"],
-        "version": outcome["version"],
-        "gates": outcome["gates"],
-        "failed_gates": outcome["failed_gates"],
-        "aliases": outcome["aliases"],
-        "champion": registration["champion"],
+        "registered_model": registration.registered_model,
+        "version": outcome.version,
+        "gates": outcome.gates,
+        "failed_gates": outcome.failed_gates,
+        "aliases": outcome.aliases,
+        "champion": registration.champion,
         "candidate": candidate,
-        "tracking_uri": registration["tracking_uri"],
+        "tracking_uri": registration.tracking_uri,
         "report": str(path),
         "metrics": rows,
     }
@@ -203,7 +197,7 @@ def write_upgrade_report(
         path,
         record,
         rows,
-        title=f"{model_key} of {registration['registered_model']}",
+        title=f"{model_key} of {registration.registered_model}",
         rows_title=f"{model_key}: its queries against every gallery of the chain",
     )
 
@@ -405,15 +399,15 @@ class BackfillOutcome(RecordedOutcome):
         return "\n".join(lines)
 
 
-def _verdict(outcome: dict[str, Any]) -> str:
-    key = outcome["model_key"]
-    if outcome["gates"] == "first-generation":
+def _verdict(outcome: RegistrationOutcome) -> str:
+    key = outcome.model_key
+    if outcome.gates == "first-generation":
         return f"{key} is the first generation and the champion"
-    if "candidate" in outcome["aliases"]:
+    if "candidate" in outcome.aliases:
         return f"{key} passed the gates and is the candidate"
-    if outcome["gates"] == "pass":
+    if outcome.gates == "pass":
         return f"{key} passed the gates (another version is the candidate)"
-    return f"{key} is registered but failed the gates: {', '.join(outcome['failed_gates'])}"
+    return f"{key} is registered but failed the gates: {', '.join(outcome.failed_gates)}"
 
 
 def _facts(facts: Sequence[tuple[str, str]]) -> Table:

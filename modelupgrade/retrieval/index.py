@@ -11,10 +11,16 @@ A GPU copy of the index is used when the installed FAISS has GPU support and a G
 Queries are searched in blocks of ``query_block`` rows, and a gallery larger than ``gallery_block``
 rows is split into shards whose top-k lists are merged, so neither the score tile nor the index
 exceeds a fixed size. ``torch_knn`` is the brute-force reference the exact index is tested against.
+
+Where FAISS is not installed (a lent GPU machine: see ``modelupgrade.gpu_study``), the exact
+``flat`` index is ``TorchFlatIndex``: the same scores and top-k by torch matrix products, on the
+GPU when one is visible. The approximate indexes need FAISS.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -25,7 +31,7 @@ import torch
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +40,25 @@ INDEXES: Registry = Registry("search index")
 
 
 def _faiss() -> Any:
-    try:
-        import faiss
-    except ImportError:  # pragma: no cover - faiss-cpu is a core dependency
+    if not faiss_installed():
         raise UserError(
-            "FAISS is not installed", hint="pip install faiss-cpu (or faiss-gpu)"
-        ) from None
+            "FAISS is not installed",
+            hint="pip install faiss-cpu (or faiss-gpu); the exact 'flat' index runs without it",
+        )
+    import faiss
+
     return faiss
+
+
+@functools.cache
+def faiss_installed() -> bool:
+    return importlib.util.find_spec("faiss") is not None
 
 
 def faiss_gpu_available() -> bool:
     """True when the installed FAISS build has GPU support and sees at least one GPU."""
+    if not faiss_installed():
+        return False
     faiss = _faiss()
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
@@ -209,6 +223,63 @@ class HNSWIndex(SearchIndex):
         log.info("FAISS has no GPU HNSW; the hnsw index stays on the CPU")
 
 
+class TorchFlatIndex(SearchIndex):
+    """Exact search without FAISS: the flat index's scores (inner product, or squared L2 distance)
+    and top-k by torch, in score tiles of at most ``TILE_ELEMENTS``, on the GPU after
+    ``to_gpu``. What ``GallerySearcher`` uses for ``flat`` where FAISS is not installed."""
+
+    registry_name = "flat"
+    exact = True
+    TILE_ELEMENTS = 1 << 24
+
+    def build(self, dim: int) -> torch.Tensor:
+        return torch.empty(0, dim)
+
+    def add(self, vectors: np.ndarray) -> None:
+        added = torch.as_tensor(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.index = torch.cat([self.index, added.to(self.index.device)])
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+    def to_gpu(self) -> None:
+        self.index = self.index.to("cuda")
+        self.on_gpu = True
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        gallery = self.index
+        l2 = self.options.metric == "l2"
+        mask = None if allowed is None else torch.as_tensor(np.asarray(allowed, dtype=bool))
+        if mask is not None:
+            mask = mask.to(gallery.device)
+        width = min(k, len(gallery))
+        rows = max(1, self.TILE_ELEMENTS // max(1, len(gallery)))
+        scores_out = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids_out = np.full((len(queries), k), -1, dtype=np.int64)
+        for start in range(0, len(queries), rows):
+            block = torch.as_tensor(queries[start : start + rows]).to(gallery.device)
+            scores = block @ gallery.T
+            if l2:
+                # Squared distances, smallest first: top-k of their negation.
+                scores = (
+                    2 * scores - (block * block).sum(1, keepdim=True) - (gallery * gallery).sum(1)
+                )
+            if mask is not None:
+                scores[:, ~mask] = -torch.inf
+            top_values, top_ids = torch.topk(scores, width, dim=1)
+            values, ids = top_values.cpu().numpy(), top_ids.cpu().numpy()
+            ids[~np.isfinite(values)] = -1
+            end = start + len(block)
+            scores_out[start:end, :width] = -values if l2 else values
+            ids_out[start:end, :width] = ids
+        if l2:
+            scores_out[ids_out < 0] = np.inf
+        return scores_out, ids_out
+
+
 def merge_topk(
     scores: list[np.ndarray], ids: list[np.ndarray], k: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -229,6 +300,9 @@ class GallerySearcher:
         if self.options.query_block < 1 or self.options.gallery_block < 1:
             raise UserError("query_block and gallery_block must be ≥ 1")
         index_class = INDEXES.get(self.options.index)
+        if index_class is FlatIndex and not faiss_installed():
+            index_class = TorchFlatIndex
+        self.engine = "torch" if index_class is TorchFlatIndex else "faiss"
         vectors = normalised_float32(gallery, "gallery vectors")
         self.size, self.dim = vectors.shape
         if self.size == 0:
@@ -247,7 +321,9 @@ class GallerySearcher:
         use = self.options.use_gpu
         if use == "never":
             return False
-        available = faiss_gpu_available()
+        available = faiss_gpu_available() or (
+            not faiss_installed() and self.options.index == "flat" and torch.cuda.is_available()
+        )
         if use == "always" and not available:
             raise UserError(
                 "evaluation.search.use_gpu is 'always' but FAISS has no GPU support or sees no GPU",
@@ -258,6 +334,7 @@ class GallerySearcher:
     def describe(self) -> dict[str, Any]:
         return {
             "index": self.options.index,
+            "engine": self.engine,
             "exact": self.exact,
             "gpu": self.use_gpu,
             "shards": len(self.shards),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 QueryForm = Literal["new", "old", "reverse", "rho", "rho_reverse"]
 GalleryForm = Literal["stored", "forward", "new", "rho"]

@@ -23,7 +23,7 @@ from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
 from modelupgrade.layers import MarginClassifier
 from modelupgrade.models import EmbeddingModel, runs_on_images
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The training engine and the one-call ``train_model`` used by the train stage."""
 
-from modelupgrade.augment import BatchAugment
 from modelupgrade.schedule import learning_rate
+from modelupgrade.training.augment import BatchAugment
 from modelupgrade.training.engine import (
     RESUME_FILE,
     Trainer,

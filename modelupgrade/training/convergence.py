@@ -59,6 +59,7 @@ class TrainingFit:
 
     @classmethod
     def from_dict(cls, data: dict[str, float | int]) -> TrainingFit:
+        # Each field's value is of its own type in the JSON this reads (as_dict wrote it).
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
@@ -145,6 +146,7 @@ def fit_of_trained_model(
     augmentation, as retrieval embeds them)."""
     from modelupgrade.models import classifier_logits, embed
 
+    # ``model`` is the EmbeddingModel just trained, typed here as the module it also is.
     embeddings = embed(model, images, 1024, next(model.parameters()).device)  # type: ignore[arg-type]
     logits = classifier_logits(model, embeddings)  # type: ignore[arg-type]
     steps = int(history[-1].get("steps", 0)) if history else 0

@@ -12,8 +12,8 @@
   started again with the same resume directory continues after the last finished epoch.
 - A non-finite loss stops the run with a ``TrainingDivergedError`` naming the epoch and step.
 - Under ``torchrun --nproc_per_node N`` each process trains on its rows of every global batch
-  (``modelupgrade.scale.distributed``): DDP, compatibility terms on the all-gathered batch, rank 0
-  alone logging and checkpointing. One process without torchrun is unchanged.
+  (``modelupgrade.training.distributed``): DDP, compatibility terms on the all-gathered batch,
+  rank 0 alone logging and checkpointing. One process without torchrun is unchanged.
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ class Trainer:
         ``old_training_features`` (N, D_old), when given, are the old embeddings of ``images``
         (an embeddings-only old model's vectors), used instead of running the old model on them.
         """
-        # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
-        from modelupgrade.scale.distributed import join_process_group
+        # Imported here: torch.distributed loads only when a model is trained.
+        from modelupgrade.training.distributed import join_process_group
 
         p = self.params
         if images.dtype != torch.uint8 or images.ndim != 4:

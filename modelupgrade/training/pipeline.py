@@ -87,8 +87,8 @@ def train_model(
     Under torchrun every process trains; rank 0 alone saves, and the others
     return the card it wrote.
     """
-    # Imported here: modelupgrade.scale imports the training package, whose __init__ imports us.
-    from modelupgrade.scale.distributed import current as current_process_group
+    # Imported here: torch.distributed loads only when a model is trained.
+    from modelupgrade.training.distributed import current as current_process_group
 
     device = torch.device(device)
     if generation == 0:

@@ -12,7 +12,7 @@ import pandas as pd
 from modelupgrade.config.data import DatasetParams
 from modelupgrade.data.manifest import CROP_COLUMNS, make_manifest
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 
 if TYPE_CHECKING:
     import torch

@@ -30,7 +30,7 @@ import numpy as np
 from modelupgrade.config import StoreParams
 from modelupgrade.config.store import StoreIndexParams
 from modelupgrade.errors import UserError
-from modelupgrade.registry_util import Registry
+from modelupgrade.plugins import Registry
 from modelupgrade.retrieval.distance import Distance, check_distance
 from modelupgrade.store.spaces import SpaceSpec
 

@@ -1,7 +1,6 @@
 """Batched training augmentation on uint8 image tensors: random resized crop and horizontal flip.
 
-Used by the training engine and, sharded over processes, by ``modelupgrade.scale.distributed``
-(which the engine imports, so this module lives outside the ``training`` package).
+Used by the training engine and, sharded over processes, by ``modelupgrade.training.distributed``.
 
 One affine sampling grid per image, all images resampled in a single ``grid_sample`` call, so the
 hot loop has no per-sample Python. Random numbers come from a CPU generator (bit-identical streams

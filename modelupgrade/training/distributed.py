@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from modelupgrade.augment import BatchAugment
 from modelupgrade.errors import UserError
+from modelupgrade.training.augment import BatchAugment
 
 log = logging.getLogger(__name__)
 
