@@ -11,7 +11,7 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser repro lint test test-slow ui benchmarks full-cpu-study gpu-study help
+.PHONY: install dataset browser milvus-server repro lint test test-slow ui benchmarks full-cpu-study gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
@@ -43,6 +43,18 @@ $(BROWSER):
 
 install: $(STAMP) $(DATASET)
 
+# A Milvus 2.3.5 standalone server for the store's tests, in an environment of its own (the PyPI
+# `milvus` package ships the server binary, unpacked under .venv-milvus/server on first use); the
+# tests start it on 127.0.0.1 once per session (tests/milvus_server.py).
+MILVUS_VENV := .venv-milvus
+MILVUS_STAMP := $(MILVUS_VENV)/.installed
+$(MILVUS_STAMP):
+	$(PYTHON) -m venv $(MILVUS_VENV)
+	$(MILVUS_VENV)/bin/pip install --quiet milvus==2.3.5
+	touch $(MILVUS_STAMP)
+
+milvus-server: $(MILVUS_STAMP)
+
 browser: $(BROWSER)
 
 dataset: $(DATASET)
@@ -64,7 +76,7 @@ lint: $(STAMP)
 # module-wide fixtures (a Prefect server, an MLflow UI) start once; each worker runs torch on one
 # thread (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: install browser lint
+test: install browser milvus-server lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: install

@@ -38,7 +38,20 @@ from modelupgrade.store import (
 from modelupgrade.store.backends.embedded import EmbeddedVectors
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.vectors import VectorFile, vector_checksums
-from tests.store_helpers import build_gallery
+
+
+def build_gallery(path: Path, n: int, space: SpaceSpec) -> GalleryStore:
+    """``n`` items item-00000 … with random ``space`` vectors and an old-confidence score each,
+    their vectors in the embedded backend."""
+    rng = np.random.default_rng(0)
+    store = GalleryStore.create(path)
+    store.ingest(
+        [f"item-{i:05d}" for i in range(n)],
+        rng.normal(size=(n, space.dim)).astype(np.float32),
+        space,
+        scores={"old-confidence": rng.random(n)},
+    )
+    return store
 
 
 def _psi(dim: int, hidden: int, depth: int, device: str):  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -123,6 +124,22 @@ def verified_weights(directory: str | Path, card: Card, file_name: str | None = 
     return path
 
 
+def torch_load_problem(err: BaseException) -> str:
+    """One line saying why ``torch.load(weights_only=True)`` refused a file: for a pickle that asks
+    to run code, what it asks for, never PyTorch's advice to load it with ``weights_only=False``
+    (which would run it)."""
+    text = str(err).strip()
+    if isinstance(err, pickle.UnpicklingError):
+        asks = next(
+            (line.strip() for line in text.splitlines() if "GLOBAL" in line or "global" in line),
+            "",
+        )
+        found = re.search(r"GLOBAL ([\w.]+)", asks)
+        what = f" (it asks to run {found.group(1)})" if found else ""
+        return f"it holds Python objects, not plain tensors{what}; refused, it was not loaded"
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def load_weights(
     directory: str | Path,
     card: Card,
@@ -143,8 +160,9 @@ def load_weights(
         ValueError,
         OSError,
     ) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path} cannot be loaded as weights: {first_line}", hint=hint) from None
+        raise UserError(
+            f"{path} cannot be loaded as weights: {torch_load_problem(err)}", hint=hint
+        ) from None
     if not isinstance(state, dict) or not all(
         isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in state.items()
     ):

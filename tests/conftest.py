@@ -24,6 +24,7 @@ import torch
 
 if TYPE_CHECKING:
     from modelupgrade.store import BackendSettings
+    from tests.milvus_server import MilvusServer
 
 torch.set_num_threads(1)
 
@@ -74,14 +75,41 @@ def cpu_device() -> torch.device:
     return torch.device("cpu")
 
 
-@pytest.fixture(params=["embedded", "milvus"])
-def backend(request: pytest.FixtureRequest) -> BackendSettings:
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    """The session's Milvus 2.3.5 standalone server on loopback (``tests/milvus_server``), shared
+    by pytest-xdist workers and stopped when the session ends."""
+    from tests.milvus_server import start_or_join, stop
+
+    pytest.importorskip("pymilvus")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    server = start_or_join(shared, os.getppid() if worker else os.getpid())
+    yield server
+    if not worker:
+        stop(server)
+
+
+@pytest.fixture(params=["embedded", "milvus", "milvus-server"])
+def backend(request: pytest.FixtureRequest) -> Iterator[BackendSettings]:
     """Each vector backend of the gallery store in turn (a test taking it runs once per backend):
-    the embedded files, and Milvus Lite in a file inside the store. Skipped for Milvus where
-    pymilvus or milvus-lite is not installed (both are optional extras)."""
+    the embedded files, Milvus Lite in a file inside the store, and the session's Milvus
+    standalone server (``milvus_server``; the test's collections dropped after it). Skipped for
+    Milvus where pymilvus or milvus-lite is not installed (both are optional extras)."""
+    from modelupgrade.store import BackendSettings
+
+    if request.param == "milvus-server":
+        from tests.milvus_server import PREFIX_ENV, drop_collections
+
+        server = request.getfixturevalue("milvus_server")
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        prefix = f"t{os.getpid()}_{abs(hash(request.node.nodeid)) % 10**8}_"
+        monkeypatch.setenv("MILVUS_TOKEN", server.token)
+        monkeypatch.setenv(PREFIX_ENV, prefix)
+        yield BackendSettings(kind="milvus", uri=server.uri)
+        drop_collections(server, prefix)
+        return
     if request.param == "milvus":
         pytest.importorskip("pymilvus")
         pytest.importorskip("milvus_lite")
-    from modelupgrade.store import BackendSettings
-
-    return BackendSettings(kind=request.param)
+    yield BackendSettings(kind=request.param)

@@ -111,27 +111,26 @@ def backend_params(directory: Path, backend: BackendSettings) -> Path:
     import yaml
 
     settings = yaml.safe_load(PROJECT_PARAMS.read_text())
-    settings["store"] = {**settings.get("store", {}), "backend": backend.kind}
-    path = directory / f"params-{backend.kind}.yaml"
+    settings["store"] = {**settings.get("store", {}), "backend": backend.kind, "uri": backend.uri}
+    path = directory / f"params-{backend.kind}{'-server' if backend.uri else ''}.yaml"
     path.write_text(yaml.safe_dump(settings))
     return path
+
+
+def milvus_lite(backend: BackendSettings) -> bool:
+    """Whether ``backend`` is Milvus Lite (a file one process at a time), not a Milvus server."""
+    from modelupgrade.store.backends.milvus import is_server_uri
+
+    return backend.kind == "milvus" and not is_server_uri(backend.uri)
 
 
 def stored_spaces(store: GalleryStore) -> set[str]:
     """The spaces whose vectors the store's backend holds, as the backend itself lists them (its
     vector files; its Milvus collections), whether or not the store's tables name them: what a
-    refused or undone write must not leave behind."""
-    from modelupgrade.store.backends.embedded import EmbeddedVectors
-    from modelupgrade.store.backends.milvus import MilvusVectors
-
-    vectors = store.vectors
-    if isinstance(vectors, EmbeddedVectors):
-        files = vectors.root.iterdir() if vectors.root.exists() else ()
-        return {f.name.rsplit(".", 1)[0] for f in files if f.suffix in (".f32", ".sum")}
-    assert isinstance(vectors, MilvusVectors), vectors
-    prefix = f"{store.backend_settings.collection}_"
-    # A collection of another prefix is listed whole: it is no space of this store's.
-    return {name.removeprefix(prefix) for name in vectors.client().list_collections()}
+    refused or undone write must not leave behind. A space the tables do not name shows as its
+    storage name (its file stem, its collection's suffix)."""
+    names = {spec.storage: name for name, spec in store.spaces().items()}
+    return {names.get(storage, storage) for storage in store.vectors.stored()}
 
 
 def psi_job(
@@ -266,11 +265,9 @@ def kill_after_a_commit(
 
 def final_state(store: GalleryStore) -> tuple[list, np.ndarray, list]:
     """What a finished backfill into ``NEW`` left: item states, NEW's vectors, the chunk log."""
-    states = [
-        (s["item_id"], s["space"], s["state"], s["committed_chunk"])
-        for s in store.backfills.item_states()
-    ]
-    vectors = store.read_vectors(NEW.name, np.arange(store.item_count()))
+    items = store.backfills.item_states()  # slot order
+    states = [(s["item_id"], s["space"], s["state"], s["committed_chunk"]) for s in items]
+    vectors = store.read_vectors(NEW.name, np.array([s["slot"] for s in items], dtype=np.int64))
     chunks = [
         (c["chunk"], c["items"], c["written"], c["failed"], c["vectors_sha256"])
         for c in store.backfills.chunk_log()

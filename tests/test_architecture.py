@@ -157,10 +157,7 @@ def test_reading_params_does_not_import_torch(module: str) -> None:
 MAY_IMPORT_COMMANDS = ("modelupgrade.commands", "modelupgrade.cli", "modelupgrade.chain")
 # Known arrows pointing up, each to be removed by the change named; an entry that no longer
 # imports the commands fails the test too, so that the list only shrinks.
-KNOWN_UPWARD_IMPORTS = {
-    # issue 32, the store's part: the Prefect follow path calls a store operation, not the command
-    "modelupgrade.store.follow",
-}
+KNOWN_UPWARD_IMPORTS: set[str] = set()
 
 
 def test_no_library_module_below_the_commands_imports_them() -> None:

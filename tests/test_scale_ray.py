@@ -113,7 +113,7 @@ def test_re_embedding_images_on_two_ray_workers_equals_the_single_process_job(
         second = run_ray_backfill(on_ray, NEW, recipe, policy, CHUNK_SIZE, TWO_CPU_WORKERS)
         assert second.status == "incomplete"
         assert first.items_written + second.items_written == ITEMS - 1
-        assert [f["item_id"] for f in second.failed] == [f"img{CORRUPT}"]
+        assert [f.item_id for f in second.failed] == [f"img{CORRUPT}"]
         _assert_same_outcome(single, on_ray)
 
 
@@ -151,7 +151,7 @@ def test_a_user_error_in_a_worker_reaches_the_caller_as_itself(tmp_path: Path) -
                 CHUNK_SIZE,
                 TWO_CPU_WORKERS,
             )
-        assert store.status().backfill["pending"] == 12, "nothing was committed"
+        assert store.status().backfill.pending == 12, "nothing was committed"
 
 
 def test_the_ray_executor_computes_every_pending_chunk_and_returns_them_in_plan_order(

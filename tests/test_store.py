@@ -105,7 +105,7 @@ def test_the_plan_is_the_shared_policy_order_of_the_items_by_slot(tmp_path: Path
                 37, scores if policy == "old-confidence" else None, seed
             )
             assert [slot for chunk in planned for slot in chunk] == expected.tolist()
-            assert store.status().backfill["seed"] == seed
+            assert store.status().backfill.seed == seed
 
 
 def test_bad_ingest_is_refused_with_a_clear_error(tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def test_the_totals_of_a_backfill_run_in_parts_are_the_stores(tmp_path: Path) ->
         assert (whole.status, whole.target_space, whole.backfill_id) == ("complete", "gen1", 1)
         assert (whole.items_written, whole.items_failed, whole.chunks_committed) == (100, 0, 4)
         backfill = store.status().backfill
-        assert whole.seconds == pytest.approx(backfill["finished_at"] - backfill["started_at"])
+        assert whole.seconds == pytest.approx(backfill.finished_at - backfill.started_at)
         assert whole.items_per_second == pytest.approx(100 / whole.seconds)
 
 
@@ -266,8 +266,8 @@ def test_a_corrupt_image_is_logged_skipped_listed_and_served_from_the_old_space(
         report = job.run()
         # not complete while an item is not in the target space
         assert (report.status, report.exit_code) == ("incomplete", 1)
-        assert [f["item_id"] for f in report.failed] == ["img17"]
-        assert "cannot decode" in report.failed[0]["reason"]
+        assert [f.item_id for f in report.failed] == ["img17"]
+        assert "cannot decode" in report.failed[0].reason
         assert "img17" in caplog.text
         states = {s["item_id"]: s for s in store.backfills.item_states()}
         assert states["img17"]["state"] == "failed" and states["img17"]["space"] == "gen0"

@@ -8,6 +8,7 @@ chunks commit; the status reports the index's recall@10 against an exact scan.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from modelupgrade.config.store import StoreIndexParams, StoreParams
 from modelupgrade.errors import UserError
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store import BackendSettings, GalleryStore, HeadTransforms, QueryVectors, Searcher
+from modelupgrade.store.backends.milvus import is_server_uri
 from modelupgrade.store.search import index_recall
 from tests.store_helpers import NEW, OLD, PROJECT_PARAMS, build_gallery, psi, psi_job, reverse
 
@@ -55,7 +57,7 @@ def test_hnsw_answers_equal_exact_search_in_every_serving_mode_during_a_backfill
     queries = _queries()
     answers: dict[str, list[list]] = {}
     for kind, index in (("flat", StoreIndexParams()), ("hnsw", GENEROUS_HNSW)):
-        settings = BackendSettings(kind=backend.kind, index=index)
+        settings = dataclasses.replace(backend, index=index)
         with build_gallery(tmp_path / kind, N_ITEMS, backend=settings) as store:
             job = psi_job(store, chunk=CHUNK, seed=0)
             answers[kind] = []
@@ -113,7 +115,7 @@ def test_status_reports_recall_at_10_against_an_exact_scan(
         ("hnsw", GENEROUS_HNSW),
         ("ivf", StoreIndexParams(kind="ivf", ivf_nlist=8, ivf_nprobe=1)),
     ):
-        settings = BackendSettings(kind=backend.kind, index=index)
+        settings = dataclasses.replace(backend, index=index)
         with GalleryStore.create(tmp_path / kind, settings) as store:
             store.ingest([f"i{i}" for i in range(N_ITEMS)], vectors.astype(np.float32), OLD)
             report = index_recall(store)
@@ -121,8 +123,11 @@ def test_status_reports_recall_at_10_against_an_exact_scan(
         recalls[kind] = report["recall_at_10"][OLD.name]
     assert recalls["flat"] == 1.0
     assert recalls["hnsw"] == 1.0
-    # one cell of eight per query misses the neighbours in the cells next to it
-    assert recalls["ivf"] < 1.0
+    # one cell of eight per query misses the neighbours in the cells next to it (a Milvus server
+    # searches a segment of fewer than 1,024 rows, or not yet handed over with its index,
+    # exhaustively: there the index is not what answers yet, and recall is measured as 1.0)
+    if not is_server_uri(backend.uri):
+        assert recalls["ivf"] < 1.0
 
 
 def test_store_status_command_shows_the_index_and_its_recall(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from modelupgrade.store import (
     SpaceSpec,
     TransformStored,
 )
+from modelupgrade.store.backends.base import VectorRows
 from modelupgrade.store.backends.milvus import MilvusVectors
 from modelupgrade.store.vectors import vector_checksums
 from tests.store_helpers import (
@@ -117,13 +119,17 @@ def test_vectors_of_the_wrong_dimension_or_space_are_refused(
         assert store.verify_vectors("gen0") == 20
         # A vector replaced behind the store's back no longer matches its recorded checksum.
         slot = np.array([5])
+        held = store.space("gen0")
         store.vectors.write(
-            gen0,
-            slot,
-            rng.normal(size=(1, 16)).astype(np.float32),
-            store.vectors.checksums(gen0, slot),
+            held,
+            VectorRows(
+                slot,
+                rng.normal(size=(1, 16)).astype(np.float32),
+                store.vectors.checksums(held, slot),
+                np.zeros(1, np.uint64),
+            ),
         )
-        store.vectors.sync(gen0)
+        store.vectors.sync(held)
         with pytest.raises(UserError, match="do not match what was recorded.*slot 5"):
             store.verify_vectors("gen0")
 
@@ -192,7 +198,8 @@ def test_every_query_is_answered_while_a_backfill_writes(
         answered, seen, done_seen = 0, set(), set()
         while writer.is_alive():
             answered += _check_answers(store, rng, seen)
-            done_seen.add((store.status().backfill or {}).get("done", 0))
+            state = store.status().backfill
+            done_seen.add(0 if state is None else state.done)
         writer.join()
         assert outcome == ["complete"]
         assert answered > 0 and seen == {OLD.name, NEW.name}
@@ -233,7 +240,7 @@ def test_both_backends_give_the_same_answers_in_every_serving_mode(tmp_path: Pat
                 patch.setattr(store.backfills, "commit_chunks", _power_loss)
                 with pytest.raises(OSError):
                     job.run(max_chunks=1)
-            assert store.status().backfill["done"] == 5 * CHUNK
+            assert store.status().backfill.done == 5 * CHUNK
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(MilvusVectors, "search", counted)
                 answers[kind] = [
@@ -464,7 +471,7 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
         with pytest.raises(UserError, match="is not complete"):
             rollback(store, "back")
         assert job.run().status == "complete"
-        assert store.status().cutover["state"] == "awaiting cutover"
+        assert store.status().cutover.state == "awaiting cutover"
 
         # New-space answers worse than the old space's: refused, nothing changes.
         noise = np.random.default_rng(0).normal(size=sample.new.shape).astype(np.float32)
@@ -482,7 +489,7 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
         assert evaluation["new_metrics"]["mAP"] >= evaluation["old_metrics"]["mAP"]
         assert store.serving_space() == NEW.name and _served_spaces(store) == {NEW.name}
         if backend.kind == "milvus":
-            assert _milvus_alias(store) == store.vectors.collection(NEW)
+            assert _milvus_alias(store) == store.vectors.collection(store.space(NEW.name))
         with pytest.raises(UserError, match="already cut over"):
             cutover(store, "again", window, shadow)
         with pytest.raises(UserError, match="rollback window .* is open until"):
@@ -496,7 +503,7 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
             store.read_vectors(OLD.name, np.arange(len(ids))), old_vectors
         )
         if backend.kind == "milvus":
-            assert _milvus_alias(store) == store.vectors.collection(OLD)
+            assert _milvus_alias(store) == store.vectors.collection(store.space(OLD.name))
         with pytest.raises(UserError, match="already rolled back"):
             rollback(store, "again")
         with pytest.raises(UserError, match="was rolled back"):
@@ -525,19 +532,19 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
         assert not (tmp_path / "s" / "vectors" / f"{OLD.name}.f32").exists()
     else:
         with GalleryStore.open(tmp_path / "s") as reopened:
-            assert not reopened.vectors.client().has_collection(reopened.vectors.collection(OLD))
-    assert [s["step"] for s in status.serving_steps] == [
+            assert reopened.space(OLD.name).storage not in reopened.vectors.stored()
+    assert [s.step for s in status.serving_steps] == [
         "cutover",
         "rollback",
         "cutover",
         "cleanup",
     ]
-    assert all("@" in s["actor"] and s["at"] > 0 for s in status.serving_steps)
-    assert [s["reason"] for s in status.serving_steps][:2] == [
+    assert all("@" in s.actor and s.at > 0 for s in status.serving_steps)
+    assert [s.reason for s in status.serving_steps][:2] == [
         "TICKET-1: shadow mAP up",
         "TICKET-2: complaints",
     ]
-    assert status.cutover == {
+    assert asdict(status.cutover) == {
         "state": "cleaned up",
         "new_space": NEW.name,
         "old_space": OLD.name,
@@ -614,7 +621,7 @@ def test_the_dry_run_previews_items_rate_and_time_and_writes_nothing(
 ) -> None:
     from modelupgrade.cli.arguments import run_command
     from modelupgrade.commands.store import backfill
-    from modelupgrade.store.job import preview_backfill
+    from modelupgrade.store.preview import preview_backfill
 
     _gallery_and_its_new_vectors(tmp_path, 400, backend)
     before = _files(tmp_path / "s")

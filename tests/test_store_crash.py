@@ -131,7 +131,7 @@ def test_crash_between_vector_write_and_commit_redoes_the_chunk(
             job.run()
         monkeypatch.setattr(store.backfills, "commit_chunks", real_commit)
         assert len(store.backfills.chunk_log()) == 3
-        assert store.status().backfill["done"] == 3 * CHUNK
+        assert store.status().backfill.done == 3 * CHUNK
         assert job.run().status == "complete"
         states, vectors, chunks = final_state(store)
     assert states == expected_states
@@ -159,7 +159,7 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
         status = store.status().backfill
         committed = len(store.backfills.chunk_log())
         assert 2 <= committed < N_ITEMS // CHUNK
-        assert status["done"] == committed * CHUNK  # whole chunks only
+        assert status.done == committed * CHUNK  # whole chunks only
         report = psi_job(store, chunk=CHUNK, seed=0).run()
         assert report.status == "complete"
         assert report.chunks_committed + committed == len(store.backfills.chunk_log())

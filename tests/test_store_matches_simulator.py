@@ -177,7 +177,7 @@ def test_the_store_serves_the_simulated_curve_at_every_point(
             assert np.nanmean(average_precision) == pytest.approx(curve.mAP[step], rel=1e-6)
             expected = _expected_topk(systems, first_new, step, 10)
             assert (hits.item_ids[:, :10] == np.vectorize(lambda row: f"g{row}")(expected)).all()
-        assert store.status().backfill["status"] == "complete"
+        assert store.status().backfill.status == "complete"
 
 
 def test_the_oracle_order_cannot_run_on_a_store(tmp_path: Path, study: dict) -> None:

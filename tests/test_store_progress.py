@@ -57,7 +57,7 @@ def test_every_reader_sees_committed_chunks_and_the_rows_hold_the_state_at_rest(
         )
         status = store.status()
         assert status.items_by_space == {OLD.name: N_ITEMS - 2 * CHUNK, NEW.name: 2 * CHUNK}
-        assert status.backfill["done"] == 2 * CHUNK
+        assert status.backfill.done == 2 * CHUNK
         # the rows themselves still say pending: nothing rewrote them
         raw_states = {state for _, _, state, _ in _rows(store, "items")}
         assert raw_states == {"pending"}

@@ -129,7 +129,7 @@ def test_serve_warns_when_reachable_from_other_machines_without_a_token(
     assert exposure_warning("0.0.0.0", "s3cret") is None
     build_gallery(tmp_path / "store", 10, backend=backend).close()
     bound: list[str] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port: bound.append(host))
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **limits: bound.append(host))
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     params = load_params(PROJECT_PARAMS)
     with caplog.at_level(logging.WARNING, logger="modelupgrade.commands.store"):

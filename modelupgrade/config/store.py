@@ -62,6 +62,14 @@ class StoreParams(Section):
     # What one POST /search may ask of the service: query vectors per request, hits per query.
     max_query_vectors: int = Field(default=64, ge=1)
     max_k: int = Field(default=1000, ge=1)
+    # The service's limits before a body is parsed: its size, the time it may take to arrive,
+    # requests handled at once; and the largest value a query vector may hold.
+    max_request_bytes: int = Field(default=4 << 20, ge=1024)
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=64, ge=1)
+    max_query_magnitude: float = Field(default=1e6, gt=0)
+    # Serve the OpenAPI schema at /openapi.json (behind the token); there are no HTML docs.
+    service_openapi: bool = False
     # Hours after a cutover during which the old space's vectors are kept for a rollback;
     # `modelupgrade cleanup` drops them only after (or with --force and a reason).
     rollback_window_hours: float = Field(default=168.0, ge=0)

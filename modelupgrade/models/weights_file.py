@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from modelupgrade.cards import torch_load_problem
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256
 
@@ -58,8 +59,9 @@ def read_state_dict(path: Path, what: str, strip_prefix: str = "") -> dict[str, 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{what} {path} cannot be read as a state dict: {first_line}", hint=hint)
+        raise UserError(
+            f"{what} {path} cannot be read as a state dict: {torch_load_problem(err)}", hint=hint
+        ) from None
     for wrapper in _WRAPPERS:
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
             state = state[wrapper]

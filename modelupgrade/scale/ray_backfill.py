@@ -31,8 +31,14 @@ import numpy as np
 from modelupgrade.errors import UserError
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
-from modelupgrade.store.job import ChunkVectors, ReEmbedImages, TransformStored, VectorSource
 from modelupgrade.store.schema import Backfill, Chunk
+from modelupgrade.store.sources import (
+    ChangedSources,
+    ChunkVectors,
+    ReEmbedImages,
+    TransformStored,
+    VectorSource,
+)
 from modelupgrade.store.spaces import SpaceSpec
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,7 @@ class ModelVectors:
     model_dir: str
     images: ImageSource
     batch_size: int = 256
+    changed_sources: ChangedSources = "refuse"
     method: ClassVar[str] = "embed"
 
     def check(self) -> None:
@@ -66,7 +73,11 @@ class ModelVectors:
     def build(self, device: str) -> VectorSource:
         from modelupgrade.store.models import model_embed_fn
 
-        return ReEmbedImages(self.images, model_embed_fn(self.model_dir, self.batch_size, device))
+        return ReEmbedImages(
+            self.images,
+            model_embed_fn(self.model_dir, self.batch_size, device),
+            self.changed_sources,
+        )
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,7 @@ class ChunkWorker:
                 "chunk": chunk.index,
                 "slots": b"",
                 "vectors": b"",
+                "content": b"",
                 "failures": "{}",
                 "user_error": json.dumps({"message": err.message, "hint": err.hint}),
             }
@@ -132,6 +144,10 @@ class ChunkWorker:
             "chunk": chunk.index,
             "slots": np.ascontiguousarray(result.slots, dtype=np.int64).tobytes(),
             "vectors": np.ascontiguousarray(result.vectors, dtype=np.float32).tobytes(),
+            # the source content hashes (none for ψ): recorded beside each vector
+            "content": b""
+            if result.content is None
+            else np.ascontiguousarray(result.content, dtype=np.uint64).tobytes(),
             "failures": json.dumps({str(slot): reason for slot, reason in result.failures.items()}),
             "user_error": "",
         }
@@ -239,4 +255,5 @@ class RayExecutor:
                 len(slots), target.dim
             )
             failures = {int(slot): reason for slot, reason in json.loads(row["failures"]).items()}
-            yield by_index[int(row["chunk"])], ChunkVectors(slots, vectors, failures)
+            content = np.frombuffer(row["content"], dtype=np.uint64) if row["content"] else None
+            yield by_index[int(row["chunk"])], ChunkVectors(slots, vectors, failures, content)

@@ -13,16 +13,22 @@ beside the source's and never touches those. After it completes, its *last step*
   serves; a cutover (evaluated again) moves them back, their new vectors being still there;
 * ``cleanup``: the old space's vectors are dropped; no rollback is possible any more.
 
-The steps act on the store's last backfill. Each holds the store's writer lock; the backend is
-pointed first (an idempotent call), then one SQLite transaction moves the items, the serving
-space and appends the step, so a crash between the two is repaired by running the step again.
-Cleanup records its step before it drops the vectors, so a crash never leaves a rollback that
-would find them gone; its re-run finishes the drop.
+The steps act on the store's last backfill. Each holds the store's writer lease and, for its
+writes, its commit lock. A step that points the backend's own readers (a Milvus alias) and records
+that in the database does so as one recoverable step: a write-ahead *intent* (table ``intents``)
+is committed first, naming everything the step will do; then the backend is pointed (idempotent);
+then one transaction moves the items, the serving space, appends the step and deletes the intent.
+A writer killed anywhere in between leaves the intent, and the next writer completes it before it
+writes anything (``complete_intents``, run by ``recovery``): the alias and the database never
+disagree for longer than it takes the next writer to start. Cleanup records its step with its
+intent before it drops the vectors, so a crash never leaves a rollback that would find them gone;
+the next writer finishes the drop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -31,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from modelupgrade.errors import UserError
-from modelupgrade.store.database import Database
+from modelupgrade.store.faults import boundary
+from modelupgrade.store.intents import complete_intents, complete_serving_step, record_intent
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill
 from modelupgrade.store.steps import ServingStep, actor, steps_in, window_ends
@@ -39,6 +46,8 @@ from modelupgrade.store.steps import ServingStep, actor, steps_in, window_ends
 if TYPE_CHECKING:
     from modelupgrade.store.gallery import GalleryStore
     from modelupgrade.store.shadow import ShadowEvaluation
+
+log = logging.getLogger(__name__)
 
 
 def _reason(text: str, step: str) -> str:
@@ -88,31 +97,32 @@ def _record(
     return steps_in(db, backfill.id)[-1]
 
 
-def _point_items(db: sqlite3.Connection, backfill: Backfill, from_space: str, to_space: str) -> int:
-    """Point the items ``backfill`` moved from ``from_space`` at their vector in ``to_space``."""
-    return db.execute(
-        "UPDATE items SET space = ? WHERE backfill_id = ? AND space = ?",
-        (to_space, backfill.id, from_space),
-    ).rowcount
-
-
 def _serve(
     store: GalleryStore,
     backfill: Backfill,
     step: str,
     space: str,
     reason: str,
-    detail: Callable[[int, Any], dict[str, Any]],
+    detail: dict[str, Any],
 ) -> ServingStep:
-    """Serve ``space``, one of ``backfill``'s two: the backend first, then, in one transaction,
-    the items it moved and the store's serving space, recorded as ``step`` with ``detail(items
-    moved, what the backend did)``."""
+    """Serve ``space``, one of ``backfill``'s two, as one recoverable step (see the module),
+    recorded as ``step`` with ``detail`` (and the items moved and what the backend did)."""
     other = backfill.source_space if space == backfill.target_space else backfill.target_space
-    pointed = store.vectors.serve(store.space(space))
-    with store.db.write() as db:
-        moved = _point_items(db, backfill, other, space)
-        Database.set_meta(db, "serving_space", space)
-        return _record(db, backfill, step, other, space, reason, detail(moved, pointed))
+    intent = {
+        "step": step,
+        "backfill_id": backfill.id,
+        "from_space": other,
+        "to_space": space,
+        "reason": reason,
+        "actor": actor(),
+        "at": time.time(),
+        "detail": detail,
+    }
+    with store.committing(step):
+        with store.db.write() as db:
+            intent_id = record_intent(db, step, intent)
+        boundary(f"{step}:intent")
+        return complete_serving_step(store.db, store.vectors, store.spaces(), intent_id, intent)
 
 
 def cutover(
@@ -165,10 +175,8 @@ def cutover(
             "cutover",
             backfill.target_space,
             reason,
-            lambda moved, backend: {
+            {
                 "shadow_evaluation": evaluation.as_dict(),
-                "items_moved": moved,
-                "backend": backend,
                 "rollback_window_hours": float(rollback_window_hours),
             },
         )
@@ -202,14 +210,7 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
             ]
         # The old vectors are what queries will meet: they must be whole before anything moves.
         store.verify_vectors(backfill.source_space, np.asarray(slots, dtype=np.int64))
-        return _serve(
-            store,
-            backfill,
-            "rollback",
-            backfill.source_space,
-            reason,
-            lambda moved, backend: {"items_moved": moved, "backend": backend},
-        )
+        return _serve(store, backfill, "rollback", backfill.source_space, reason, {})
 
 
 def cleanup(
@@ -222,8 +223,10 @@ def cleanup(
         backfill, steps = _completed(store, "clean up")
         last = steps[-1] if steps else None
         if last is not None and last.step == "cleanup":
-            # A re-run after a crash between the record and the drop finishes the drop.
-            store.vectors.discard(backfill.source_space)
+            # A re-run after a crash between the record and the drop: the commit lock's recovery
+            # finished the drop (``complete_intents``).
+            with store.committing("clean up"):
+                pass
             return last
         if last is None or last.step != "cutover":
             state = "was rolled back" if last is not None else "has not been cut over"
@@ -251,19 +254,23 @@ def cleanup(
                 f"cannot clean up: {still} item(s) are still served from {backfill.source_space!r}",
                 hint="backfill them into the new space first",
             )
-        with store.db.write() as db:
-            step = _record(
-                db,
-                backfill,
-                "cleanup",
-                backfill.source_space,
-                backfill.target_space,
-                reason,
-                {
-                    "dropped_space": backfill.source_space,
-                    "forced": bool(force and current < ends),
-                    "window_ended_at": ends,
-                },
-            )
-        store.vectors.discard(backfill.source_space)
+        storage = store.space(backfill.source_space).storage
+        with store.committing("clean up"):
+            with store.db.write() as db:
+                step = _record(
+                    db,
+                    backfill,
+                    "cleanup",
+                    backfill.source_space,
+                    backfill.target_space,
+                    reason,
+                    {
+                        "dropped_space": backfill.source_space,
+                        "forced": bool(force and current < ends),
+                        "window_ended_at": ends,
+                    },
+                )
+                record_intent(db, "cleanup", {"storage": storage})
+            boundary("cleanup:recorded")
+            complete_intents(store.db, store.vectors, store.spaces())
         return step

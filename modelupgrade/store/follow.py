@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from modelupgrade.config import Params
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.job import BackfillReport
+from modelupgrade.store.report import BackfillReport
 from modelupgrade.store.schema import DATABASE_FILE
 from modelupgrade.store.status import StoreStatus
 
@@ -91,25 +91,24 @@ def follow_model(
 
     space = space_for_model(model_dir).name
     if not (Path(store) / DATABASE_FILE).is_file():
-        from modelupgrade.commands.store import store_ingest
         from modelupgrade.models import read_model_card
         from modelupgrade.store.models import CLASSIFIER_SCORES
+        from modelupgrade.store.operations import IngestRequest, ingest
 
         # A model adopted from elsewhere has no classifier to score its items with: its store
         # holds no confidence scores, and a backfill out of it needs a policy that reads none.
         classifier = read_model_card(model_dir).classifier is not None
-        status = store_ingest(
-            params,
+        request = IngestRequest(
+            Path(store),
             items,
             model_dir,
-            store=Path(store),
             vectors=vectors,
-            score=CLASSIFIER_SCORES if classifier else (),
+            scores=CLASSIFIER_SCORES if classifier else (),
         )
-        return FollowedModel(Path(store), space, "created", status)
+        return FollowedModel(Path(store), space, "created", ingest(params, request))
     with GalleryStore.open(store) as gallery:
         before = gallery.status()
-        running = before.backfill is not None and before.backfill["status"] == "running"
+        running = before.backfill is not None and before.backfill.status == "running"
         if before.serving_space == space and not running:
             return FollowedModel(Path(store), space, "up to date", before)
         models = [model_dir]
@@ -131,35 +130,38 @@ def _backfill(
 ) -> BackfillReport:
     """Backfill (or resume backfilling) ``gallery`` into ``model_dir``'s space, re-embedding the
     images, a few chunks per run so that ``progress`` hears of each few."""
-    from modelupgrade.ordering import build_ordering
     from modelupgrade.runtime import select_device
-    from modelupgrade.store.images import ManifestImageSource
-    from modelupgrade.store.job import BackfillJob, ReEmbedImages
-    from modelupgrade.store.models import model_embed_fn, space_for_model
+    from modelupgrade.store.operations import (
+        BackfillRequest,
+        Chunking,
+        NewVectors,
+        Serving,
+        backfill_job,
+        new_vector_source,
+    )
 
     serving = gallery.serving_space()
-    target = space_for_model(model_dir, upgrades_from=[serving] if serving else None)
-    embed = model_embed_fn(
-        model_dir, params.store.embed_batch_size, str(select_device(params.device))
-    )
-    job = BackfillJob(
-        gallery,
-        target,
-        ReEmbedImages(ManifestImageSource(params.dataset), embed),
-        build_ordering(params.store.policy),
-        params.store.chunk_size,
-        seed=params.seed,
+    request = BackfillRequest(
+        store=gallery.path,
+        vectors=NewVectors(model=model_dir),
+        chunking=Chunking.of(params, None, None, None),
+        serving=Serving.of(params, None, None),
+        upgrades_from=(serving,) if serving else (),
+        device=str(select_device(params.device)),
         progress=False,
     )
+    target, source = new_vector_source(params, request, gallery)
+    job = backfill_job(gallery, target, source, request.chunking, progress=False)
     described = f"{gallery.path}: {serving} → {target.name}"
     chunks = 1
     while True:
         run = job.run(max_chunks=chunks)
         status = gallery.status()
         totals = BackfillReport.whole_backfill(status, run.status)
-        total, chunk_size = status.backfill["total"], status.backfill["chunk_size"]  # type: ignore[index]
-        chunks = max(1, -(-total // chunk_size) // PROGRESS_UPDATES)
+        state = status.backfill
+        assert state is not None  # whole_backfill refused a store without one
+        chunks = max(1, -(-state.total // state.chunk_size) // PROGRESS_UPDATES)
         if progress is not None:
-            progress(described, (totals.items_written + totals.items_failed) / max(total, 1))
+            progress(described, (totals.items_written + totals.items_failed) / max(state.total, 1))
         if run.status != "paused":
             return totals

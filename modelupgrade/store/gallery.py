@@ -5,6 +5,11 @@
 (``modelupgrade.store.backends``: embedded float32 files by default, or Milvus). Its backfill state
 machine is ``store.backfills`` (``modelupgrade.store.ledger``); a consistent view for searching is
 ``snapshot()``.
+
+Writers hold its locks (``modelupgrade.store.lock``): every write step the commit lock
+(``committing``), a backfill, an abort and a serving step also the writer lease (``writing``).
+The first write step of a process redoes what a crashed writer left half-done
+(``modelupgrade.store.recovery``). Readers take no lock and write nothing.
 """
 
 from __future__ import annotations
@@ -17,23 +22,46 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.ordering.scores import score_kind_of
 from modelupgrade.store.backends import VECTOR_BACKENDS, BackendSettings, VectorBackend
-from modelupgrade.store.backends.base import BACKEND_META
+from modelupgrade.store.backends.base import BACKEND_META, VectorRows
 from modelupgrade.store.database import Database
+from modelupgrade.store.faults import boundary
 from modelupgrade.store.ledger import BackfillLedger
-from modelupgrade.store.lock import WriterLock, writes
-from modelupgrade.store.schema import ITEM_COLUMNS, ItemRow, ItemSources, Snapshot
+from modelupgrade.store.lock import (
+    COMMIT_HOLDER_FILE,
+    COMMIT_LOCK_FILE,
+    COMMIT_WAIT_S,
+    HOLDER_FILE,
+    LOCK_FILE,
+    WriterLock,
+    writes,
+)
+from modelupgrade.store.recovery import recover
+from modelupgrade.store.schema import (
+    DATABASE_FILE,
+    ITEM_COLUMNS,
+    VECTORS_DIR,
+    ItemRow,
+    ItemSources,
+    Snapshot,
+)
+from modelupgrade.store.snapshots import ItemTable, read_snapshot, serving_state
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.status import StoreStatus, read_status
 from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
 
 log = logging.getLogger(__name__)
+
+# What a store directory may hold before its database exists: the locks of the writer creating it,
+# and what a creation (perhaps killed half-way) lays out before the database is renamed into place.
+_LOCK_FILES = {LOCK_FILE, HOLDER_FILE, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE}
+_BEGINNINGS = _LOCK_FILES | {VECTORS_DIR, f".{DATABASE_FILE}.tmp"}
 
 
 class GalleryStore:
@@ -43,7 +71,10 @@ class GalleryStore:
         self.db = database
         self.path = database.path
         self.backfills = BackfillLedger(database)
-        self.writer = WriterLock(self.path)
+        self.lease = WriterLock(self.path)
+        self.commit_lock = WriterLock(self.path, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE)
+        self._recovered = False  # this object's first write step recovers thoroughly
+        self._items: ItemTable | None = None  # the item rows a snapshot last read
         with self.db.lock:
             meta = {key: Database.meta(self.db.connection, key) for key in BACKEND_META}
         self.backend_settings = BackendSettings.from_meta(meta)
@@ -51,27 +82,86 @@ class GalleryStore:
         self.vectors: VectorBackend = VECTOR_BACKENDS.get(self.backend_settings.kind)(
             self.path, self.backend_settings
         )
+        # Every commit records the newest vector write it may point at; every read of the vectors
+        # waits for the newest one recorded (a Milvus server's reads are otherwise only eventually
+        # consistent across processes).
+        self.db.on_commit = self._record_vector_mark
+        self.db.after_commit = self._publish
+        self.vectors.fence = self._vector_fence
+
+    def _publish(self) -> None:
+        """Give the backend the serving state just committed, for readers that do not read this
+        store's database (``serving_state``; a Milvus server keeps it beside the collections)."""
+        if not self.vectors.publishes:
+            return
+        try:
+            self.vectors.publish(serving_state(self.db, self.spaces(), self.vectors))
+        except UserError as err:  # committed all the same: the next commit publishes again
+            log.warning("the serving state was not published: %s", err.message)
+
+    def _record_vector_mark(self, db: Any) -> None:
+        mark = self.vectors.write_mark()
+        if mark and mark > int(Database.meta(db, "vector_mark") or 0):
+            Database.set_meta(db, "vector_mark", str(mark))
+
+    def _vector_fence(self) -> int:
+        rows = self.db.query("SELECT value FROM meta WHERE key = 'vector_mark'")
+        return int(rows[0][0]) if rows else 0
 
     # ----- opening --------------------------------------------------------------------------
     @classmethod
     def create(
         cls, path: str | os.PathLike[str], backend: BackendSettings | None = None
     ) -> GalleryStore:
-        """A new, empty store at ``path`` whose vectors live in ``backend`` (default: embedded)."""
+        """A new, empty store in the directory ``path`` (absent, or empty) whose vectors live in
+        ``backend`` (default: embedded); created under the store's commit lock."""
+        directory = _store_directory(Path(path))
         settings = backend or BackendSettings()
-        settings = VECTOR_BACKENDS.get(settings.kind).prepared(Path(path), settings)
-        Database.create(Path(path))
-        database = Database.open(Path(path))
-        with database.write() as db:
-            for key, value in settings.as_meta().items():
-                Database.set_meta(db, key, value)
-        return cls(database)
+        settings = VECTOR_BACKENDS.get(settings.kind).prepared(directory, settings)
+        with WriterLock(directory, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold(
+            "create a gallery store", COMMIT_WAIT_S
+        ):
+            if (directory / DATABASE_FILE).exists():
+                raise UserError(
+                    f"a gallery store already exists at {directory}",
+                    hint="open it, or choose another directory",
+                )
+            _refuse_foreign(directory)
+            return cls._created(directory, settings)
+
+    @classmethod
+    def _created(cls, directory: Path, settings: BackendSettings) -> GalleryStore:
+        Database.create(directory, settings.as_meta())
+        boundary("create:database")
+        return cls(Database.open(directory))
+
+    @classmethod
+    def open_or_create(
+        cls, path: str | os.PathLike[str], backend: BackendSettings | None = None
+    ) -> tuple[GalleryStore, bool]:
+        """The store at ``path``, created (under its commit lock) when the directory holds none;
+        and whether it was created. Two processes that both find no store never both create one:
+        the second waits for the lock and opens the first one's."""
+        target = Path(path)
+        if target.is_dir() and not (target / DATABASE_FILE).is_file():
+            _refuse_foreign(target)
+        directory = _store_directory(target)
+        if (directory / DATABASE_FILE).is_file():
+            return cls.open(directory), False
+        settings = backend or BackendSettings()
+        settings = VECTOR_BACKENDS.get(settings.kind).prepared(directory, settings)
+        with WriterLock(directory, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold(
+            "create a gallery store", COMMIT_WAIT_S
+        ):
+            if (directory / DATABASE_FILE).is_file():
+                return cls.open(directory), False
+            _refuse_foreign(directory)
+            return cls._created(directory, settings), True
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GalleryStore:
-        store = cls(Database.open(Path(path)))
-        store._recover_if_left()
-        return store
+        """The store at ``path``, for reading (and writing: each write takes its locks)."""
+        return cls(Database.open(_existing_directory(Path(path))))
 
     def close(self) -> None:
         with self.db.lock:
@@ -84,45 +174,56 @@ class GalleryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ----- locks --------------------------------------------------------------------------------
     @contextlib.contextmanager
     def writing(self, operation: str) -> Iterator[None]:
-        """Hold the store's writer lock for the block: one writing process at a time
-        (``modelupgrade.store.lock``); ``operation`` is what a refused writer is told it does.
-
-        Taking the lock first redoes what a writer that crashed left in the vector backend's
-        journal; letting go of it checkpoints what this one wrote (``VectorBackend.recover`` and
-        ``checkpoint``). A block that raises leaves its journal for the next writer to redo.
-        """
-        outermost = not self.writer.held
-        with self.writer.hold(operation):
-            if outermost:
-                self.vectors.recover()
+        """Hold the store's writer lease for the block (``modelupgrade.store.lock``): one backfill,
+        abort or serving step at a time; ``operation`` is what a refused one is told is running.
+        Letting go of it checkpoints what this process wrote (``VectorBackend.checkpoint``)."""
+        outermost = not self.lease.held
+        with self.lease.hold(operation):
+            with self.committing(operation):
+                pass  # the first write step of a process redoes what a crashed writer left
             yield
             if outermost:
-                self.vectors.checkpoint()
+                with self.committing(operation):
+                    self.vectors.checkpoint()
 
-    def _recover_if_left(self) -> None:
-        """A writer that crashed (or lost power) before its checkpoint left vectors in the journal
-        that committed items may point at: redo them before anything reads, unless a writer holds
-        the store (it redid them when it took it)."""
-        if not self.vectors.journals_left():
-            return
-        try:
-            with self.writing("recover the vectors a crashed writer left"):
-                pass
-        except (UserError, OSError):
-            pass
+    @contextlib.contextmanager
+    def committing(self, operation: str) -> Iterator[None]:
+        """Hold the store's commit lock for one write step (waiting for another's a while).
+
+        Taking it first redoes what a writer that crashed left half-done (the vector journal, the
+        intents, the orphan slots: ``modelupgrade.store.recovery``); a live writer (not holding the
+        lease) checkpoints its vectors when it lets go. A block that raises leaves its journal for
+        the next writer to redo."""
+        outermost = not self.commit_lock.held
+        with self.commit_lock.hold(operation, COMMIT_WAIT_S):
+            if outermost and not self.db.still_backs_the_store():
+                raise UserError(
+                    f"cannot {operation}: the store at {self.path} was removed or replaced "
+                    "while this process had it open",
+                    hint="run the command again: it opens the store that is there now",
+                )
+            if outermost:
+                thorough = self.commit_lock.took_over or not self._recovered
+                recover(self.db, self.vectors, self.spaces(), self.next_slot(), thorough)
+                self._recovered = True
+            yield
+            if outermost and not self.lease.held:
+                self.vectors.checkpoint()
 
     # ----- spaces -----------------------------------------------------------------------------
     def spaces(self) -> dict[str, SpaceSpec]:
         rows = self.db.query(
-            "SELECT name, dim, upgrades_from, backward_compatible, model_ref, form FROM spaces"
+            "SELECT name, dim, upgrades_from, backward_compatible, model_ref, form, storage "
+            "FROM spaces"
         )
         return {
             name: SpaceSpec(
-                name, dim, tuple(json.loads(parents)), bool(compatible), model_ref, form
+                name, dim, tuple(json.loads(parents)), bool(compatible), model_ref, form, storage
             )
-            for name, dim, parents, compatible, model_ref, form in rows
+            for name, dim, parents, compatible, model_ref, form, storage in rows
         }
 
     def space(self, name: str) -> SpaceSpec:
@@ -134,18 +235,39 @@ class GalleryStore:
             )
         return spaces[name]
 
+    @writes("add an embedding space")
     def add_space(self, spec: SpaceSpec) -> SpaceSpec:
-        """Register ``spec`` (idempotent for an identical spec; a conflicting one is an error)."""
+        """Register ``spec`` (idempotent for an identical spec; a conflicting one is an error);
+        returns the space as registered (with its storage)."""
         existing = self.registered(spec)
         if existing is not None:
             return existing
-        # A file of a space the database does not know is a leftover (of an aborted backfill, or
-        # of a crash before the space's row committed); nothing points at its rows.
-        self.discard_vectors(spec.name)
-        self.vectors.add_space(spec, self.item_count())
+        taken = {space.storage for space in self.spaces().values()}
+
+        def draw() -> int:
+            with self.db.write() as db:
+                return Database.take_counter(db, "next_storage")
+
+        storage = self.vectors.storage_for(spec, draw)
+        while storage in taken:  # a space of an older store holds that name
+            storage = self.vectors.storage_for(spec, draw)
+        registered = SpaceSpec(
+            spec.name,
+            spec.dim,
+            spec.upgrades_from,
+            spec.backward_compatible,
+            spec.model_ref,
+            spec.form,
+            storage,
+        )
+        # Vectors under that storage that the database does not name are a leftover (of an aborted
+        # backfill, or of a crash before the space's row committed); nothing points at them.
+        self.vectors.discard(storage)
+        self.vectors.add_space(registered, self.next_slot())
         with self.db.write() as db:
             db.execute(
-                "INSERT INTO spaces VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO spaces (name, dim, upgrades_from, backward_compatible, model_ref, "
+                "form, created_at, storage) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     spec.name,
                     spec.dim,
@@ -154,9 +276,10 @@ class GalleryStore:
                     spec.model_ref,
                     spec.form,
                     time.time(),
+                    storage,
                 ),
             )
-        return spec
+        return registered
 
     def registered(self, spec: SpaceSpec) -> SpaceSpec | None:
         """The space of ``spec``'s name as the store holds it, None if it holds none; one of
@@ -186,16 +309,20 @@ class GalleryStore:
                 )
         return existing
 
-    def discard_vectors(self, name: str) -> None:
-        """Delete the vector file of space ``name``, which no item and no space row may name."""
+    def discard_vectors(self, storage: str) -> None:
+        """Delete the vectors kept under ``storage``, which no space row may name."""
         with self.db.lock:
-            if name in self.spaces():
-                raise RuntimeError(f"space {name!r} is still registered; its vectors stay")
-            self.vectors.discard(name)
+            if storage in {space.storage for space in self.spaces().values()}:
+                raise RuntimeError(f"storage {storage!r} still holds a space; its vectors stay")
+            self.vectors.discard(storage)
 
     # ----- items --------------------------------------------------------------------------------
     def item_count(self) -> int:
         return int(self.db.query("SELECT COUNT(*) FROM items")[0][0])
+
+    def next_slot(self) -> int:
+        """The slot the next new item gets (slots are never reused: erased ones stay empty)."""
+        return int(self.db.query("SELECT value FROM meta WHERE key = 'next_slot'")[0][0])
 
     @writes("ingest")
     def ingest(
@@ -205,17 +332,16 @@ class GalleryStore:
         space: SpaceSpec,
         sources: ItemSources | None = None,
         scores: Mapping[str, np.ndarray] | None = None,
+        content: np.ndarray | None = None,
     ) -> int:
         """Add new items whose vectors in ``space`` are known; returns the number added.
 
         ``scores`` maps an ordering score kind (``modelupgrade.ordering.SCORE_KINDS``) to one value
         per item. Every item of a store carries the same kinds, so the first ingest decides them.
+        ``content`` holds each vector's source content hash (``vectors.content_hashes``; none: not
+        recorded). While a backfill runs, items in its source space join it (queued after its last
+        chunk, ``BackfillLedger.queue``) and items in its target space are in it at once.
         """
-        if self.backfills.active() is not None:
-            raise UserError(
-                "cannot ingest while a backfill is running",
-                hint="let `modelupgrade backfill` finish (or resume it) first",
-            )
         item_ids = [str(i) for i in item_ids]
         vectors = check_vectors(vectors, space, f"vectors for space {space.name!r}")
         if len(vectors) != len(item_ids):
@@ -228,48 +354,74 @@ class GalleryStore:
             )
         checked_scores = self._checked_scores(scores or {}, len(item_ids))
         source_rows = list((sources or ItemSources(paths=item_ids)).rows(len(item_ids)))
-        with self.db.lock:
-            # Every check before the first write: a refused ingest leaves the store as it was.
-            known = {row[0] for row in self.db.query("SELECT item_id FROM items")}
-            clash = [item_id for item_id in item_ids if item_id in known]
-            if clash:
-                raise UserError(
-                    f"{len(clash)} item id(s) are already in the store, e.g. {clash[0]!r}",
-                    hint="ingest only new items; item ids are unique in a gallery",
+        active = self.backfills.active()
+        if active is not None and space.name not in (active.source_space, active.target_space):
+            raise UserError(
+                f"backfill {active.id} is moving the store from {active.source_space!r} to "
+                f"{active.target_space!r}; items in space {space.name!r} would be in neither",
+                hint=f"ingest their vectors in {active.source_space!r} (they join the backfill) "
+                f"or in {active.target_space!r}",
+            )
+        # Every check before the first write: a refused ingest leaves the store as it was.
+        clash = self.known_item_ids(item_ids)
+        if clash:
+            raise UserError(
+                f"{len(clash)} item id(s) are already in the store, e.g. {clash[0]!r}",
+                hint="ingest only new items; item ids are unique in a gallery "
+                "(`modelupgrade store-update` replaces an item's content)",
+            )
+        spec = self.add_space(space)
+        first = self.next_slot()
+        slots = np.arange(first, first + len(item_ids), dtype=np.int64)
+        self.vectors.reserve(list(self.spaces().values()), first + len(item_ids))
+        self.write_vectors(spec.name, slots, vectors, content=content, item_ids=item_ids)
+        boundary("ingest:vectors")
+        with self.db.write(items_changed=True) as db:
+            taken = Database.take_counter(db, "next_slot", len(item_ids))
+            if taken != first:
+                raise RuntimeError(f"slot counter moved from {first} to {taken} under the lock")
+            db.executemany(
+                "INSERT INTO items (slot, item_id, source_path, source_index, label, space) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (int(slot), item_id, path, index, label, spec.name)
+                    for slot, item_id, (path, index, label) in zip(
+                        slots, item_ids, source_rows, strict=True
+                    )
+                ),
+            )
+            for kind, values in checked_scores.items():
+                db.execute(
+                    "INSERT OR IGNORE INTO score_kinds VALUES (?, ?, ?)",
+                    (kind, score_kind_of(kind).meaning, time.time()),
                 )
-            spec = self.add_space(space)
-            first = self.item_count()
-            capacity = first + len(item_ids)
-            self.vectors.reserve(list(self.spaces().values()), capacity)
-            slots = np.arange(first, capacity, dtype=np.int64)
-            self.vectors.write(spec, slots, vectors, vector_checksums(vectors))
-            self.vectors.sync(spec)  # the rows are stored before anything points at them
-            with self.db.write() as db:
                 db.executemany(
-                    "INSERT INTO items (slot, item_id, source_path, source_index, label, space) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO item_scores VALUES (?, ?, ?)",
                     (
-                        (int(slot), item_id, path, index, label, spec.name)
-                        for slot, item_id, (path, index, label) in zip(
-                            slots, item_ids, source_rows, strict=True
-                        )
+                        (kind, int(slot), float(value))
+                        for slot, value in zip(slots, values, strict=True)
                     ),
                 )
-                for kind, values in checked_scores.items():
-                    db.execute(
-                        "INSERT OR IGNORE INTO score_kinds VALUES (?, ?, ?)",
-                        (kind, score_kind_of(kind).meaning, time.time()),
-                    )
-                    db.executemany(
-                        "INSERT INTO item_scores VALUES (?, ?, ?)",
-                        (
-                            (kind, int(slot), float(value))
-                            for slot, value in zip(slots, values, strict=True)
-                        ),
-                    )
-                if Database.meta(db, "serving_space") is None:
-                    Database.set_meta(db, "serving_space", spec.name)
+            if Database.meta(db, "serving_space") is None:
+                Database.set_meta(db, "serving_space", spec.name)
+            if active is not None and spec.name == active.source_space:
+                BackfillLedger.queue(db, active, slots)
+        boundary("ingest:committed")
         return len(item_ids)
+
+    def known_item_ids(self, item_ids: Sequence[str]) -> list[str]:
+        """Those of ``item_ids`` the store holds (looked up by its index, not by a scan)."""
+        found: list[str] = []
+        for start in range(0, len(item_ids), 900):
+            part = list(item_ids[start : start + 900])
+            found += [
+                row[0]
+                for row in self.db.query(
+                    f"SELECT item_id FROM items WHERE item_id IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            ]
+        return found
 
     def _checked_scores(
         self, scores: Mapping[str, np.ndarray], count: int
@@ -326,10 +478,8 @@ class GalleryStore:
                 hint=f"ingest the gallery with --score {kind}, or choose a policy that orders by a "
                 "score the store holds (or 'random' / 'ingest-order', which need none)",
             )
-        rows = self.db.query(
-            "SELECT slot, value FROM item_scores WHERE kind = ? ORDER BY slot", (kind,)
-        )
-        table = np.full(self.item_count(), np.nan)
+        rows = self.db.query("SELECT slot, value FROM item_scores WHERE kind = ?", (kind,))
+        table = np.full(self.next_slot(), np.nan)
         for slot, value in rows:
             table[slot] = value
         return table[np.asarray(slots, dtype=np.int64)]
@@ -339,38 +489,63 @@ class GalleryStore:
         return self.vectors.read(self.space(space), np.asarray(slots, dtype=np.int64))
 
     def write_vectors(
-        self, space: str, slots: np.ndarray, vectors: np.ndarray, durable: bool = True
+        self,
+        space: str,
+        slots: np.ndarray,
+        vectors: np.ndarray,
+        durable: bool = True,
+        content: np.ndarray | None = None,
+        written_by: tuple[int, int] = (0, 0),
+        item_ids: Sequence[str] | None = None,
     ) -> None:
-        """Write rows, each with its checksum, into their slots of ``space``; nothing points at them
-        until a commit does."""
+        """Write rows, each with its checksum and source content hash (``content``; none: not
+        recorded), into their slots of ``space``; nothing points at them until a commit does.
+        ``written_by`` is the (backfill, chunk) whose commit will."""
         spec = self.space(space)
         vectors = check_vectors(vectors, spec, f"vectors for space {space!r}")
         slots = np.asarray(slots, dtype=np.int64)
         if len(slots) != len(vectors):
             raise ValueError(f"{len(vectors)} vectors for {len(slots)} slots")
-        if len(slots):
-            self.vectors.write(spec, slots, vectors, vector_checksums(vectors))
-            if durable:
-                self.vectors.sync(spec)
+        if not len(slots):
+            return
+        sources = (
+            np.zeros(len(slots), dtype=np.uint64)
+            if content is None
+            else np.asarray(content, dtype=np.uint64)
+        )
+        rows = VectorRows(
+            slots,
+            vectors,
+            vector_checksums(vectors),
+            sources,
+            written_by,
+            None if item_ids is None else tuple(str(i) for i in item_ids),
+        )
+        self.vectors.write(spec, rows)
+        if durable:
+            self.vectors.sync(spec)
 
     def sync_vectors(self, space: str) -> None:
         self.vectors.sync(self.space(space))
 
     def provenance(self, space: str, slots: np.ndarray) -> list[dict[str, object]]:
         """What is recorded with each stored vector of ``slots`` in ``space``: its space, the model
-        that produced it and its checksum (None where the store recorded none)."""
+        that produced it, its checksum and the hash of the content it was made from (None where
+        the store recorded none)."""
         spec = self.space(space)
         slots = np.asarray(slots, dtype=np.int64)
         sums = self.vectors.checksums(spec, slots)
+        sources = self.vectors.sources(spec, slots)
         return [
             {
                 "slot": int(slot),
                 "space": recorded_space,
                 "model_ref": model_ref,
                 "checksum": None if checksum == UNRECORDED else f"{int(checksum):016x}",
+                "source_hash": None if source == UNRECORDED else f"{int(source):016x}",
             }
-            for slot, (recorded_space, model_ref), checksum in zip(
-                slots, self.vectors.provenance(spec, slots), sums, strict=True
+            for slot, (recorded_space, model_ref), checksum, source in zip(
+                slots, self.vectors.provenance(spec, slots), sums, sources, strict=True
             )
         ]
 
@@ -382,19 +557,11 @@ class GalleryStore:
             snapshot = self.snapshot()
             slots = snapshot.slots[snapshot.spaces == space]
         slots = np.asarray(slots, dtype=np.int64)
-        stored = self.vectors.checksums(spec, slots)
-        recomputed = vector_checksums(self.vectors.read(spec, slots))
-        bad = np.flatnonzero((stored != UNRECORDED) & (stored != recomputed))
-        wrong_space = [
-            int(slot)
-            for slot, (recorded, _) in zip(slots, self.vectors.provenance(spec, slots), strict=True)
-            if recorded != space
-        ]
-        if len(bad) or wrong_space:
-            example = int(slots[bad[0]]) if len(bad) else wrong_space[0]
+        bad = self.vectors.mismatched(spec, slots)
+        if bad:
             raise UserError(
-                f"{len(bad) + len(wrong_space)} stored vector(s) of space {space!r} do not match "
-                f"what was recorded when they were written, e.g. slot {example}",
+                f"{len(bad)} stored vector(s) of space {space!r} do not match what was recorded "
+                f"when they were written, e.g. slot {bad[0]}",
                 hint="the vector storage was changed outside modelupgrade; backfill the items "
                 "again from their source or rebuild the store",
             )
@@ -405,28 +572,71 @@ class GalleryStore:
         return self.db.commit_counter()
 
     def serving_space(self) -> str | None:
-        with self.db.lock:
-            return Database.meta(self.db.connection, "serving_space")
+        rows = self.db.query("SELECT value FROM meta WHERE key = 'serving_space'")
+        return str(rows[0][0]) if rows else None
 
     def snapshot(self) -> Snapshot:
-        with self.db.read() as db:
-            rows = db.execute(
-                "SELECT slot, item_id, space FROM current_items ORDER BY slot"
-            ).fetchall()
-            serving = Database.meta(db, "serving_space")
-            counter = int(Database.meta(db, "commit_counter") or 0)
-            backfill = BackfillLedger.active_in(db)
-        return Snapshot(
-            slots=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-            item_ids=np.array([r[1] for r in rows], dtype=object),
-            spaces=np.array([r[2] for r in rows], dtype=object),
-            serving_space=serving,
-            active_backfill=backfill,
-            commit_counter=counter,
-        )
+        """Which space serves each item now (``modelupgrade.store.snapshots``): the item rows read
+        again only when they changed since the last snapshot."""
+        snapshot, self._items = read_snapshot(self.db, self._items)
+        return snapshot
 
     def status(self) -> StoreStatus:
         status = read_status(self.db, self.spaces())
         status.vectors = self.vectors.describe()
         status.index = self.backend_settings.index.model_dump()
         return status
+
+
+def _refuse_foreign(directory: Path) -> None:
+    """A directory that holds something other than a store's beginnings never becomes one (one
+    that another writer has just made a store of is one)."""
+    entries = {p.name for p in directory.iterdir()}
+    foreign = sorted(
+        name
+        for name in entries - _BEGINNINGS
+        if not name.startswith(f".{DATABASE_FILE}.tmp")  # the database being built, its journal
+    )
+    if DATABASE_FILE not in entries and foreign:
+        raise UserError(
+            f"{directory} exists and is not a gallery store (it holds {foreign[0]!r})",
+            hint="pass --store a new directory, or the directory of an existing store",
+        )
+
+
+def _store_directory(path: Path) -> Path:
+    """``path`` as the directory a new store goes in (made if absent); a path that is a file, or a
+    link to nothing, is a ``UserError``."""
+    if path.is_symlink() and not path.exists():
+        raise UserError(
+            f"--store {path} is a symbolic link to {os.readlink(path)}, which does not exist",
+            hint="point the link at a directory, or pass the directory itself",
+        )
+    if path.exists() and not path.is_dir():
+        raise UserError(
+            f"{path} exists and is not a gallery store (it is a file)",
+            hint="pass --store a new directory, or the directory of an existing store",
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot make the store directory {path}: {os.strerror(err.errno or 0)}",
+            hint="pass --store a directory you can write",
+        ) from None
+    return path
+
+
+def _existing_directory(path: Path) -> Path:
+    if path.is_symlink() and not path.exists():
+        raise UserError(
+            f"no gallery store at {path}: it is a symbolic link to {os.readlink(path)}, which "
+            "does not exist",
+            hint="point the link at the store's directory, or pass the directory itself",
+        )
+    if path.exists() and not path.is_dir():
+        raise UserError(
+            f"no gallery store at {path}: it is a file, not a store directory",
+            hint="pass --store the store's directory",
+        )
+    return path

@@ -12,9 +12,10 @@ import numpy as np
 from modelupgrade.errors import UserError
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
-from modelupgrade.store.job import EmbedFn
-from modelupgrade.store.schema import ItemRow, ItemSources
+from modelupgrade.store.schema import ItemFailure, ItemRow, ItemSources
+from modelupgrade.store.sources import EmbedFn
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.vectors import content_hashes
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,9 @@ def ingest_images(
     space: SpaceSpec,
     scores: Mapping[str, np.ndarray] | None = None,
     batch_size: int = 512,
-) -> list[dict[str, str]]:
-    """Embed the items' images and ingest them; returns the items that could not be
-    read (skipped, logged)."""
+) -> list[ItemFailure]:
+    """Embed the items' images and ingest them, each vector with the hash of the image it was made
+    from; returns the items that could not be read (skipped, logged)."""
     rows = [
         ItemRow(i, str(item_id), path, index, label, space.name)
         for i, (item_id, (path, index, label)) in enumerate(
@@ -131,15 +132,17 @@ def ingest_images(
     ]
     kept: list[int] = []
     vectors: list[np.ndarray] = []
-    skipped: list[dict[str, str]] = []
+    content: list[np.ndarray] = []
+    skipped: list[ItemFailure] = []
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         loaded = images.load(batch)
         for position, reason in loaded.failures.items():
             log.warning("item %s not ingested: %s", rows[position].item_id, reason)
-            skipped.append({"item_id": rows[position].item_id, "reason": reason})
+            skipped.append(ItemFailure(rows[position].item_id, reason))
         if len(loaded.slots):
             vectors.append(np.asarray(embed_fn(loaded.images), dtype=np.float32))
+            content.append(content_hashes(loaded.images))
             kept.extend(int(p) for p in loaded.slots)
     if not kept:
         raise UserError("none of the items' images could be read; nothing was ingested")
@@ -151,6 +154,11 @@ def ingest_images(
     )
     kept_scores = {kind: np.asarray(values)[chosen] for kind, values in (scores or {}).items()}
     store.ingest(
-        [rows[p].item_id for p in chosen], np.concatenate(vectors), space, kept_sources, kept_scores
+        [rows[p].item_id for p in chosen],
+        np.concatenate(vectors),
+        space,
+        kept_sources,
+        kept_scores,
+        content=np.concatenate(content),
     )
     return skipped

@@ -19,18 +19,48 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.database import Database
-from modelupgrade.store.schema import ITEM_COLUMNS, Backfill, Chunk, ChunkCommit, ItemRow
+from modelupgrade.store.schema import (
+    ITEM_COLUMNS,
+    Backfill,
+    Chunk,
+    ChunkCommit,
+    ItemFailure,
+    ItemRow,
+)
 from modelupgrade.store.spaces import SpaceSpec
 
 # meta keys: the serving space a running backfill replaced, and the record of the last abort
 _SERVING_BEFORE = "serving_space_before_backfill"
 _LAST_ABORTED = "last_aborted_backfill"
+
+
+@dataclass(frozen=True)
+class AbortRecord:
+    """What an abort undid (also recorded in the store's meta as its last abort)."""
+
+    backfill_id: int
+    source_space: str
+    target_space: str
+    items: int
+    items_moved_back: int
+    serving_space: str
+    target_space_dropped: bool
+    target_storage: str | None
+    started_at: float
+    aborted_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
 
 
 class BackfillLedger:
@@ -117,15 +147,20 @@ class BackfillLedger:
         make ``target`` the serving space."""
         if chunk_size < 1:
             raise UserError(f"chunk_size must be ≥ 1, got {chunk_size}")
-        with self.db.write() as db:
+        with self.db.write(items_changed=True) as db:
             source, to_move = self._plannable(db, target)
             order = np.asarray(order, dtype=np.int64)
             if len(order) != len(to_move) or set(order.tolist()) != set(to_move.tolist()):
                 raise ValueError("the backfill order must list every item to backfill exactly once")
-            cursor = db.execute(
-                "INSERT INTO backfills (source_space, target_space, method, policy, seed, "
-                "chunk_size, total, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            # Ids are never reused (an aborted backfill's row goes, its id stays taken): a vector
+            # database row records the backfill that wrote it (``backends.milvus``).
+            backfill_id = Database.take_counter(db, "next_backfill")
+            db.execute(
+                "INSERT INTO backfills (id, source_space, target_space, method, policy, seed, "
+                "chunk_size, total, status, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (
+                    backfill_id,
                     source,
                     target.name,
                     method,
@@ -136,8 +171,6 @@ class BackfillLedger:
                     time.time(),
                 ),
             )
-            assert cursor.lastrowid is not None  # set by the INSERT above
-            backfill_id = int(cursor.lastrowid)
             db.executemany(
                 # the row's space is what a chunk commit does not rewrite: the source's
                 "UPDATE items SET space = ?, state = 'pending', backfill_id = ?, "
@@ -151,11 +184,33 @@ class BackfillLedger:
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
             Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
-            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
+            return self.active_in(db)  # type: ignore[return-value]
+
+    @staticmethod
+    def queue(db: sqlite3.Connection, backfill: Backfill, slots: np.ndarray) -> None:
+        """Add the items of ``slots`` (in the backfill's source space, not in its plan) to the
+        running ``backfill``: new chunks after its last one, in the order given, inside the
+        caller's write transaction. The job reads them when it gets there; until their chunk
+        commits they are served from the source space like every item not yet moved."""
+        last_chunk, last_rank = db.execute(
+            "SELECT COALESCE(MAX(planned_chunk), -1), COALESCE(MAX(backfill_rank), -1) FROM items "
+            "WHERE backfill_id = ?",
+            (backfill.id,),
+        ).fetchone()
+        first_chunk = int(last_chunk) + 1
+        db.executemany(
+            "UPDATE items SET state = 'pending', backfill_id = ?, planned_chunk = ?, "
+            "backfill_rank = ?, committed_chunk = NULL, failure = NULL WHERE slot = ?",
+            (
+                (backfill.id, first_chunk + i // backfill.chunk_size, int(last_rank) + 1 + i, slot)
+                for i, slot in enumerate(np.asarray(slots, dtype=np.int64).tolist())
+            ),
+        )
+        db.execute("UPDATE backfills SET total = total + ? WHERE id = ?", (len(slots), backfill.id))
 
     def retry_failed(self) -> Backfill:
         """Re-queue the failed items of the last backfill as new chunks after its last one."""
-        with self.db.write() as db:
+        with self.db.write(items_changed=True) as db:
             backfill = self.last_in(db)
             if backfill is None:
                 raise UserError("this store has never been backfilled; there is nothing to retry")
@@ -182,7 +237,7 @@ class BackfillLedger:
                 "UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?",
                 (backfill.id,),
             )
-            return self.active_in(db)  # type: ignore[return-value]  # running: set just above
+            return self.active_in(db)  # type: ignore[return-value]
 
     # ----- chunks -------------------------------------------------------------------------------
     def next_chunks(
@@ -238,7 +293,8 @@ class BackfillLedger:
                 )
         if not commits:
             return
-        with self.db.write() as db:
+        failures = any(commit.failures for commit in commits)
+        with self.db.write(items_changed=failures) as db:
             for commit in commits:
                 chunk, slots = commit.chunk, sorted(item.slot for item in commit.chunk.items)
                 logged = db.execute(
@@ -275,7 +331,7 @@ class BackfillLedger:
     def finish(self, backfill: Backfill) -> tuple[int, int]:
         """(pending, failed) items of ``backfill``; it is marked complete when both are 0, that
         is when every item it planned is in the target space."""
-        with self.db.write() as db:
+        with self.db.write(items_changed=True) as db:
             counts = dict(
                 db.execute(
                     "SELECT state, COUNT(*) FROM current_items WHERE backfill_id = ? "
@@ -300,7 +356,7 @@ class BackfillLedger:
                 db.execute("DELETE FROM meta WHERE key = ?", (_SERVING_BEFORE,))
         return pending, failed
 
-    def abort(self) -> dict[str, Any]:
+    def abort(self) -> AbortRecord:
         """Undo the running backfill in one transaction: every item it planned back in its source
         space (whose vectors a backfill never touches), the serving space the store had before it,
         its plan, chunk log and row gone, and its target space too unless something else still
@@ -335,20 +391,30 @@ class BackfillLedger:
                 (backfill.target_space,) * 3,
             ).fetchone()[0]
             dropped = not still_named and backfill.target_space != serving
+            storage = db.execute(
+                "SELECT storage FROM spaces WHERE name = ?", (backfill.target_space,)
+            ).fetchone()
             if dropped:
                 db.execute("DELETE FROM spaces WHERE name = ?", (backfill.target_space,))
-            record = {
-                "backfill_id": backfill.id,
-                "source_space": backfill.source_space,
-                "target_space": backfill.target_space,
-                "items": backfill.total,
-                "items_moved_back": moved,
-                "serving_space": serving,
-                "target_space_dropped": dropped,
-                "started_at": backfill.started_at,
-                "aborted_at": time.time(),
-            }
-            Database.set_meta(db, _LAST_ABORTED, json.dumps(record))
+                if storage is not None:
+                    # its vectors are dropped next; a writer killed first leaves this for the next
+                    db.execute(
+                        "INSERT INTO intents (kind, detail, at) VALUES ('discard', ?, ?)",
+                        (json.dumps({"storage": storage[0]}), time.time()),
+                    )
+            record = AbortRecord(
+                backfill_id=backfill.id,
+                source_space=backfill.source_space,
+                target_space=backfill.target_space,
+                items=backfill.total,
+                items_moved_back=moved,
+                serving_space=serving,
+                target_space_dropped=dropped,
+                target_storage=None if storage is None else storage[0],
+                started_at=backfill.started_at,
+                aborted_at=time.time(),
+            )
+            Database.set_meta(db, _LAST_ABORTED, json.dumps(record.as_dict()))
         return record
 
     def last_aborted(self) -> dict[str, Any] | None:
@@ -371,11 +437,40 @@ class BackfillLedger:
             ).fetchone()[0]
         return int(written) + int(failed)
 
-    def failed_items(self) -> list[dict[str, str]]:
+    def failed_items(self) -> list[ItemFailure]:
         rows = self.db.query(
             "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"
         )
-        return [{"item_id": item_id, "reason": reason} for item_id, reason in rows]
+        return [ItemFailure(item_id, reason) for item_id, reason in rows]
+
+    def completed_into(self, target: str) -> Backfill | None:
+        """The store's last backfill when it is complete, into ``target``, and every item is in
+        ``target`` (a re-run of it has nothing to do); None otherwise."""
+        with self.db.read() as db:
+            last = self.last_in(db)
+            if last is None or last.status != "complete" or last.target_space != target:
+                return None
+            elsewhere = db.execute(
+                "SELECT COUNT(*) FROM items WHERE space != ?", (target,)
+            ).fetchone()[0]
+        return None if elsewhere else last
+
+    def still_planned(self, chunk: Chunk) -> set[int]:
+        """The slots of ``chunk``'s items that are still pending in it now (an item erased, or
+        updated and queued again, since the chunk was read has left it)."""
+        slots = [item.slot for item in chunk.items]
+        found: set[int] = set()
+        for start in range(0, len(slots), 900):
+            part = slots[start : start + 900]
+            found |= {
+                row[0]
+                for row in self.db.query(
+                    "SELECT slot FROM items WHERE state = 'pending' AND backfill_id = ? AND "
+                    f"planned_chunk = ? AND slot IN ({','.join('?' * len(part))})",
+                    [chunk.backfill_id, chunk.index, *part],
+                )
+            }
+        return found
 
     def chunk_log(self, backfill_id: int | None = None) -> list[dict[str, Any]]:
         query = (

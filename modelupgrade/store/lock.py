@@ -1,14 +1,19 @@
-"""One writer per store: a cross-process lock that every writer holds and no reader takes.
+"""Who may write a store: two cross-process locks that writers hold and no reader takes.
 
-A writer (a backfill, an ingest into an existing store, a retry, an abort) takes an exclusive
-``flock`` on ``writer.lock`` next to the store's database and records who it is in
-``writer.json`` (pid, host, command line, operation, since when). A second writer meets the lock
-and reads the record, so its error names the holder. The kernel releases a ``flock`` when its
+* The *writer lease* (``writer.lock``, its holder in ``writer.json``): one backfill at a time, held
+  for its whole run, and by the steps that must not meet a running backfill (abort, cutover,
+  rollback, cleanup). A second one is refused at once, naming the holder.
+* The *commit lock* (``commit.lock`` / ``commit.json``): one write step at a time (a backfill's
+  group commit, an ingest, an update, an erasure, a serving step's transaction). A writer waits
+  for it a while (``COMMIT_WAIT_S``), so live writes go on during a backfill, between its commits.
+
+Each is an exclusive ``flock`` and a record of who holds it (pid, host, command line, operation,
+since when), so a refused writer's error names the holder. The kernel releases a ``flock`` when its
 holder dies, SIGKILL included, so a stale lock cannot block anyone: the next writer gets the lock,
 finds the dead holder's record and replaces it. Readers (search, status, the HTTP service) open
-the store without touching either file.
+the store without touching any of these files, so a reader needs no write access to the store.
 
-The lock is re-entrant per ``WriterLock`` object (one per open ``GalleryStore``), so a backfill
+A lock is re-entrant per ``WriterLock`` object (one per open ``GalleryStore``), so a backfill
 command that holds it while it retries, plans and runs takes it once.
 """
 
@@ -35,6 +40,11 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "writer.lock"
 HOLDER_FILE = "writer.json"
+COMMIT_LOCK_FILE = "commit.lock"
+COMMIT_HOLDER_FILE = "commit.json"
+# How long a write step waits for another one's commit lock before it is refused, naming it.
+COMMIT_WAIT_S = 120.0
+_POLL_S = 0.02
 F = TypeVar("F", bound=Callable[..., Any])
 
 # The command line in a holder record is cut here: it is for a person to recognise the process.
@@ -77,13 +87,22 @@ def describe_holder(record: dict[str, Any] | None) -> str:
 
 
 class WriterLock:
-    """The writer lock of the store in ``directory``; nothing is created until it is taken."""
+    """A lock of the store in ``directory`` (the writer lease by default, or the commit lock:
+    ``lock_file``, ``holder_file``); nothing is created until it is taken."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, lock_file: str = LOCK_FILE, holder_file: str = HOLDER_FILE
+    ) -> None:
         self.directory = Path(directory)
+        self.lock_file, self.holder_file = lock_file, holder_file
         self._fd: int | None = None
         self._depth = 0
         self._mutex = threading.Lock()
+        # Whether the last acquisition found the record of a holder that never let go (it died):
+        # what it was doing may be half-done.
+        self.took_over = False
+        # What the holder record says this process runs (default: its command line).
+        self.command: str | None = None
 
     @property
     def held(self) -> bool:
@@ -92,32 +111,48 @@ class WriterLock:
     def holder(self) -> dict[str, Any] | None:
         """The record of the last writer that took the lock (None if there is none)."""
         try:
-            return json.loads((self.directory / HOLDER_FILE).read_text(encoding="utf-8"))
+            return json.loads((self.directory / self.holder_file).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
 
     @contextlib.contextmanager
-    def hold(self, operation: str) -> Iterator[None]:
-        """Hold the lock for the block; a second writer's attempt raises a ``UserError``."""
-        self.acquire(operation)
+    def hold(self, operation: str, wait: float = 0.0) -> Iterator[None]:
+        """Hold the lock for the block; another holder's makes this raise a ``UserError`` (after
+        ``wait`` seconds of trying)."""
+        self.acquire(operation, wait)
         try:
             yield
         finally:
             self.release()
 
-    def acquire(self, operation: str) -> None:
+    def acquire(self, operation: str, wait: float = 0.0) -> None:
         with self._mutex:
             if self._fd is not None:
                 self._depth += 1
                 return
-            fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = os.open(
+                    self.directory / self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+                )
             except OSError as err:
-                os.close(fd)
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                raise self._busy(operation) from None
+                raise UserError(
+                    f"cannot {operation}: the store at {self.directory} cannot be written "
+                    f"({os.strerror(err.errno or 0)})",
+                    hint="writers need write access to the store directory; readers do not",
+                ) from None
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as err:
+                    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        os.close(fd)
+                        raise
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        raise self._busy(operation, wait) from None
+                    time.sleep(_POLL_S)
             try:
                 self._take_over(operation)
             except BaseException:
@@ -134,12 +169,12 @@ class WriterLock:
             if self._depth > 0:
                 return
             # The record goes first: whoever takes the lock next finds no record of a live holder.
-            (self.directory / HOLDER_FILE).unlink(missing_ok=True)
+            (self.directory / self.holder_file).unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
 
-    def _busy(self, operation: str) -> UserError:
+    def _busy(self, operation: str, waited: float = 0.0) -> UserError:
         record = self.holder()
         holder = describe_holder(record)
         pid = record.get("pid") if record else None
@@ -158,14 +193,17 @@ class WriterLock:
             if isinstance(pid, int)
             else "stop it"
         )
+        after = f" (waited {waited:.0f} s)" if waited else ""
         return UserError(
-            f"cannot {operation}: the store at {self.directory} is being written by {holder}",
+            f"cannot {operation}: the store at {self.directory} is being written by {holder}"
+            + after,
             hint=f"one writer at a time: wait for it to finish or {stop}; search, serve and "
             "store-status are not blocked",
         )
 
     def _take_over(self, operation: str) -> None:
         stale = self.holder()
+        self.took_over = stale is not None
         if stale is not None:
             log.warning(
                 "the store's writer lock was left by %s, which ended without releasing it; "
@@ -175,23 +213,23 @@ class WriterLock:
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "command": _command_line(),
+            "command": self.command or _command_line(),
             "operation": operation,
             "since": time.time(),
         }
-        tmp = self.directory / f".{HOLDER_FILE}.{os.getpid()}.tmp"
+        tmp = self.directory / f".{self.holder_file}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, self.directory / HOLDER_FILE)
+        os.replace(tmp, self.directory / self.holder_file)
 
 
 def writes(operation: str) -> Callable[[F], F]:
-    """Decorate a method of an object whose ``writing(operation)`` holds its ``WriterLock`` (a
+    """Decorate a method of an object whose ``committing(operation)`` holds its commit lock (a
     ``GalleryStore``): the method runs inside it, as ``operation``."""
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
         def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with self.writing(operation):
+            with self.committing(operation):
                 return method(self, *args, **kwargs)
 
         return locked  # type: ignore[return-value]  # functools.wraps keeps method's signature

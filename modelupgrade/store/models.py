@@ -15,8 +15,8 @@ from modelupgrade.errors import UserError
 from modelupgrade.heads.card import HeadCard
 from modelupgrade.ordering.scores import OrderingInputs, score_kind_of
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.job import EmbedFn, TransformFn
 from modelupgrade.store.search import HeadTransforms
+from modelupgrade.store.sources import EmbedFn, TransformFn
 from modelupgrade.store.spaces import SpaceSpec
 
 log = logging.getLogger(__name__)

@@ -2,28 +2,37 @@
 
 A store is a directory::
 
-    store.sqlite            items, their ordering scores, spaces, backfills, chunk_log,
-                            serving_steps, meta
-    vectors/<space>.f32     float32 rows, shape (capacity, dim); item ``slot`` s lives in row s
-    vectors/<space>.sum     one uint64 checksum per row (``vectors.vector_checksums``)
-    vectors/<space>.journal the rows written since the last checkpoint (``vectors.VectorJournal``)
+    store.sqlite              items, their ordering scores, spaces, backfills, chunk_log,
+                              serving_steps, erasures, orphan_slots, intents, meta
+    writer.lock, writer.json  the writer lease (``lock``): one backfill, abort or serving step
+    commit.lock, commit.json  the commit lock (``lock``): one write step at a time
+    vectors/<storage>.f32     float32 rows, shape (capacity, dim); item ``slot`` s lives in row s
+    vectors/<storage>.sum     one uint64 checksum per row (``vectors.vector_checksums``)
+    vectors/<storage>.src     one uint64 hash of the source content each row was made from
+    vectors/<storage>.journal the rows written since the last checkpoint (``vectors.VectorJournal``)
 
-Every item has one fixed row slot, the same in every space file, and one ``space`` column naming the
-space that holds its authoritative vector. Ordering scores are kept per kind (``item_scores``), and
-the store records what each kind means (``score_kinds``), so a backfill policy only ever reads the
-score it orders by.
+A space's ``storage`` names where its vectors live in the backend: its file name stem in the
+embedded backend (the space's own name), a collection suffix in Milvus (``s<n>``, drawn once per
+space: a space created again after an abort gets a new collection, and no space name makes a
+collection name Milvus refuses). Every item has one slot, the same in every space, never reused
+(``meta.next_slot``), and one ``space`` column naming the space that holds its authoritative vector.
+An item updated with new content moves to a new slot (copy on write) and an erased one leaves its
+slot behind; such a slot is an *orphan* (``orphan_slots``) until its vectors are destroyed in every
+space. Ordering scores are kept per kind (``item_scores``), and the store records what each kind
+means (``score_kinds``), so a backfill policy only ever reads the score it orders by.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from modelupgrade.errors import UserError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DATABASE_FILE = "store.sqlite"
 VECTORS_DIR = "vectors"
 
@@ -42,8 +51,10 @@ CREATE TABLE spaces (
     backward_compatible INTEGER NOT NULL,
     model_ref TEXT NOT NULL,
     form TEXT NOT NULL CHECK (form IN ('new', 'rho')),
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    storage TEXT NOT NULL
 );
+CREATE UNIQUE INDEX spaces_storage ON spaces (storage);
 CREATE TABLE items (
     slot INTEGER PRIMARY KEY,
     item_id TEXT NOT NULL UNIQUE,
@@ -134,10 +145,70 @@ LEFT JOIN backfills AS b ON b.id = c.backfill_id;
 """
 DDL += CURRENT_ITEMS_DDL
 
+# Live writes (``modelupgrade.store.live``): each erasure recorded (when, who, why, how many; never
+# which items), the slots whose vectors are still to be destroyed in every space (an erased item's,
+# an updated item's old one), and the write-ahead intents of steps that change the vector backend
+# and the database together (a Milvus alias move and its record): the next writer completes them.
+LIVE_DDL = """
+CREATE TABLE IF NOT EXISTS erasures (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    items INTEGER NOT NULL,
+    destroyed_at REAL
+);
+CREATE TABLE IF NOT EXISTS orphan_slots (
+    slot INTEGER PRIMARY KEY,
+    cause TEXT NOT NULL CHECK (cause IN ('erase', 'update')),
+    erasure_id INTEGER REFERENCES erasures(id),
+    since REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+DDL += LIVE_DDL
+
+# Counters in ``meta`` (never reused): the next item slot, backfill id and Milvus storage number.
+COUNTERS = ("next_slot", "next_backfill", "next_storage")
+
+
 # Schema version → the statements that bring a store of that version to the next one. A migration
 # only adds what the older version lacks, so an older store keeps every row it had (a version-3
 # store's rows were all written per item, which the view reads as they are).
-MIGRATIONS: dict[int, str] = {2: SERVING_STEPS_DDL, 3: CURRENT_ITEMS_DDL}
+def schema_4_to_5(db: sqlite3.Connection) -> None:
+    """Version 4 → 5: each space's vectors keep the name they had (``storage``: its own name, an
+    embedded store's file stem), the counters start past what the store holds, and the live-write
+    tables appear."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(spaces)")}
+    if "storage" not in columns:
+        db.execute("ALTER TABLE spaces ADD COLUMN storage TEXT")
+        db.execute("UPDATE spaces SET storage = name")
+    db.execute("CREATE UNIQUE INDEX IF NOT EXISTS spaces_storage ON spaces (storage)")
+    db.execute(
+        "INSERT OR IGNORE INTO meta (key, value) "
+        "SELECT 'next_slot', COALESCE(MAX(slot), -1) + 1 FROM items"
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO meta (key, value) "
+        "SELECT 'next_backfill', COALESCE(MAX(id), 0) + 1 FROM backfills"
+    )
+    for key, value in (("next_storage", "1"), ("items_epoch", "0")):
+        db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, value))
+    for statement in LIVE_DDL.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
+    2: SERVING_STEPS_DDL,
+    3: CURRENT_ITEMS_DDL,
+    4: schema_4_to_5,
+}
 
 
 @dataclass(frozen=True)
@@ -153,6 +224,14 @@ class ItemRow:
 
 
 ITEM_COLUMNS = "slot, item_id, source_path, source_index, label, space"
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """An item a backfill could not move (or an ingest skipped), and why."""
+
+    item_id: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -196,7 +275,9 @@ class ChunkCommit:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent view of which space serves each item, taken in one read transaction."""
+    """A consistent view of which space serves each item, taken in one read transaction
+    (``modelupgrade.store.snapshots``): per item (slot order) its id and current space (a name,
+    and a code into ``names``), and per space the filter a vector database picks its part by."""
 
     slots: np.ndarray
     item_ids: np.ndarray
@@ -204,15 +285,23 @@ class Snapshot:
     serving_space: str | None
     active_backfill: Backfill | None
     commit_counter: int
+    codes: np.ndarray | None = None
+    names: tuple[str, ...] = ()
+    filters: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.slots)
 
     def partitions(self) -> dict[str, np.ndarray]:
         """Positions (into ``slots``) of the items held by each space."""
-        return {
-            str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)
-        }
+        if self.codes is None:
+            return {
+                str(space): np.flatnonzero(self.spaces == space) for space in np.unique(self.spaces)
+            }
+        found = {}
+        for code in np.unique(self.codes):
+            found[self.names[int(code)]] = np.flatnonzero(self.codes == code)
+        return found
 
 
 @dataclass

@@ -34,7 +34,9 @@ from modelupgrade.retrieval.distance import (
 from modelupgrade.retrieval.topk import RankedPart, merged_topk
 from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
 from modelupgrade.store.backends import PartGallery
+from modelupgrade.store.backends.base import candidate_count
 from modelupgrade.store.gallery import GalleryStore
+from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import Snapshot
 from modelupgrade.store.spaces import SpaceSpec
 
@@ -83,7 +85,6 @@ class SearchHits:
 class _Part:
     space: SpaceSpec
     slots: np.ndarray
-    item_ids: np.ndarray
     gallery: PartGallery
 
 
@@ -93,6 +94,29 @@ class _Cached:
     parts: list[_Part]
     # Snapshot position of each slot (hits are ranked by slot, reported by item id and space).
     position: np.ndarray
+
+
+class _ForwardPart(PartGallery):
+    """ψ(stored vectors) of a part, searched exactly in this process (``matrices.SpaceMatrix``:
+    ψ of each row computed once, and again only when the row changes)."""
+
+    def __init__(self, matrix: SpaceMatrix, slots: np.ndarray) -> None:
+        self.matrix, self.slots = matrix, slots
+        self.selector, self._bits = matrix.selector(slots)
+
+    def nearest(
+        self, queries: np.ndarray, k: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
+        limit = candidate_count(k, len(self.slots))
+        found = (
+            self.slots
+            if limit == len(self.slots)
+            else self.matrix.search(queries, limit, self.selector)
+        )
+        return found, self.vectors(found)
+
+    def vectors(self, slots: np.ndarray) -> np.ndarray:
+        return self.matrix.raw[slots]  # type: ignore[index]
 
 
 class Searcher:
@@ -106,7 +130,7 @@ class Searcher:
         self.store, self.mode, self.distance = store, mode, check_distance(distance)
         self.heads = heads or HeadTransforms()
         self._cached: _Cached | None = None
-        self._forward_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._forward_cache: dict[str, SpaceMatrix] = {}
         self._lock = threading.Lock()
 
     def _current(self) -> _Cached:
@@ -121,14 +145,9 @@ class Searcher:
             parts = []
             for space_name, positions in sorted(snapshot.partitions().items()):
                 slots = snapshot.slots[positions]
-                parts.append(
-                    _Part(
-                        spaces[space_name],
-                        slots,
-                        snapshot.item_ids[positions],
-                        self.store.vectors.part(spaces[space_name], slots, len(snapshot.slots)),
-                    )
-                )
+                rows = snapshot.filters.get(space_name, "")
+                gallery = self.store.vectors.part(spaces[space_name], slots, rows)
+                parts.append(_Part(spaces[space_name], slots, gallery))
             position = np.zeros(int(snapshot.slots.max(initial=-1)) + 1, dtype=np.int64)
             position[snapshot.slots] = np.arange(len(snapshot.slots))
             self._cached = _Cached(snapshot, parts, position)
@@ -160,7 +179,7 @@ class Searcher:
                 f"the store at {self.store.path} is empty", hint="ingest a gallery first"
             )
         serving = self.store.space(current.snapshot.serving_space)
-        queries = _checked_queries(queries, serving)
+        queries = _checked_queries(queries, serving, self.distance)
         plan = self.plan(queries, serving)
         made: dict[str, np.ndarray] = {}
         ranked = []
@@ -170,10 +189,10 @@ class Searcher:
             if not is_new:
                 self._check_comparable(pairing, serving, part.space)
             query = self._query(pairing.query, queries, made, len(queries.new))
-            if pairing.gallery == "forward":
-                slots, gallery = part.slots, self._forward(part, serving)
-            else:
-                slots, gallery = part.gallery.nearest(query, k, self.distance)
+            searched = (
+                self._forward(part, serving) if pairing.gallery == "forward" else part.gallery
+            )
+            slots, gallery = searched.nearest(query, k, self.distance)
             distances = DistanceBlock(query, gallery, self.distance)()
             ranked.append(RankedPart(distances, slots, "new" if is_new else "old"))
         top = merged_topk(ranked, k, len(queries.new))
@@ -206,38 +225,36 @@ class Searcher:
             made[form] = vector_rows(producers[form](), f"{form} query vectors", rows=rows)
         return made[form]
 
-    def _forward(self, part: _Part, serving: SpaceSpec) -> np.ndarray:
-        """ψ(stored vectors) of the part. A committed row of a space never changes, so ψ of each
-        slot is computed once and reused by every later snapshot."""
+    def _forward(self, part: _Part, serving: SpaceSpec) -> PartGallery:
+        """ψ(stored vectors) of the part, as a gallery searched exactly in this process."""
         with self._lock:
-            table, mapped = self._forward_cache.get(
-                part.space.name, (np.empty((0, serving.dim), np.float32), np.empty(0, dtype=bool))
-            )
-            size = max(len(table), int(part.slots.max(initial=-1)) + 1)
-            if size > len(table):
-                table = np.concatenate(
-                    [table, np.zeros((size - len(table), serving.dim), np.float32)]
+            matrix = self._forward_cache.get(part.space.storage)
+            if matrix is None:
+                metric = "l2" if self.distance == "l2" else "ip"
+                matrix = SpaceMatrix(serving.dim, metric, self._psi(part.space, serving))
+                self._forward_cache[part.space.storage] = matrix
+        matrix.cover(
+            part.slots,
+            lambda slots: self.store.vectors.checksums(part.space, slots),
+            part.gallery.vectors,
+        )
+        return _ForwardPart(matrix, part.slots)
+
+    def _psi(self, old: SpaceSpec, serving: SpaceSpec) -> Callable[[np.ndarray], np.ndarray]:
+        forward = self.heads.forward
+        assert forward is not None
+
+        def psi(rows: np.ndarray) -> np.ndarray:
+            result = vector_rows(forward(rows), "ψ(stored vectors)", rows=len(rows))
+            if result.shape[1] != serving.dim:
+                raise UserError(
+                    f"the forward head maps {old.name!r} vectors to {result.shape[1]}-d, but the "
+                    f"serving space {serving.name!r} is {serving.dim}-d",
+                    hint="the head does not connect the two embedding spaces of this store",
                 )
-                mapped = np.concatenate([mapped, np.zeros(size - len(mapped), dtype=bool)])
-            todo = ~mapped[part.slots]
-            if todo.any():
-                result = vector_rows(
-                    # a ψ-served part exists only with the forward head loaded
-                    self.heads.forward(part.gallery.vectors(part.slots[todo])),  # type: ignore[misc]
-                    "ψ(stored vectors)",
-                    rows=int(todo.sum()),
-                )
-                if result.shape[1] != serving.dim:
-                    raise UserError(
-                        f"the forward head maps {part.space.name!r} vectors to "
-                        f"{result.shape[1]}-d, but the serving space "
-                        f"{serving.name!r} is {serving.dim}-d",
-                        hint="the head does not connect the two embedding spaces of this store",
-                    )
-                table[part.slots[todo]] = result
-                mapped[part.slots[todo]] = True
-            self._forward_cache[part.space.name] = (table, mapped)
-            return table[part.slots]
+            return result
+
+        return psi
 
     @staticmethod
     def _check_comparable(pairing: Pairing, serving: SpaceSpec, old: SpaceSpec) -> None:
@@ -250,7 +267,9 @@ class Searcher:
             )
 
 
-def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
+def _checked_queries(queries: QueryVectors, serving: SpaceSpec, distance: Distance) -> QueryVectors:
+    """The queries as float32 rows of the serving space's width; a zero vector is refused under
+    the cosine distance, where it has no direction to rank anything by."""
     new = np.asarray(queries.new)
     if new.ndim == 1:
         new = new[None]
@@ -267,6 +286,17 @@ def _checked_queries(queries: QueryVectors, serving: SpaceSpec) -> QueryVectors:
         old = vector_rows(
             old[None] if old.ndim == 1 else old, "old-model query vectors", rows=len(new)
         )
+    if distance == "cosine":
+        for what, rows in (("query vectors", new), ("old-model query vectors", old)):
+            zero: np.ndarray = (
+                np.empty(0, np.int64) if rows is None else np.flatnonzero(~np.any(rows, axis=1))
+            )
+            if len(zero):
+                raise UserError(
+                    f"{what}: row {int(zero[0])} is a zero vector, which has no direction to "
+                    "rank by under the cosine distance",
+                    hint="send the vectors the model gives",
+                )
     return QueryVectors(new, old)
 
 
@@ -297,7 +327,7 @@ def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int 
         spec, slots = spaces[space_name], snapshot.slots[positions]
         sample = np.sort(rng.choice(slots, min(queries, len(slots)), replace=False))
         query = store.vectors.read(spec, sample)
-        part = store.vectors.part(spec, slots, len(snapshot.slots))
+        part = store.vectors.part(spec, slots, snapshot.filters.get(space_name, ""))
         found = []
         for candidates, gallery in (
             part.nearest(query, k, settings.distance),

@@ -7,7 +7,9 @@ of them. ``backward_compatible`` says whether its queries may be compared direct
 those spaces (BCT-style training); an independently trained model needs a transformation instead.
 ``form`` says which embedding of the new model the space holds (``modelupgrade.serving``'s gallery
 forms): the model's own (``new``), or ρ of it (``rho``: Seo et al.'s full method, written through an
-rm_full head), which only the ``rank-merge-full`` serving mode searches.
+rm_full head), which only the ``rank-merge-full`` serving mode searches. ``storage`` is where a
+registered space's vectors live in the vector backend (``schema``); a spec not yet registered has
+none.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class SpaceSpec:
     backward_compatible: bool = False
     model_ref: str = ""
     form: Literal["new", "rho"] = "new"
+    storage: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not _SPACE_NAME.match(self.name):

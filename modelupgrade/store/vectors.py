@@ -31,33 +31,71 @@ import numpy as np
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
+from modelupgrade.store.faults import disk_full, is_disk_full
 from modelupgrade.store.spaces import SpaceSpec
 
 
 class VectorFile:
-    """A space's rows of ``dim`` values (float32 vectors, or one uint64 checksum per row); the
-    mapping is renewed when the file grows."""
+    """A space's rows of ``dim`` values (float32 vectors, or one uint64 per row); the mapping is
+    renewed when the file grows, and when the path names another file than the one mapped (a
+    space dropped and created again by another process: its old file must never be read)."""
 
     def __init__(self, path: Path, dim: int, dtype: type[np.generic] = np.float32) -> None:
         self.path, self.dim, self.dtype = path, dim, np.dtype(dtype)
         self._row_bytes = self.dtype.itemsize * dim
         self._map: np.memmap | None = None
         self._mapped_rows = -1
+        self._mapped_file: tuple[int, int] | None = None
 
     def rows_on_disk(self) -> int:
         return os.path.getsize(self.path) // self._row_bytes if self.path.exists() else 0
 
     def ensure_rows(self, rows: int) -> None:
-        if self.rows_on_disk() < rows:
-            with open(self.path, "ab") as fh:
-                fh.truncate(rows * self._row_bytes)
-                fh.flush()
-                os.fsync(fh.fileno())
+        """Room for ``rows`` rows, allocated on disk now (not a sparse file, whose pages a full
+        disk would refuse only when written through the mapping: SIGBUS, no error line)."""
+        have = self.rows_on_disk()
+        if have >= rows:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, have * self._row_bytes, (rows - have) * self._row_bytes)
+            os.fsync(fd)
+        except OSError as err:
+            if is_disk_full(err):
+                os.ftruncate(fd, have * self._row_bytes)
+                raise disk_full(self.path.parent, (rows - have) * self._row_bytes, err) from None
+            raise
+        finally:
+            os.close(fd)
+
+    def truncate(self, rows: int) -> int:
+        """Drop every row from ``rows`` on; returns how many there were."""
+        have = self.rows_on_disk()
+        if have <= rows:
+            return 0
+        self.close()
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, rows * self._row_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return have - rows
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
 
     def _mapping(self, rows_needed: int) -> np.memmap:
+        identity = self._identity()
+        if identity != self._mapped_file:
+            self.close()
         if self._map is None or self._mapped_rows < rows_needed:
             rows = self.rows_on_disk()
-            if rows < rows_needed:
+            if identity is None or rows < rows_needed:
                 raise UserError(
                     f"vector file {self.path} holds {rows} rows, the item "
                     f"table needs {rows_needed}",
@@ -65,7 +103,7 @@ class VectorFile:
                     "writer ran; rebuild it",
                 )
             self._map = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(rows, self.dim))
-            self._mapped_rows = rows
+            self._mapped_rows, self._mapped_file = rows, identity
         return self._map
 
     def read(self, slots: np.ndarray) -> np.ndarray:
@@ -101,6 +139,7 @@ class VectorFile:
     def close(self) -> None:
         self._map = None
         self._mapped_rows = -1
+        self._mapped_file = None
 
 
 JOURNAL_SUFFIX = ".journal"
@@ -108,9 +147,11 @@ JOURNAL_SUFFIX = ".journal"
 JOURNAL_CHECKPOINT_BYTES = 256 << 20
 
 # A record: magic, row count, dimension, CRC-32 of the payload; then the payload: the slots
-# (int64), the vectors (float32, rows × dim) and their checksums (uint64).
+# (int64), the vectors (float32, rows × dim), their checksums (uint64) and their source content
+# hashes (uint64; records of the first format, MUJ1, have none).
 _RECORD_HEADER = struct.Struct("<4sIII")
-_RECORD_MAGIC = b"MUJ1"
+_RECORD_MAGIC = b"MUJ2"
+_FIRST_MAGIC = b"MUJ1"
 
 
 def _crc32(parts: Iterable[bytes | memoryview]) -> int:
@@ -118,6 +159,17 @@ def _crc32(parts: Iterable[bytes | memoryview]) -> int:
     for part in parts:
         crc = zlib.crc32(part, crc)
     return crc
+
+
+def _boot_time() -> float | None:
+    """When this machine booted (Linux), to tell a journal written before a power cut."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 class VectorJournal:
@@ -135,33 +187,63 @@ class VectorJournal:
     def size(self) -> int:
         return os.path.getsize(self.path) if self.path.exists() else 0
 
-    def append(self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray) -> None:
+    def from_before_boot(self) -> bool:
+        """Whether the journal holds records written before this machine last booted: rows a
+        power cut may have kept off the vector file, which no writer has redone yet. (Rows a
+        killed process wrote are in the page cache, which every reader of this machine reads.)"""
+        booted = _boot_time()
+        if booted is None or not self.path.exists():
+            return self.size() > 0
+        found = os.stat(self.path)
+        return found.st_size > 0 and found.st_mtime < booted
+
+    def append(
+        self, slots: np.ndarray, vectors: np.ndarray, sums: np.ndarray, sources: np.ndarray
+    ) -> None:
         parts = [
             np.ascontiguousarray(part, dtype=dtype).data.cast("B")
-            for part, dtype in ((slots, np.int64), (vectors, np.float32), (sums, np.uint64))
+            for part, dtype in (
+                (slots, np.int64),
+                (vectors, np.float32),
+                (sums, np.uint64),
+                (sources, np.uint64),
+            )
         ]
         header = _RECORD_HEADER.pack(_RECORD_MAGIC, len(slots), vectors.shape[1], _crc32(parts))
         if self._file is None:
             self._file = open(self.path, "ab")  # noqa: SIM115 - held open across appends
-        self._file.write(header)
-        for part in parts:
-            self._file.write(part)
+        try:
+            self._file.write(header)
+            for part in parts:
+                self._file.write(part)
+        except OSError as err:
+            if is_disk_full(err):
+                needed = len(header) + sum(part.nbytes for part in parts)
+                raise disk_full(self.path.parent, needed, err) from None
+            raise
 
     def sync(self) -> None:
         if self._file is not None:
-            self._file.flush()
-            os.fdatasync(self._file.fileno())
+            try:
+                self._file.flush()
+                os.fdatasync(self._file.fileno())
+            except OSError as err:
+                if is_disk_full(err):
+                    raise disk_full(self.path.parent, self.size(), err) from None
+                raise
 
-    def records(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(slots, vectors, checksums) of each whole record, in the order they were written."""
+    def records(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(slots, vectors, checksums, source hashes) of each whole record, in the order they
+        were written."""
         if not self.path.exists():
             return
         data = self.path.read_bytes()
         at = 0
         while at + _RECORD_HEADER.size <= len(data):
             magic, rows, dim, crc = _RECORD_HEADER.unpack_from(data, at)
-            start, end = at + _RECORD_HEADER.size, at + _RECORD_HEADER.size + rows * (16 + 4 * dim)
-            if magic != _RECORD_MAGIC or end > len(data):
+            width = 16 + 4 * dim + (8 if magic == _RECORD_MAGIC else 0)
+            start, end = at + _RECORD_HEADER.size, at + _RECORD_HEADER.size + rows * width
+            if magic not in (_RECORD_MAGIC, _FIRST_MAGIC) or end > len(data):
                 return
             payload = data[start:end]
             if _crc32([payload]) != crc:
@@ -169,7 +251,12 @@ class VectorJournal:
             slots = np.frombuffer(payload, np.int64, rows)
             vectors = np.frombuffer(payload, np.float32, rows * dim, 8 * rows).reshape(rows, dim)
             sums = np.frombuffer(payload, np.uint64, rows, (8 + 4 * dim) * rows)
-            yield slots, vectors, sums
+            sources = (
+                np.frombuffer(payload, np.uint64, rows, (16 + 4 * dim) * rows)
+                if magic == _RECORD_MAGIC
+                else np.zeros(rows, dtype=np.uint64)
+            )
+            yield slots, vectors, sums, sources
             at = end
 
     def clear(self) -> None:
@@ -199,8 +286,29 @@ def check_vectors(vectors: np.ndarray, space: SpaceSpec, what: str) -> np.ndarra
     return vector_rows(array, what)
 
 
-# A stored checksum of 0 means "not recorded" (a store written before checksums were kept).
+# A stored checksum or source hash of 0 means "not recorded" (a store written before checksums
+# were kept; a vector the store was given rather than computed from content).
 UNRECORDED = np.uint64(0)
+
+
+def content_hashes(contents: np.ndarray) -> np.ndarray:
+    """One uint64 per item: BLAKE2b-64 of the source content a vector is made from (the decoded
+    image's pixels, shape and dtype included), 0 kept for "not recorded". The store keeps it beside
+    each vector, so a backfill tells an item whose image changed since its vector was made."""
+    rows = np.ascontiguousarray(contents)
+    shape = repr((rows.shape[1:], rows.dtype.str)).encode()
+    sums = np.fromiter(
+        (
+            int.from_bytes(
+                hashlib.blake2b(row.tobytes(), digest_size=8, key=shape[:64]).digest(), "little"
+            )
+            for row in rows
+        ),
+        dtype=np.uint64,
+        count=len(rows),
+    )
+    sums[sums == UNRECORDED] = np.uint64(1)
+    return sums
 
 
 def vector_checksums(vectors: np.ndarray) -> np.ndarray:

@@ -11,12 +11,16 @@ then does an SQLite transaction point items at them. So a reader that follows th
 meets a vector that is not stored, and a job killed between the two steps redoes the same writes.
 
 Each stored vector carries its provenance: the space it belongs to (named after the model version
-that produced it) and its checksum (``modelupgrade.store.vectors.vector_checksums``).
+that produced it), its checksum (``modelupgrade.store.vectors.vector_checksums``) and the hash of
+the source content it was made from (``modelupgrade.store.vectors.content_hashes``; 0 where the
+store was given the vector, not the content).
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -29,6 +33,22 @@ from modelupgrade.errors import UserError
 from modelupgrade.plugins import Registry
 from modelupgrade.retrieval.distance import Distance, check_distance
 from modelupgrade.store.spaces import SpaceSpec
+
+# ``scheme://user:password@host``: the credentials part of a URI.
+_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the credentials of every URI in it replaced by ``***``: what may be shown,
+    logged or answered (a Milvus URI may carry ``user:password@``)."""
+    return _CREDENTIALS.sub(r"\1***@", text)
+
+
+def uri_credentials(uri: str) -> str | None:
+    """The ``user:password`` of ``uri`` (None without credentials)."""
+    match = re.match(r"(?i)^[a-z][a-z0-9+.-]*://([^/@\s]*)@", uri)
+    return None if match is None else match.group(1)
+
 
 # The store's meta keys that record its backend when it is created (a store keeps its backend).
 BACKEND_META = (
@@ -81,6 +101,34 @@ class BackendSettings:
         )
 
 
+@dataclass(frozen=True)
+class VectorRows:
+    """Rows to store in one space: each slot's vector, its checksum, the hash of the content it was
+    made from (0: not recorded), and which write makes them authoritative (``written_by``: the
+    backfill and chunk that commits them; (0, 0) for an ingest or an update)."""
+
+    slots: np.ndarray
+    vectors: np.ndarray
+    checksums: np.ndarray
+    sources: np.ndarray
+    written_by: tuple[int, int] = (0, 0)
+    # each slot's item id, for a vector database that names its rows' items to outside readers
+    item_ids: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        count = len(self.slots)
+        if self.item_ids is not None and len(self.item_ids) != count:
+            raise ValueError(f"{count} slots for {len(self.item_ids)} item ids")
+        if not (len(self.vectors) == len(self.checksums) == len(self.sources) == count):
+            raise ValueError(
+                f"{count} slots for {len(self.vectors)} vectors, {len(self.checksums)} checksums "
+                f"and {len(self.sources)} source hashes"
+            )
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
 def candidate_count(k: int, part_size: int) -> int:
     """Candidates an index search returns per query for a top-``k``: a few past ``k``, so that float
     rounding of the index's scores against the shared kernel's distances cannot move an item
@@ -128,20 +176,23 @@ class VectorBackend(ABC):
         return settings
 
     @abstractmethod
+    def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
+        """Where a new space's vectors will live (``SpaceSpec.storage``); ``draw`` hands out a
+        number the store never hands out again."""
+
+    @abstractmethod
     def add_space(self, spec: SpaceSpec, rows: int) -> None:
         """Room for ``spec``'s vectors (its first ``rows`` slots); an existing space of another
         dimension is an error."""
 
     @abstractmethod
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
-        """Every space of ``specs`` can take vectors for slots below ``rows``."""
+        """Every space of ``specs`` can take vectors for slots below ``rows``; a disk without
+        room for them is a ``faults.DiskFull`` here, before anything is written."""
 
     @abstractmethod
-    def write(
-        self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
-    ) -> None:
-        """Store (upsert) ``vectors`` and their checksums at ``slots`` of ``spec``; durable only
-        after ``sync``."""
+    def write(self, spec: SpaceSpec, rows: VectorRows) -> None:
+        """Store (upsert) ``rows`` in ``spec``; durable only after ``sync``."""
 
     @abstractmethod
     def sync(self, spec: SpaceSpec) -> None:
@@ -157,26 +208,86 @@ class VectorBackend(ABC):
         """The checksums recorded with the vectors of ``slots`` (uint64, 0: none recorded)."""
 
     @abstractmethod
+    def sources(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        """The source content hashes recorded with the vectors of ``slots`` (uint64, 0: none)."""
+
+    @abstractmethod
+    def destroy(self, specs: list[SpaceSpec], slots: np.ndarray) -> None:
+        """Remove the vectors of ``slots`` from every space of ``specs`` for good (overwritten on
+        disk, deleted in the vector database), durably; slots no item names any more."""
+
+    @abstractmethod
+    def discard_beyond(self, specs: list[SpaceSpec], rows: int) -> int:
+        """Remove whatever a writer that died before its commit stored at slots ``rows`` and
+        above (no item names them); returns the rows removed."""
+
+    @abstractmethod
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """The (space, model reference) recorded with each vector of ``slots``."""
 
     @abstractmethod
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
-        """The part of a snapshot that ``spec`` holds: its ``slots`` out of ``items`` in all."""
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
+        """The part of a snapshot that ``spec`` holds: its ``slots`` (ascending), which are the
+        rows of ``spec``'s vectors that ``rows`` selects (``snapshots.part_filter``: a vector
+        database searches by it, constant in size; the embedded store by the slots)."""
 
     @abstractmethod
     def describe(self) -> dict[str, str]:
         """Where the vectors live, for a status (never a secret)."""
 
     @abstractmethod
-    def discard(self, space: str) -> None:
-        """Delete the vectors of ``space``, a space no item and no space row names any more."""
+    def discard(self, storage: str) -> None:
+        """Delete the vectors kept under ``storage`` (``SpaceSpec.storage``), a space no item and
+        no space row names any more."""
+
+    def stored(self) -> dict[str, str]:
+        """Storage name → space name of every space whose vectors the backend holds for this
+        store, whether or not the store's tables name it (what a verification compares)."""
+        return {}
 
     @abstractmethod
     def serve(self, spec: SpaceSpec) -> str:
         """Point whatever the backend's own readers follow at ``spec``'s vectors (a cutover or a
         rollback; idempotent); returns what now points where, for the record. The store's own
         readers follow its ``serving_space`` record instead."""
+
+    def mismatched(self, spec: SpaceSpec, slots: np.ndarray, batch: int = 65536) -> list[int]:
+        """The slots among ``slots`` whose stored vector in ``spec`` does not match the checksum
+        or the space recorded with it when it was written."""
+        from modelupgrade.store.vectors import UNRECORDED, vector_checksums
+
+        bad: list[int] = []
+        for start in range(0, len(slots), batch):
+            part = np.asarray(slots[start : start + batch], dtype=np.int64)
+            stored = self.checksums(spec, part)
+            recomputed = vector_checksums(self.read(spec, part))
+            bad += [int(s) for s in part[(stored != UNRECORDED) & (stored != recomputed)]]
+            bad += [
+                int(slot)
+                for slot, (recorded, _) in zip(part, self.provenance(spec, part), strict=True)
+                if recorded != spec.name
+            ]
+        return sorted(set(bad))
+
+    # Whether the backend keeps the store's serving state for readers that do not read the
+    # store's database (``publish``).
+    publishes: bool = False
+
+    def publish(self, state: dict[str, object]) -> None:
+        """Keep ``state`` (``snapshots.serving_state``) where the backend's own readers find it."""
+
+    def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
+        """Record that chunk ``by`` (backfill, chunk) of a backfill out of ``spec`` moves the items
+        of ``slots`` out of it, where the backend's search filters rows by their own state (a
+        vector database); nothing to do where a part is searched by its slots."""
+
+    def write_mark(self) -> int:
+        """A mark of this process's latest write (a Milvus server's timestamp) for the database
+        to record with the commit that points at it, so that a reader of that commit waits for it
+        (``fence``); 0: the backend's reads see every write at once."""
+        return 0
+
+    fence: Callable[[], int] = staticmethod(lambda: 0)
 
     def checkpoint(self) -> None:
         """Whatever ``sync`` made durable only in a log of the backend's own is made durable where

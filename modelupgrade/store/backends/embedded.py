@@ -1,6 +1,7 @@
-"""The embedded vector backend: one float32 file per space beside the store's database, and one
-file of checksums per space (``vectors/<space>.f32`` and ``vectors/<space>.sum``). The default:
-nothing to install or start.
+"""The embedded vector backend: one float32 file per space beside the store's database, one file
+of checksums and one of source content hashes per space (``vectors/<space>.f32``, ``.sum`` and
+``.src``; ``<space>`` is the space's storage name, its own name). The default: nothing to install
+or start.
 
 A part of a snapshot is searched by an exact scan with the shared kernel (``store.index.kind:
 flat``), or through a FAISS index per space (``hnsw``, ``ivf``; ``modelupgrade.retrieval.index``)
@@ -16,7 +17,9 @@ space refilled after an abort) rebuilds the index.
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +33,10 @@ from modelupgrade.store.backends.base import (
     BackendSettings,
     PartGallery,
     VectorBackend,
+    VectorRows,
     candidate_count,
 )
+from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.vectors import (
@@ -42,19 +47,27 @@ from modelupgrade.store.vectors import (
 )
 
 
-class _ScannedPart(PartGallery):
-    """Every vector of the part, read once per snapshot: the exact scan needs them all."""
+class _FlatPart(PartGallery):
+    """A part searched exactly through its space's matrix (``matrices.SpaceMatrix``), restricted
+    to the part's rows by a bitmap made once per snapshot."""
 
-    def __init__(self, slots: np.ndarray, vectors: np.ndarray) -> None:
-        self.slots, self._vectors = slots, vectors  # slots ascending, as a snapshot lists them
+    def __init__(
+        self, backend: EmbeddedVectors, spec: SpaceSpec, matrix: SpaceMatrix, slots: np.ndarray
+    ) -> None:
+        self.backend, self.spec, self.matrix, self.slots = backend, spec, matrix, slots
+        self.selector, self._bits = matrix.selector(slots)
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self.slots, self._vectors
+        limit = candidate_count(k, len(self.slots))
+        if limit == len(self.slots):
+            return self.slots, self.vectors(self.slots)
+        slots = self.matrix.search(queries, limit, self.selector)
+        return slots, self.vectors(slots)
 
     def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self._vectors[np.searchsorted(self.slots, slots)]
+        return self.backend.read(self.spec, slots)
 
 
 class _SpaceIndex:
@@ -168,8 +181,19 @@ _IVF_TRAIN_PER_CELL = 39
 class _SpaceFiles:
     vectors: VectorFile
     sums: VectorFile
+    sources: VectorFile
     journal: VectorJournal
     journaled: bool = False  # this process appended since the last checkpoint
+    # A reader's copy of journal rows written before a power cut and not yet redone by a writer
+    # (``VectorJournal.from_before_boot``): slot → (vector, checksum, source hash).
+    overlay: dict[int, tuple[np.ndarray, int, int]] | None = None
+    overlay_of: tuple[int, float] | None = None  # the journal's (size, mtime) it was read from
+
+    def all(self) -> tuple[VectorFile, VectorFile, VectorFile]:
+        return self.vectors, self.sums, self.sources
+
+
+_SUFFIXES = (".f32", ".sum", ".src")
 
 
 @VECTOR_BACKENDS.register("embedded")
@@ -181,21 +205,26 @@ class EmbeddedVectors(VectorBackend):
         self._lock = threading.Lock()
         self._options = search_options(settings)
         self._indexes: dict[str, _SpaceIndex] = {}
+        self._matrices: dict[str, SpaceMatrix] = {}
         self._index_lock = threading.Lock()
 
-    def _files_of(self, spec: SpaceSpec) -> _SpaceFiles:
-        return self._files_named(spec.name, spec.dim)
+    def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
+        """A space's files are named after it (a space created again reuses the name: readers
+        tell the new file from the old one by its inode, ``VectorFile``)."""
+        return spec.name
 
-    def _files_named(self, space: str, dim: int) -> _SpaceFiles:
+    def _files_of(self, spec: SpaceSpec) -> _SpaceFiles:
+        return self._files_named(spec.storage or spec.name, spec.dim)
+
+    def _files_named(self, storage: str, dim: int) -> _SpaceFiles:
         with self._lock:
-            files = self._files.get(space)
+            files = self._files.get(storage)
             if files is None:
-                vectors = VectorFile(self.root / f"{space}.f32", dim)
-                sums = VectorFile(self.root / f"{space}.sum", 1, np.uint64)
-                # A store written before checksums were kept: its rows read as unrecorded (0).
-                sums.ensure_rows(vectors.rows_on_disk())
-                journal = VectorJournal(self.root / f"{space}{JOURNAL_SUFFIX}")
-                files = self._files[space] = _SpaceFiles(vectors, sums, journal)
+                vectors = VectorFile(self.root / f"{storage}.f32", dim)
+                sums = VectorFile(self.root / f"{storage}.sum", 1, np.uint64)
+                sources = VectorFile(self.root / f"{storage}.src", 1, np.uint64)
+                journal = VectorJournal(self.root / f"{storage}{JOURNAL_SUFFIX}")
+                files = self._files[storage] = _SpaceFiles(vectors, sums, sources, journal)
             return files
 
     def add_space(self, spec: SpaceSpec, rows: int) -> None:
@@ -203,17 +232,15 @@ class EmbeddedVectors(VectorBackend):
 
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
         for spec in specs:
-            files = self._files_of(spec)
-            files.vectors.ensure_rows(rows)
-            files.sums.ensure_rows(rows)
+            for file in self._files_of(spec).all():
+                file.ensure_rows(rows)
 
-    def write(
-        self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
-    ) -> None:
+    def write(self, spec: SpaceSpec, rows: VectorRows) -> None:
         files = self._files_of(spec)
-        files.vectors.write(slots, vectors, durable=False)
-        files.sums.write(slots, checksums.reshape(-1, 1), durable=False)
-        files.journal.append(slots, vectors, checksums)
+        files.vectors.write(rows.slots, rows.vectors, durable=False)
+        files.sums.write(rows.slots, rows.checksums.reshape(-1, 1), durable=False)
+        files.sources.write(rows.slots, rows.sources.reshape(-1, 1), durable=False)
+        files.journal.append(rows.slots, rows.vectors, rows.checksums, rows.sources)
         files.journaled = True
 
     def sync(self, spec: SpaceSpec) -> None:
@@ -230,8 +257,8 @@ class EmbeddedVectors(VectorBackend):
 
     def _checkpoint(self, files: _SpaceFiles) -> None:
         # the rows in place are durable before the journal that also holds them is emptied
-        files.vectors.sync()
-        files.sums.sync()
+        for file in files.all():
+            file.sync()
         files.journal.clear()
         files.journaled = False
 
@@ -244,52 +271,139 @@ class EmbeddedVectors(VectorBackend):
         after it was written) is dropped."""
         replayed = 0
         for path in sorted(self.root.glob(f"*{JOURNAL_SUFFIX}")):
-            space = path.name.removesuffix(JOURNAL_SUFFIX)
-            if not (self.root / f"{space}.f32").exists():
+            storage = path.name.removesuffix(JOURNAL_SUFFIX)
+            if not (self.root / f"{storage}.f32").exists():
                 path.unlink(missing_ok=True)
                 continue
             records = list(VectorJournal(path).records())
             if not records:
                 VectorJournal(path).clear()
                 continue
-            files = self._files_named(space, records[0][1].shape[1])
-            for slots, vectors, sums in records:
+            files = self._files_named(storage, records[0][1].shape[1])
+            for slots, vectors, sums, sources in records:
                 files.vectors.write(slots, vectors, durable=False)
                 files.sums.write(slots, sums.reshape(-1, 1), durable=False)
+                files.sources.write(slots, sources.reshape(-1, 1), durable=False)
                 replayed += len(slots)
             self._checkpoint(files)
+            files.overlay = files.overlay_of = None
         return replayed
 
+    def _overlaid(self, spec: SpaceSpec) -> _SpaceFiles:
+        """The space's files, with the journal rows a power cut kept off them laid over what a
+        reader reads until a writer redoes them (``VectorJournal.from_before_boot``)."""
+        files = self._files_of(spec)
+        journal = files.journal
+        if files.journaled or not journal.path.exists():
+            files.overlay = files.overlay_of = None
+            return files
+        found = os.stat(journal.path)
+        state = (found.st_size, found.st_mtime)
+        if files.overlay_of == state:
+            return files
+        files.overlay, files.overlay_of = None, state
+        if journal.from_before_boot():
+            overlay: dict[int, tuple[np.ndarray, int, int]] = {}
+            for slots, vectors, sums, sources in journal.records():
+                for i, slot in enumerate(slots.tolist()):
+                    overlay[slot] = (vectors[i], int(sums[i]), int(sources[i]))
+            files.overlay = overlay
+        return files
+
+    def _read(self, spec: SpaceSpec, slots: np.ndarray, column: int) -> np.ndarray:
+        files = self._overlaid(spec)
+        found = files.all()[column].read(slots)
+        if files.overlay:
+            for row, slot in enumerate(slots.tolist()):
+                if slot in files.overlay:
+                    value = files.overlay[slot][column]
+                    found[row] = value if column == 0 else np.uint64(value)
+        return found if column == 0 else found.reshape(-1)
+
     def read(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
-        return self._files_of(spec).vectors.read(slots)
+        return self._read(spec, np.asarray(slots, dtype=np.int64), 0)
 
     def checksums(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
-        return self._files_of(spec).sums.read(slots).reshape(-1)
+        return self._read(spec, np.asarray(slots, dtype=np.int64), 1)
+
+    def sources(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        return self._read(spec, np.asarray(slots, dtype=np.int64), 2)
 
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """A space's file holds only that space's vectors: the spaces table records its model."""
         return [(spec.name, spec.model_ref)] * len(slots)
 
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
+    def destroy(self, specs: list[SpaceSpec], slots: np.ndarray) -> None:
+        """Zero the rows of ``slots`` (vector, checksum, source hash) in every space, after the
+        journals that may hold a copy of them are checkpointed and emptied."""
+        self.recover()
+        self.checkpoint()
+        slots = np.asarray(slots, dtype=np.int64)
+        for spec in specs:
+            files = self._files_of(spec)
+            rows = files.vectors.rows_on_disk()
+            inside = slots[slots < rows]
+            if not len(inside):
+                continue
+            files.vectors.write(inside, np.zeros((len(inside), spec.dim), np.float32), True)
+            for file in (files.sums, files.sources):
+                file.write(inside, np.zeros((len(inside), 1), np.uint64), True)
+        with self._index_lock:
+            # an index may hold a copy of a destroyed row
+            self._indexes.clear()
+            self._matrices.clear()
+
+    def present_slots(self, spec: SpaceSpec) -> np.ndarray:
+        """The slots of ``spec``'s file that hold a vector (a recorded checksum)."""
+        files = self._files_of(spec)
+        rows = files.sums.rows_on_disk()
+        if not rows:
+            return np.empty(0, dtype=np.int64)
+        sums = files.sums.read(np.arange(rows, dtype=np.int64)).reshape(-1)
+        return np.flatnonzero(sums != 0).astype(np.int64)
+
+    def discard_beyond(self, specs: list[SpaceSpec], rows: int) -> int:
+        removed = 0
+        for spec in specs:
+            files = self._files_of(spec)
+            removed = max(removed, files.vectors.truncate(rows))
+            files.sums.truncate(rows)
+            files.sources.truncate(rows)
+        return removed
+
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
         if self._options.index == "flat" or (
             self._options.index == "ivf"
             and len(slots) < _IVF_TRAIN_PER_CELL * self._options.ivf_nlist
         ):
-            return _ScannedPart(slots, self.read(spec, slots))
+            return _FlatPart(self, spec, self._matrix_for(spec, slots), slots)
         return _IndexedPart(self, spec, self._index_for(spec, slots), slots)
+
+    def _matrix_for(self, spec: SpaceSpec, slots: np.ndarray) -> SpaceMatrix:
+        """The space's matrix, holding every row of ``slots`` as it is stored now."""
+        with self._index_lock:
+            matrix = self._matrices.get(spec.storage)
+            if matrix is None or matrix.dim != spec.dim:
+                matrix = self._matrices[spec.storage] = SpaceMatrix(spec.dim, self._options.metric)
+        matrix.cover(
+            slots,
+            lambda wanted: self.checksums(spec, wanted),
+            lambda wanted: self.read(spec, wanted),
+        )
+        return matrix
 
     def _index_for(self, spec: SpaceSpec, slots: np.ndarray) -> _SpaceIndex:
         """The space's index, holding every row of ``slots`` as it is stored now."""
         with self._index_lock:
             sums = self.checksums(spec, slots)
-            index = self._indexes.get(spec.name)
+            index = self._indexes.get(spec.storage)
             if index is not None:
                 rows = index.rows(slots)
                 held = rows >= 0
                 if 2 * len(slots) < index.size or (index.sums[rows[held]] != sums[held]).any():
                     index = None
             if index is None:
-                index = self._indexes[spec.name] = _SpaceIndex(spec, self._options)
+                index = self._indexes[spec.storage] = _SpaceIndex(spec, self._options)
                 held = np.zeros(len(slots), dtype=bool)
             new = slots[~held]
             if len(new):
@@ -299,17 +413,23 @@ class EmbeddedVectors(VectorBackend):
     def describe(self) -> dict[str, str]:
         return {"backend": self.registry_name, "location": str(self.root)}
 
-    def discard(self, space: str) -> None:
+    def stored(self) -> dict[str, str]:
+        if not self.root.exists():
+            return {}
+        return {path.stem: path.stem for path in self.root.glob("*.f32")}
+
+    def discard(self, storage: str) -> None:
         with self._index_lock:
-            self._indexes.pop(space, None)
+            self._indexes.pop(storage, None)
+            self._matrices.pop(storage, None)
         with self._lock:
-            files = self._files.pop(space, None)
+            files = self._files.pop(storage, None)
             if files is not None:
-                for file in (files.journal, files.vectors, files.sums):
+                for file in (files.journal, *files.all()):
                     file.close()
             # the journal first: a journal without its space's file is dropped, never replayed
-            for suffix in (JOURNAL_SUFFIX, ".f32", ".sum"):
-                (self.root / f"{space}{suffix}").unlink(missing_ok=True)
+            for suffix in (JOURNAL_SUFFIX, *_SUFFIXES):
+                (self.root / f"{storage}{suffix}").unlink(missing_ok=True)
 
     def serve(self, spec: SpaceSpec) -> str:
         """Nothing outside the store reads its files: the store's serving space record is all."""
@@ -318,6 +438,6 @@ class EmbeddedVectors(VectorBackend):
     def close(self) -> None:
         with self._lock:
             for files in self._files.values():
-                for file in (files.journal, files.vectors, files.sums):
+                for file in (files.journal, *files.all()):
                     file.close()
             self._files.clear()

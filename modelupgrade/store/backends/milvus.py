@@ -5,12 +5,16 @@ The same client code talks to Milvus Lite (``store.uri``: a local ``.db`` file, 
 Milvus server or cluster (``store.uri``: ``http://host:19530``; the token, when it needs one, from
 the ``MILVUS_TOKEN`` environment variable, never from params.yaml).
 
-A collection per space (``<store collection>_<space>``) holds one row per item slot: ``slot`` (the
-primary key, so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same
-rows), ``vector``, and its provenance: ``space``, ``model_ref`` (the model version that produced
-it) and ``checksum``. A new space is a new collection, as a model change in Milvus is done; the old
-one stays until it is dropped. A cutover points the alias ``<store collection>__serving``, what
-clients outside modelupgrade search, at the new space's collection; a rollback points it back.
+A collection per space (``<store collection>_<storage>``, ``storage`` drawn once per space: ``s1``,
+``s2`` …; its description names the space) holds one row per item slot: ``slot`` (the primary key,
+so writing a slot again is an idempotent upsert: a resumed chunk rewrites the same rows),
+``vector``, its provenance: ``space``, ``model_ref`` (the model version that produced it),
+``checksum`` and ``source_hash`` (of the content it was made from), and ``item_id``; and the write
+that made it authoritative (``wb``, ``wc``: backfill and chunk, 0 for an ingest) and the one that
+moved its item out of the space (``mb``, ``mc``), which search filters on (``modelupgrade.store.
+parts``). A new space is a new collection, as a model change in Milvus is done; the old one stays
+until it is dropped. A cutover points the alias ``<store collection>__serving``, what clients
+outside modelupgrade search, at the new space's collection; a rollback points it back.
 
 Search runs Milvus's own search in each part of a snapshot, restricted to the part's slots by a
 filter (the part's slots, or the other items' slots, whichever list is shorter), for a few more
@@ -29,7 +33,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +46,30 @@ from modelupgrade.store.backends.base import (
     BackendSettings,
     PartGallery,
     VectorBackend,
+    VectorRows,
     VectorsUnavailable,
     candidate_count,
+    uri_credentials,
+    without_credentials,
 )
 from modelupgrade.store.schema import VECTORS_DIR
 from modelupgrade.store.spaces import SpaceSpec
 
 TOKEN_ENV = "MILVUS_TOKEN"
+# A new store names its collections <prefix><12 hex digits>; the prefix groups a deployment's.
+PREFIX_ENV = "MODELUPGRADE_MILVUS_PREFIX"
 LITE_FILE = "milvus.db"
 _SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
+_CREDENTIALS_PART = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]*@", re.IGNORECASE)
 _METRICS: dict[str, str] = {"cosine": "COSINE", "l2": "L2"}
 _INDEX_TYPES: dict[str, str] = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 _MODEL_REF_LENGTH = 4096
+# Milvus's longest VARCHAR: an item id longer than this (in UTF-8) is kept in the store only, and
+# its row's item_id is empty (an outside reader names such an item by its slot).
+_ITEM_ID_BYTES = 65535
+# The fields of a collection's row (``add_space``); a collection without ``wb`` was written by an
+# earlier modelupgrade.
+_STATE_FIELDS = ("wb", "wc", "mb", "mc")
 # Slots per request: well under Milvus's 64 MB message and 16,384-row result limits.
 _BATCH = 4096
 _MAX_TOPK = 16384
@@ -112,6 +128,11 @@ def _collection_part(space: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", lambda m: f"_{ord(m.group()):02x}", space)
 
 
+def _kept_id(item_id: str) -> str:
+    """An item id as a row keeps it: whole when Milvus's VARCHAR holds it, else empty."""
+    return item_id if len(item_id.encode("utf-8", "surrogatepass")) <= _ITEM_ID_BYTES else ""
+
+
 def _batches(slots: np.ndarray) -> Iterator[np.ndarray]:
     for start in range(0, len(slots), _BATCH):
         yield slots[start : start + _BATCH]
@@ -128,7 +149,7 @@ class _Client:
     def __init__(self, client: Any, uri: str) -> None:
         from pymilvus.exceptions import MilvusException
 
-        self._client, self._uri, self._error = client, uri, MilvusException
+        self._client, self._uri, self._error = client, without_credentials(uri), MilvusException
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
@@ -148,19 +169,12 @@ class _Client:
 
 
 class _SearchedPart(PartGallery):
-    """A part searched by Milvus itself, its rows picked by a filter on their slots."""
+    """A part searched by Milvus itself, its rows picked by the part's filter
+    (``snapshots.part_filter``: the state each row records against a few ledger facts, of a size
+    that does not grow with the gallery)."""
 
-    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, items: int):
-        self.backend, self.spec, self.slots = backend, spec, slots
-        others = np.setdiff1d(np.arange(items, dtype=np.int64), slots, assume_unique=True)
-        # Rows of this space's collection: the part, items of other parts written ahead of their
-        # commit (an interrupted chunk), and slots an interrupted ingest wrote past the last item.
-        if len(others) == 0:
-            self.filter = f"slot < {items}"
-        elif len(slots) <= len(others):
-            self.filter = f"slot in {_listed(slots)}"
-        else:
-            self.filter = f"slot < {items} and slot not in {_listed(others)}"
+    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, rows: str):
+        self.backend, self.spec, self.slots, self.filter = backend, spec, slots, rows
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
@@ -182,7 +196,15 @@ class _SearchedPart(PartGallery):
 class MilvusVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
         super().__init__(store_path, settings)
-        self.uri = self.address(store_path, settings.uri)
+        # The newest Milvus timestamp of a write of this process, and of any write the store's
+        # database has recorded (``fence``, set by the store): what a read must see.
+        self._written = 0
+        self.fence: Callable[[], int] = lambda: 0
+        # A store written before credentials were refused in its URI: they serve as its token.
+        self._uri_token = uri_credentials(settings.uri) or ""
+        self.uri = self.address(store_path, _CREDENTIALS_PART.sub(r"\1", settings.uri))
+        # A server's other readers (replicas, clients of the collections) read the serving state.
+        self.publishes = is_server_uri(self.uri)
         self.metric = _METRICS[settings.distance]
         self._client: Any = None
         self._known: dict[str, int] = {}
@@ -204,11 +226,24 @@ class MilvusVectors(VectorBackend):
 
     @classmethod
     def prepared(cls, store_path: Path, settings: BackendSettings) -> BackendSettings:
+        if uri_credentials(settings.uri) is not None:
+            raise UserError(
+                f"store.uri {without_credentials(settings.uri)!r} carries credentials; the store "
+                "records its URI, so they would be written into it",
+                hint=f"give the URI without user:password@ and put them in ${TOKEN_ENV} "
+                "(user:password, or an API key)",
+            )
         cls.address(store_path, settings.uri)  # a bad URI is an error before the store exists
         uri = settings.uri
         if uri and not is_server_uri(uri):
             uri = str(Path(uri).resolve())  # a Lite file named relative to where the store began
-        collection = settings.collection or f"modelupgrade_{uuid.uuid4().hex[:12]}"
+        prefix = os.environ.get(PREFIX_ENV) or "modelupgrade_"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,200}", prefix):
+            raise UserError(
+                f"${PREFIX_ENV} {prefix!r} cannot begin a Milvus collection name",
+                hint="use letters, digits and '_', starting with a letter or '_'",
+            )
+        collection = settings.collection or f"{prefix}{uuid.uuid4().hex[:12]}"
         return dataclasses.replace(settings, uri=uri, collection=collection)
 
     # ----- connection ---------------------------------------------------------------------------
@@ -226,7 +261,7 @@ class MilvusVectors(VectorBackend):
                 "the Milvus backend needs pymilvus (with milvus-lite for a local file)",
                 hint="pip install pymilvus milvus-lite",
             ) from None
-        token = os.environ.get(TOKEN_ENV, "")
+        token = os.environ.get(TOKEN_ENV, "") or self._uri_token
         lite_log = logging.getLogger("milvus_lite.server_manager")
         start_failure = _LiteStartFailure()
         try:
@@ -250,8 +285,9 @@ class MilvusVectors(VectorBackend):
             cause = start_failure.cause or err
             reason = str(getattr(cause, "message", None) or cause or repr(cause)).splitlines()[0]
             raise VectorsUnavailable(
-                f"cannot open the Milvus {'server' if server else 'Lite file'} {self.uri} of "
-                f"store {self.store_path}: {reason}",
+                f"cannot open the Milvus {'server' if server else 'Lite file'} "
+                f"{without_credentials(self.uri)} of store {self.store_path}: "
+                f"{without_credentials(reason)}",
                 hint=f"check that the server runs and ${TOKEN_ENV} holds its token"
                 if server
                 else "Milvus Lite serves one process at a time: stop the other process using "
@@ -262,10 +298,15 @@ class MilvusVectors(VectorBackend):
         self.client().list_collections()  # a round trip: a cached client may have lost its server
 
     def collection(self, spec: SpaceSpec) -> str:
-        return self._collection_of(spec.name)
+        return self._collection_of(spec.storage)
 
-    def _collection_of(self, space: str) -> str:
-        return f"{self.settings.collection}_{_collection_part(space)}"
+    def _collection_of(self, storage: str) -> str:
+        return f"{self.settings.collection}_{_collection_part(storage)}"
+
+    def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
+        """``s<n>``: a collection name of fixed form whatever the space is called (a 128-character
+        space name would make one Milvus refuses), and a new one for a space created again."""
+        return f"s{draw()}"
 
     def _ensure(self, spec: SpaceSpec) -> str:
         """The collection of ``spec``, checked once against the space."""
@@ -275,12 +316,19 @@ class MilvusVectors(VectorBackend):
         client = self.client()
         if not client.has_collection(name):
             raise UserError(
-                f"Milvus at {self.uri} has no collection {name} for space {spec.name!r} of store "
-                f"{self.store_path}",
+                f"Milvus at {without_credentials(self.uri)} has no collection {name} for space "
+                f"{spec.name!r} of store {self.store_path}",
                 hint="the store and its Milvus collections were separated; point store.uri at "
                 "the Milvus that holds them, or rebuild the store",
             )
         fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
+        if not set(_STATE_FIELDS) <= set(fields):
+            raise UserError(
+                f"Milvus collection {name} of space {spec.name!r} was written by an earlier "
+                "modelupgrade: its rows carry no state fields, which search filters on",
+                hint="rebuild the store with this version (`modelupgrade store-ingest` of its "
+                "items into a new store)",
+            )
         dim = int(fields["vector"]["params"]["dim"])
         if dim != spec.dim:
             raise UserError(
@@ -306,12 +354,18 @@ class MilvusVectors(VectorBackend):
         if not client.has_collection(name):
             from pymilvus import DataType, MilvusClient
 
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema = MilvusClient.create_schema(
+                auto_id=False, enable_dynamic_field=False, description=spec.name
+            )
             schema.add_field("slot", DataType.INT64, is_primary=True)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dim)
             schema.add_field("space", DataType.VARCHAR, max_length=128)
             schema.add_field("model_ref", DataType.VARCHAR, max_length=_MODEL_REF_LENGTH)
             schema.add_field("checksum", DataType.INT64)
+            schema.add_field("source_hash", DataType.INT64)
+            schema.add_field("item_id", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
+            for state in _STATE_FIELDS:
+                schema.add_field(state, DataType.INT64)
             index = client.prepare_index_params()
             index.add_index(
                 field_name="vector",
@@ -327,13 +381,43 @@ class MilvusVectors(VectorBackend):
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
         """Nothing to do: a collection takes any slot."""
 
-    def write(
-        self, spec: SpaceSpec, slots: np.ndarray, vectors: np.ndarray, checksums: np.ndarray
-    ) -> None:
+    def write(self, spec: SpaceSpec, rows: VectorRows) -> None:
+        self._upsert(spec, rows, (0, 0))
+
+    def _wrote(self, collection: str) -> None:
+        """Note the Milvus timestamp of this process's last write to ``collection``."""
+        if not is_server_uri(self.uri):
+            return
+        from pymilvus.client import ts_utils
+
+        address = self.client()._get_connection().server_address
+        self._written = max(
+            self._written, int(ts_utils.get_collection_ts(collection, address, "") or 0)
+        )
+
+    def write_mark(self) -> int:
+        return self._written
+
+    def _consistency(self) -> dict[str, Any]:
+        """How a read waits for writes (a server; Milvus Lite reads what is written): for every
+        write the store's database records, and this process's own, and no longer (a Strong read
+        would wait for the server's next time tick, up to 200 ms, on every call)."""
+        if not is_server_uri(self.uri):
+            return {}
+        fence = max(self.fence(), self._written)
+        if not fence:
+            return {"consistency_level": "Strong"}
+        return {"consistency_level": "Customized", "guarantee_timestamp": fence}
+
+    def _upsert(self, spec: SpaceSpec, rows: VectorRows, moved_by: tuple[int, int]) -> None:
         name = self._ensure(spec)
-        signed = np.asarray(checksums, dtype=np.uint64).view(np.int64)
+        signed = np.asarray(rows.checksums, dtype=np.uint64).view(np.int64)
+        sources = np.asarray(rows.sources, dtype=np.uint64).view(np.int64)
+        ids = rows.item_ids or ("",) * len(rows)
+        written_batch, written_chunk = rows.written_by
+        moved_batch, moved_chunk = moved_by
         client = self.client()
-        for start in range(0, len(slots), _BATCH):
+        for start in range(0, len(rows), _BATCH):
             end = start + _BATCH
             client.upsert(
                 name,
@@ -344,12 +428,24 @@ class MilvusVectors(VectorBackend):
                         "space": spec.name,
                         "model_ref": spec.model_ref,
                         "checksum": int(checksum),
+                        "source_hash": int(source),
+                        "item_id": _kept_id(item_id),
+                        "wb": written_batch,
+                        "wc": written_chunk,
+                        "mb": moved_batch,
+                        "mc": moved_chunk,
                     }
-                    for slot, vector, checksum in zip(
-                        slots[start:end], vectors[start:end], signed[start:end], strict=True
+                    for slot, vector, checksum, source, item_id in zip(
+                        rows.slots[start:end],
+                        rows.vectors[start:end],
+                        signed[start:end],
+                        sources[start:end],
+                        ids[start:end],
+                        strict=True,
                     )
                 ],
             )
+        self._wrote(name)
 
     def sync(self, spec: SpaceSpec) -> None:
         """Milvus Lite: flush the rows from its write-ahead log (written through to the OS only)
@@ -364,7 +460,10 @@ class MilvusVectors(VectorBackend):
         found: dict[int, Any] = {}
         for batch in _batches(np.asarray(slots, dtype=np.int64)):
             for row in self.client().query(
-                name, filter=f"slot in {_listed(batch)}", output_fields=["slot", field]
+                name,
+                filter=f"slot in {_listed(batch)}",
+                output_fields=["slot", field],
+                **self._consistency(),
             ):
                 found[int(row["slot"])] = row[field]
         missing = [int(s) for s in slots if int(s) not in found]
@@ -389,6 +488,78 @@ class MilvusVectors(VectorBackend):
         signed = np.array([found[int(slot)] for slot in slots], dtype=np.int64)
         return signed.view(np.uint64)
 
+    def sources(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray:
+        found = self._rows(spec, slots, "source_hash")
+        signed = np.array([found[int(slot)] for slot in slots], dtype=np.int64)
+        return signed.view(np.uint64)
+
+    def destroy(self, specs: list[SpaceSpec], slots: np.ndarray) -> None:
+        """Delete the rows of ``slots`` in every space's collection, then have Milvus compact
+        them away (a delete alone only hides a row until its segment is compacted)."""
+        client = self.client()
+        for spec in specs:
+            name = self._present(spec)
+            if name is None:
+                continue
+            for batch in _batches(np.asarray(slots, dtype=np.int64)):
+                client.delete(name, filter=f"slot in {_listed(batch)}")
+            self._wrote(name)
+            self._settle(name)
+
+    def present_slots(self, spec: SpaceSpec) -> np.ndarray:
+        """Every slot ``spec``'s collection holds a row for (read in slot ranges: constant-size
+        requests)."""
+        name, client = self._ensure(spec), self.client()
+        found: list[int] = []
+        start = 0
+        while True:
+            rows = client.query(
+                name,
+                filter=f"slot >= {start} and slot < {start + _BATCH}",
+                output_fields=["slot"],
+                **self._consistency(),
+            )
+            found += [int(row["slot"]) for row in rows]
+            more = client.query(
+                name, filter=f"slot >= {start + _BATCH}", output_fields=["count(*)"]
+            )
+            if not more or not int(more[0]["count(*)"]):
+                return np.array(sorted(found), dtype=np.int64)
+            start += _BATCH
+
+    def discard_beyond(self, specs: list[SpaceSpec], rows: int) -> int:
+        client, removed = self.client(), 0
+        for spec in specs:
+            name = self._present(spec)
+            if name is None:
+                continue
+            found = client.query(
+                name,
+                filter=f"slot >= {int(rows)}",
+                output_fields=["count(*)"],
+                **self._consistency(),
+            )
+            count = int(found[0]["count(*)"]) if found else 0
+            if count:
+                client.delete(name, filter=f"slot >= {int(rows)}")
+                self._wrote(name)
+                self._settle(name)
+            removed = max(removed, count)
+        return removed
+
+    def _present(self, spec: SpaceSpec) -> str | None:
+        """The collection of ``spec``, loaded, when Milvus holds one (None: it was dropped)."""
+        if not self.client().has_collection(self.collection(spec)):
+            return None
+        return self._ensure(spec)
+
+    def _settle(self, name: str) -> None:
+        """Make deletions durable and physical: flush, then compact (where Milvus compacts)."""
+        client = self.client()
+        client.flush(name)
+        if is_server_uri(self.uri):
+            client.compact(name)
+
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """The (space, model_ref) recorded with each vector of ``slots``."""
         name = self._ensure(spec)
@@ -398,13 +569,42 @@ class MilvusVectors(VectorBackend):
                 name,
                 filter=f"slot in {_listed(batch)}",
                 output_fields=["slot", "space", "model_ref"],
+                **self._consistency(),
             ):
                 found[int(row["slot"])] = (row["space"], row["model_ref"])
         return [found.get(int(slot), ("", "")) for slot in slots]
 
-    def part(self, spec: SpaceSpec, slots: np.ndarray, items: int) -> PartGallery:
+    def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
         self._ensure(spec)
-        return _SearchedPart(self, spec, slots, items)
+        return _SearchedPart(self, spec, slots, rows)
+
+    def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
+        """Record in the rows of ``slots`` of ``spec`` (a backfill's source) that chunk ``by``
+        (backfill, chunk) moves their items out: each row written again as it is, ``mb``/``mc``
+        set. Done before the chunk commits; until then the frontier keeps it from counting."""
+        name = self._ensure(spec)
+        fields = ["slot", "vector", "checksum", "source_hash", "item_id", "wb", "wc"]
+        client = self.client()
+        for batch in _batches(np.asarray(slots, dtype=np.int64)):
+            found = client.query(
+                name,
+                filter=f"slot in {_listed(batch)}",
+                output_fields=fields,
+                **self._consistency(),
+            )
+            rows = [
+                {
+                    **{field: row[field] for field in fields},
+                    "space": spec.name,
+                    "model_ref": spec.model_ref,
+                    "mb": by[0],
+                    "mc": by[1],
+                }
+                for row in found
+            ]
+            if rows:
+                client.upsert(name, rows)
+        self._wrote(name)
 
     def search(
         self,
@@ -433,6 +633,7 @@ class MilvusVectors(VectorBackend):
                 filter=filter,
                 search_params={"metric_type": self.metric, "params": self._search_params(limit)},
                 output_fields=["vector"],
+                **self._consistency(),
             )
             for hits in results:
                 for hit in hits:
@@ -461,17 +662,76 @@ class MilvusVectors(VectorBackend):
     def describe(self) -> dict[str, str]:
         return {
             "backend": self.registry_name,
-            "uri": self.uri,
-            "collections": f"{self.settings.collection}_<space>",
+            "uri": without_credentials(self.uri),
+            "collections": f"{self.settings.collection}_<storage>",
             "metric": self.metric,
             "index": _INDEX_TYPES[self.settings.index.kind],
         }
 
-    def discard(self, space: str) -> None:
-        name = self._collection_of(space)
+    def stored(self) -> dict[str, str]:
+        client, prefix = self.client(), f"{self.settings.collection}_"
+        found = {}
+        for name in client.list_collections():
+            if name.startswith(prefix) and not name.startswith(prefix + "_"):
+                described = client.describe_collection(name)
+                found[name.removeprefix(prefix)] = str(described.get("description", ""))
+        return found
+
+    def discard(self, storage: str) -> None:
+        name = self._collection_of(storage)
         self._known.pop(name, None)
-        if self.client().has_collection(name):
-            self.client().drop_collection(name)
+        client = self.client()
+        if client.has_collection(name):
+            if self.serving_collection() == name:
+                # Never drop what the serving alias points at: outside readers would lose it.
+                raise UserError(
+                    f"Milvus collection {name} is what the serving alias {self.alias} points "
+                    "at; it is not dropped",
+                    hint="`modelupgrade store-verify` compares the alias with the store's record",
+                )
+            client.drop_collection(name)
+
+    @property
+    def state_collection(self) -> str:
+        """Where the store's serving state is kept for readers of the server alone (a row of
+        JSON, ``snapshots.serving_state``): two underscores, as the alias."""
+        return f"{self.settings.collection}__state"
+
+    def known_storages(self) -> set[str]:
+        prefix = f"{self.settings.collection}_"
+        return {
+            name.removeprefix(prefix)
+            for name in self.client().list_collections()
+            if name.startswith(prefix) and not name.startswith(prefix + "_")
+        }
+
+    def publish(self, state: dict[str, object]) -> None:
+        import json
+
+        client, name = self.client(), self.state_collection
+        if not client.has_collection(name):
+            from pymilvus import DataType, MilvusClient
+
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("key", DataType.INT64, is_primary=True)
+            schema.add_field("state", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
+            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants one
+            index = client.prepare_index_params()
+            index.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
+            client.create_collection(
+                name, schema=schema, index_params=index, consistency_level="Strong"
+            )
+        client.upsert(name, [{"key": 0, "state": json.dumps(state), "vector": [0.0, 0.0]}])
+
+    def serving_state(self) -> dict[str, object] | None:
+        """The serving state the store published last (None before any)."""
+        import json
+
+        client, name = self.client(), self.state_collection
+        if not client.has_collection(name):
+            return None
+        rows = client.query(name, filter="key == 0", output_fields=["state"], **self._consistency())
+        return json.loads(rows[0]["state"]) if rows else None
 
     @property
     def alias(self) -> str:
