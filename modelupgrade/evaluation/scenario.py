@@ -13,10 +13,11 @@ heads' (``modelupgrade.evaluation.head_sets``). Writes
 ``<metrics>/<sc>/cross_model.{parquet,csv,json}``, ``<metrics>/<sc>/summary.{json,csv}`` and
 ``<plots>/<sc>/cross_model_heatmap.png`` (``modelupgrade.evaluation.study_files``).
 
-The ``sequential`` scenario (``modelupgrade.evaluation.sequential``) reads ``<embeddings>/sequential/<strategy>/gen<i>/`` for every
-generation (generation 0 from ``<embeddings>/sequential/gen0/`` when the chains share it) and writes
-the same files per strategy under ``<metrics>/sequential/<strategy>/`` with the compatibility-matrix
-metrics (AC with < and ≤, AM, BC, FC) in its summary; a run over every strategy also writes
+The ``sequential`` scenario (``modelupgrade.evaluation.sequential``) reads
+``<embeddings>/sequential/<strategy>/gen<i>/`` for every generation (generation 0 from
+``<embeddings>/sequential/gen0/`` when the chains share it) and writes the same files per strategy
+under ``<metrics>/sequential/<strategy>/`` with the compatibility-matrix metrics (AC with < and ≤,
+AM, BC, FC) in its summary; a run over every strategy also writes
 ``<metrics>/sequential/summary.json``.
 
 Every summary holds Δ↓ (``delta_down_pct``: model → percent) against the oracle strategy
