@@ -126,6 +126,13 @@ def test_every_page_is_in_the_nav_and_the_readme() -> None:
     assert names - linked == set(), "pages the README does not point to"
 
 
+def test_command_table_lists_every_command() -> None:
+    from modelupgrade.cli import COMMANDS
+
+    table = re.findall(r"^\| `([a-z-]+)` \|", (DOCS / "commands.md").read_text(), re.MULTILINE)
+    assert sorted(COMMANDS) == sorted(table), "docs/commands.md's table and the CLI differ"
+
+
 def test_http_api_page_holds_the_services_schemas() -> None:
     assert http_schema.page_block() == http_schema.generated(), (
         "docs/http-api.md's schemas differ from the service's: run "
