@@ -91,7 +91,7 @@ SLOW_BACKFILL = textwrap.dedent(
                 progress=False,
             ).run()
 
-    run_command(backfill_slowly, [])
+    run_command(backfill_slowly, ["--json"])
     '''
 ).format(chunk=CHUNK)
 

@@ -34,6 +34,7 @@ from modelupgrade.store.schema import (
     ItemFailure,
     ItemRow,
 )
+from modelupgrade.store.shown import labelled, utc
 from modelupgrade.store.spaces import SpaceSpec
 
 # meta keys: the serving space a running backfill replaced, and the record of the last abort
@@ -60,7 +61,22 @@ class AbortRecord:
         return asdict(self)
 
     def describe(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
+        target = (
+            "dropped, its vectors discarded"
+            if self.target_space_dropped
+            else "kept (other records still name it)"
+        )
+        moved = f"{self.source_space} → {self.target_space}"
+        moved_back = f"{self.items_moved_back:,} of the {self.items:,} planned"
+        return "\n".join(
+            [
+                f"backfill {self.backfill_id} ({moved}) aborted: serving {self.serving_space}",
+                labelled("items moved back", f"{moved_back}, into {self.source_space}"),
+                labelled(f"space {self.target_space}", target),
+                labelled("started", utc(self.started_at)),
+                labelled("aborted", utc(self.aborted_at)),
+            ]
+        )
 
 
 class BackfillLedger:

@@ -35,6 +35,7 @@ from modelupgrade.store.faults import boundary
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.orphans import destroy_orphans, orphan
 from modelupgrade.store.schema import Backfill, ItemSources
+from modelupgrade.store.shown import labelled, utc
 from modelupgrade.store.steps import actor as current_actor
 from modelupgrade.store.vectors import check_vectors
 
@@ -70,6 +71,23 @@ class Erasure:
             "vectors_destroyed": self.destroyed,
         }
 
+    def describe(self) -> str:
+        destroyed = (
+            "destroyed in every space"
+            if self.destroyed
+            else "left for the next writer to destroy (it does so before it writes anything)"
+        )
+        return "\n".join(
+            [
+                f"erasure {self.id} recorded at {utc(self.at)} by {self.actor}: {self.reason}",
+                labelled("items erased", f"{self.items:,} (their ids are not recorded)"),
+                labelled(
+                    "ids not found", f"{self.not_found:,} (never ingested, or erased already)"
+                ),
+                labelled("their vectors", destroyed),
+            ]
+        )
+
 
 @dataclass(frozen=True)
 class Update:
@@ -82,6 +100,20 @@ class Update:
 
     def as_dict(self) -> dict[str, object]:
         return {"items_updated": self.items, "spaces": list(self.spaces), "requeued": self.requeued}
+
+    def describe(self) -> str:
+        requeued = (
+            " (served from the backfill's source space until it recomputes them)"
+            if self.requeued
+            else ""
+        )
+        return "\n".join(
+            [
+                f"{self.items:,} item(s) updated",
+                labelled("new vectors in", ", ".join(self.spaces)),
+                labelled("requeued", f"{self.requeued:,} into the running backfill{requeued}"),
+            ]
+        )
 
 
 def _slots_of(store: GalleryStore, item_ids: Sequence[str]) -> dict[str, int]:

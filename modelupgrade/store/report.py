@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from modelupgrade.errors import EXIT_INCOMPLETE, EXIT_STOPPED, UserError
 from modelupgrade.store.schema import ItemFailure
+from modelupgrade.store.shown import item_lines, labelled
 from modelupgrade.store.status import StoreStatus
 
 
@@ -66,7 +66,43 @@ class BackfillReport:
         }
 
     def describe(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
+        where = f" in {self.store}" if self.store else ""
+        source = self.source_space or "?"
+        lines = [
+            f"backfill {self.backfill_id}: {source} → {self.target_space}{where}: {self.status}"
+        ]
+        if self.already_complete:
+            lines.append(labelled("nothing to do", "every item is in the target space already"))
+        lines += [
+            labelled("items moved", f"{self.items_written:,}"),
+            labelled("items failed", f"{self.items_failed:,}"),
+            *item_lines(self.failed),
+            labelled("chunks committed", f"{self.chunks_committed:,}"),
+            labelled("time", f"{self.seconds:,.2f} s ({self.items_per_second:,.1f} items/s)"),
+            labelled("exit code", f"{self.exit_code} ({self._exit_meaning()})"),
+        ]
+        if self.status in ("incomplete", "stopped", "paused"):
+            lines.append(labelled("next", self._next_step()))
+        return "\n".join(lines)
+
+    def _exit_meaning(self) -> str:
+        return {
+            "complete": "complete: every planned item is in the target space",
+            "incomplete": f"not complete: {self.items_failed:,} item(s) failed and are still "
+            f"served from {self.source_space or 'the old space'}",
+            "stopped": "stopped (SIGTERM) at a chunk boundary; nothing is lost",
+            "paused": "paused after the chunks this run was allowed; nothing is lost",
+        }.get(self.status, self.status)
+
+    def _next_step(self) -> str:
+        """The command a person runs next on a backfill this run did not finish."""
+        where = f" --store {self.store}" if self.store else ""
+        if self.status == "incomplete":
+            return (
+                "fix the failures' cause and run the same backfill command with --retry-failed, "
+                f"or undo the backfill: `modelupgrade backfill{where} --abort`"
+            )
+        return "run the same backfill command again: it resumes where this run stopped"
 
     @classmethod
     def whole_backfill(cls, status: StoreStatus, run_status: str) -> BackfillReport:

@@ -4,13 +4,13 @@ edge."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import SCHEMA_VERSION, Backfill, ItemFailure
+from modelupgrade.store.shown import continued, item_lines, labelled, utc
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.steps import ServingStep, steps_in, window_ends
 
@@ -91,7 +91,109 @@ class StoreStatus:
         return found
 
     def describe(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
+        serving = self.serving_space or "nothing yet"
+        lines = [f"store {self.path}: {self.items:,} items, serving {serving}"]
+        lines += self._where_lines()
+        for name, space in self.spaces.items():
+            lines.append(labelled(f"space {name}", _space(space, self.items_by_space.get(name, 0))))
+        states = ", ".join(f"{state} {n:,}" for state, n in sorted(self.items_by_state.items()))
+        lines.append(labelled("items by state", states or "none"))
+        lines.append(labelled("scores", ", ".join(self.score_kinds) or "none"))
+        lines += self._backfill_lines()
+        lines += self._serving_lines()
+        lines.append(labelled("erasures", f"{self.erasures:,} recorded"))
+        if self.pending_intents:
+            pending = ", ".join(self.pending_intents)
+            lines.append(labelled("interrupted", f"{pending} (the next writer completes it)"))
+        return "\n".join(lines)
+
+    def _where_lines(self) -> list[str]:
+        """Where the vectors live and how they are searched."""
+        lines = []
+        if self.vectors:
+            shown = [f"{key} {value}" for key, value in self.vectors.items() if key != "backend"]
+            lines.append(labelled("vectors", ", ".join([self.vectors.get("backend", "?"), *shown])))
+        if self.index:
+            recall = self.index.get("recall_at_10", {})
+            measured = ", ".join(f"{space} {value:.3f}" for space, value in recall.items())
+            lines.append(
+                labelled(
+                    "index",
+                    f"{self.index.get('kind', '?')}"
+                    + (f"; recall@10 against an exact scan: {measured}" if measured else ""),
+                )
+            )
+        return lines
+
+    def _backfill_lines(self) -> list[str]:
+        """The last backfill: where it is, and its failed items with what to run about them."""
+        backfill = self.backfill
+        if backfill is None:
+            return [labelled("backfill", "none yet")]
+        lines = [
+            labelled(
+                f"backfill {backfill.id}",
+                f"{backfill.source_space} → {backfill.target_space}, {backfill.status}: "
+                f"{backfill.done:,} of {backfill.total:,} done ({backfill.fraction_done:.1%}), "
+                f"{backfill.failed:,} failed, {backfill.pending:,} pending",
+            ),
+            continued(
+                f"{backfill.method}, {backfill.policy} order, {backfill.chunks_committed:,} "
+                f"chunk(s) of {backfill.chunk_size:,} committed, started {utc(backfill.started_at)}"
+                + (f", finished {utc(backfill.finished_at)}" if backfill.finished_at else "")
+            ),
+        ]
+        if self.failed:
+            lines.append(
+                labelled(
+                    "failed items",
+                    f"{len(self.failed):,}, still served from {backfill.source_space}:",
+                )
+            )
+            lines += item_lines(self.failed)
+            lines.append(
+                labelled(
+                    "next",
+                    "fix their cause, then `modelupgrade backfill ... --retry-failed`, or undo "
+                    f"the backfill: `modelupgrade backfill --store {self.path} --abort`",
+                )
+            )
+        return lines
+
+    def _serving_lines(self) -> list[str]:
+        """The last backfill's cutover, rollback and cleanup steps, and where they leave it."""
+        lines = [labelled("serving steps", step.headline()) for step in self.serving_steps[:1]]
+        lines += [continued(step.headline()) for step in self.serving_steps[1:]]
+        cutover = self.cutover
+        if cutover is not None:
+            window = (
+                f", rollback window open until {utc(cutover.rollback_window_ends_at)}"
+                if cutover.rollback_window_ends_at is not None
+                else ""
+            )
+            lines.append(
+                labelled(
+                    "cutover",
+                    f"{cutover.state}; the vectors of {cutover.old_space} {cutover.old_vectors}"
+                    f"{window}",
+                )
+            )
+        return lines
+
+
+def _space(space: SpaceState, items: int) -> str:
+    """A space in one line: its dimension, the items it serves and what it upgrades."""
+    shown = [f"{space.dim}-d, {items:,} items"]
+    if space.upgrades_from:
+        compatible = (
+            "backward compatible" if space.backward_compatible else "not backward compatible"
+        )
+        shown.append(f"upgrades {', '.join(space.upgrades_from)} ({compatible})")
+    if space.form != "new":
+        shown.append(f"form {space.form}")
+    if space.model_ref:
+        shown.append(f"model {space.model_ref}")
+    return "; ".join(shown)
 
 
 def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus:

@@ -9,9 +9,10 @@ import getpass
 import json
 import socket
 import sqlite3
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from modelupgrade.store.shown import labelled, utc
 
 
 @dataclass(frozen=True)
@@ -27,13 +28,54 @@ class ServingStep:
     detail: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "at_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at)),
-        }
+        return {**asdict(self), "at_utc": utc(self.at)}
+
+    def headline(self) -> str:
+        """The step in one line: what, when, who and why."""
+        return (
+            f"{utc(self.at)}  {self.step} {self.from_space} → {self.to_space} by {self.actor}: "
+            f"{self.reason}"
+        )
 
     def describe(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
+        was = "" if self.step == "cleanup" else f" (was {self.from_space})"
+        lines = [
+            f"{self.step} of backfill {self.backfill_id}: serving {self.to_space}{was}",
+            labelled("by", f"{self.actor} at {utc(self.at)}"),
+            labelled("reason", self.reason),
+        ]
+        if "items_moved" in self.detail:
+            lines.append(labelled("items moved", f"{self.detail['items_moved']:,}"))
+        if "shadow_evaluation" in self.detail:
+            lines.append(labelled("shadow evaluation", _shadow(self.detail["shadow_evaluation"])))
+        if "rollback_window_hours" in self.detail:
+            hours = float(self.detail["rollback_window_hours"])
+            lines.append(
+                labelled("rollback window", f"{hours:g} h, until {utc(window_ends(self))}")
+            )
+        if "dropped_space" in self.detail:
+            forced = " (--force: before its rollback window ended)" if self.detail["forced"] else ""
+            lines.append(labelled("vectors dropped", f"{self.detail['dropped_space']}{forced}"))
+        return "\n".join(lines)
+
+
+def _shadow(evaluation: dict[str, Any]) -> str:
+    """A recorded shadow evaluation (``ShadowEvaluation.as_dict``) in one line."""
+    metric = evaluation.get("metric", "")
+    new, old = evaluation.get("new_metrics", {}), evaluation.get("old_metrics", {})
+    scores = (
+        f"; {metric} {new[metric]:.4f} new vs {old[metric]:.4f} old"
+        if metric in new and metric in old
+        else ""
+    )
+    checks = "; ".join(
+        f"{c['name']}: {'pass' if c['passed'] else 'FAIL'} ({c['detail']})"
+        for c in evaluation.get("checks", [])
+    )
+    verdict = "passed" if evaluation.get("passed") else "failed"
+    return f"{verdict} on {evaluation.get('queries', 0)} queries{scores}" + (
+        f"; {checks}" if checks else ""
+    )
 
 
 def steps_in(db: sqlite3.Connection, backfill_id: int | None = None) -> list[ServingStep]:

@@ -21,6 +21,7 @@ from modelupgrade.store.faults import boundary
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.operations.requests import IngestRequest
 from modelupgrade.store.schema import ItemFailure
+from modelupgrade.store.shown import item_lines, labelled
 from modelupgrade.store.status import StoreStatus
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,13 @@ class IngestReport(StoreStatus):
     def exit_code(self) -> int:
         return EXIT_INCOMPLETE if self.skipped else 0
 
+    def describe(self) -> str:
+        status = super().describe()
+        if not self.skipped:
+            return status
+        skipped = [labelled("skipped", f"{len(self.skipped):,} item(s), not in the store:")]
+        return "\n".join([status, *skipped, *item_lines(self.skipped)])
+
     @property
     def exit_message(self) -> str | None:
         if not self.skipped:
@@ -48,8 +56,8 @@ class IngestReport(StoreStatus):
         first = self.skipped[0]
         return (
             f"{len(self.skipped)} item(s) were skipped and are not in the store, e.g. "
-            f"{first.item_id} ({first.reason}); each is logged above and listed under "
-            "'skipped' with --json\n  hint: fix them and ingest those items again"
+            f"{first.item_id} ({first.reason}); each is logged above and listed on stdout "
+            "(--json: under 'skipped')\n  hint: fix them and ingest those items again"
         )
 
 
