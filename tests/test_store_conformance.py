@@ -579,6 +579,10 @@ def test_the_cutover_commands_record_each_step_in_store_status(
             *("--old-query-vectors", str(tmp_path / "old.npy")),
         ],
     )
+    shown = capsys.readouterr().out  # text by default, the shadow evaluation's verdict in it
+    assert shown.startswith(f"cutover of backfill 1: serving {NEW.name} (was {OLD.name})\n")
+    assert "\n  shadow evaluation: passed on 30 queries; mAP " in shown
+    assert "\n  rollback window:   " in shown
     run_command(rollback, [*common, "--reason", "regression"])
     with pytest.raises(SystemExit) as refused:
         run_command(cleanup, [*common, "--reason", "tidy", "--force"])
