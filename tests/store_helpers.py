@@ -117,6 +117,33 @@ def backend_params(directory: Path, backend: BackendSettings) -> Path:
     return path
 
 
+def ingest_skipping_an_image(directory: Path, backend: BackendSettings) -> list[str]:
+    """The ``store-ingest`` command line (no ``--json``) of six 16×16 images it4 of which is
+    missing, embedded by an untrained gen0 model into a new store ``directory``/s on ``backend``
+    (params, images, items table and model written in ``directory``): it skips it4 and exits 1."""
+    import pandas as pd
+    import yaml
+
+    from modelupgrade.models import save_model
+    from tests.model_fixtures import tiny_model
+
+    images = write_images(directory / "images", 6, 16)
+    (images / "4.png").unlink()
+    settings = yaml.safe_load(backend_params(directory, backend).read_text())
+    settings["dataset"].update(loader="imagefolder", root=str(images), image_size=16)
+    params = directory / "params.yaml"
+    params.write_text(yaml.safe_dump(settings))
+    pd.DataFrame(
+        {"item_id": [f"it{i}" for i in range(6)], "path": [f"{i}.png" for i in range(6)]}
+    ).to_parquet(directory / "items.parquet")
+    model = directory / "gen0"
+    save_model(tiny_model(OLD.dim).eval(), model, {"generation": 0})
+    return [
+        *("--params", str(params), "--store", str(directory / "s"), "--model", str(model)),
+        *("--items", str(directory / "items.parquet"), "--score"),
+    ]
+
+
 def milvus_lite(backend: BackendSettings) -> bool:
     """Whether ``backend`` is Milvus Lite (a file one process at a time), not a Milvus server."""
     from modelupgrade.store.backends.milvus import is_server_uri

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from modelupgrade.cli.arguments import run_command
 from modelupgrade.commands.store import (
     backfill,
     cleanup,
@@ -20,11 +21,20 @@ from modelupgrade.commands.store import (
     store_update,
 )
 from modelupgrade.registry.gates import GateCheck
-from modelupgrade.store import BackfillReport, GalleryStore
+from modelupgrade.store import BackendSettings, BackfillReport, GalleryStore
 from modelupgrade.store.cutover import cutover
 from modelupgrade.store.schema import ItemFailure
 from modelupgrade.store.shadow import ShadowEvaluation
-from tests.store_helpers import NEW, OLD, build_gallery, command_output, psi, psi_job
+from tests.store_helpers import (
+    NEW,
+    OLD,
+    build_gallery,
+    command_output,
+    exit_code_and_output,
+    ingest_skipping_an_image,
+    psi,
+    psi_job,
+)
 
 IDS = [f"item-{i:05d}" for i in range(40)]
 # 12 items the vector table lacks: more than a text names one by one (10)
@@ -120,29 +130,8 @@ def test_a_report_says_what_each_ending_means_and_what_to_run_next() -> None:
 def test_ingest_prints_the_store_and_the_items_it_skipped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import yaml
-
-    from modelupgrade.models import save_model
-    from tests.model_fixtures import tiny_model
-    from tests.store_helpers import PROJECT_PARAMS, write_images
-
-    images = write_images(tmp_path / "images", 6, 16)
-    (images / "4.png").unlink()
-    settings = yaml.safe_load(PROJECT_PARAMS.read_text())
-    settings["dataset"].update(loader="imagefolder", root=str(images), image_size=16)
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump(settings))
-    pd.DataFrame(
-        {"item_id": [f"it{i}" for i in range(6)], "path": [f"{i}.png" for i in range(6)]}
-    ).to_parquet(tmp_path / "items.parquet")
-    save_model(tiny_model(OLD.dim).eval(), tmp_path / "gen0", {"generation": 0})
-    code, out, err = command_output(
-        capsys,
-        store_ingest,
-        *("--params", str(params), "--store", str(tmp_path / "s")),
-        *("--model", str(tmp_path / "gen0"), "--items", str(tmp_path / "items.parquet")),
-        "--score",  # none: what the ingest computes from the images is not what is tested
-    )
+    argv = ingest_skipping_an_image(tmp_path, BackendSettings(kind="embedded"))
+    code, out, err = exit_code_and_output(capsys, lambda: run_command(store_ingest, argv))
     assert code == 1, err
     lines = _text(out).splitlines()
     assert lines[0] == f"store {tmp_path / 's'}: 5 items, serving gen0"

@@ -53,11 +53,11 @@ from tests.model_fixtures import tiny_model
 from tests.store_helpers import (
     NEW,
     OLD,
-    backend_params,
     build_gallery,
     command_output,
     exit_code_and_output,
     image_gallery,
+    ingest_skipping_an_image,
     milvus_lite,
     milvus_lite_held,
     psi,
@@ -65,7 +65,6 @@ from tests.store_helpers import (
     reverse,
     spawn_backfill_worker,
     stored_spaces,
-    write_images,
 )
 
 CHUNK = 16
@@ -479,25 +478,9 @@ def test_images_that_cannot_be_read_at_all_stop_the_command_before_it_plans(
 def test_an_ingest_that_skipped_items_exits_1_with_a_count(
     tmp_path: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import yaml
-
     from modelupgrade.commands.store import store_ingest
 
-    images = write_images(tmp_path / "images", 6, 16)
-    (images / "4.png").unlink()
-    settings = yaml.safe_load(backend_params(tmp_path, backend).read_text())
-    settings["dataset"].update(loader="imagefolder", root=str(images), image_size=16)
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump(settings))
-    pd.DataFrame(
-        {"item_id": [f"it{i}" for i in range(6)], "path": [f"{i}.png" for i in range(6)]}
-    ).to_parquet(tmp_path / "items.parquet")
-    model = tmp_path / "gen0"
-    save_model(tiny_model(OLD.dim).eval(), model, {"generation": 0})
-    argv = [
-        *("--params", str(params), "--store", str(tmp_path / "s"), "--model", str(model)),
-        *("--items", str(tmp_path / "items.parquet"), "--score", "--json"),
-    ]
+    argv = [*ingest_skipping_an_image(tmp_path, backend), "--json"]
     code, out, err = exit_code_and_output(capsys, lambda: run_command(store_ingest, argv))
     assert code == EXIT_INCOMPLETE, err
     assert "error: 1 item(s) were skipped and are not in the store, e.g. it4" in err
