@@ -193,6 +193,10 @@ def test_rollback_and_cleanup_print_the_step_as_text_and_json_under_json(
     lines = _text(out).splitlines()
     assert lines[0] == "rollback of backfill 1: serving gen0 (was gen1)"
     assert "  reason:            regression" in lines and "  items moved:       20" in lines
+    code, out, err = command_output(capsys, store_status, *store_option)
+    lines = _text(out).splitlines()
+    assert "  cutover:           rolled back; the vectors of gen0 kept" in lines
+    assert "  next:              `modelupgrade cutover` to serve the new space again" in lines
     with GalleryStore.open(path) as store:
         cutover(store, "again", 168.0, lambda backfill: passed)
     code, out, err = command_output(capsys, cleanup, *store_option, "--reason", "tidy", "--force")

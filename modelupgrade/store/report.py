@@ -8,7 +8,7 @@ from typing import Any
 
 from modelupgrade.errors import EXIT_INCOMPLETE, EXIT_STOPPED, UserError
 from modelupgrade.store.schema import ItemFailure
-from modelupgrade.store.shown import item_lines, labelled
+from modelupgrade.store.shown import after_failures, item_lines, labelled
 from modelupgrade.store.status import StoreStatus
 
 
@@ -96,12 +96,8 @@ class BackfillReport:
 
     def _next_step(self) -> str:
         """The command a person runs next on a backfill this run did not finish."""
-        where = f" --store {self.store}" if self.store else ""
         if self.status == "incomplete":
-            return (
-                "fix the failures' cause and run the same backfill command with --retry-failed, "
-                f"or undo the backfill: `modelupgrade backfill{where} --abort`"
-            )
+            return after_failures(self.store)
         return "run the same backfill command again: it resumes where this run stopped"
 
     @classmethod

@@ -36,3 +36,12 @@ def item_lines(items: Sequence[ItemFailure], limit: int = SHOWN_ITEMS) -> list[s
     if len(items) > limit:
         lines.append(f"    and {len(items) - limit} more (--json lists them all)")
     return lines
+
+
+def after_failures(store: str) -> str:
+    """What to run about a backfill's failed items (they keep it from completing)."""
+    where = f" --store {store}" if store else ""
+    return (
+        "fix their cause and run the backfill command again with --retry-failed, or undo the "
+        f"backfill: `modelupgrade backfill{where} --abort`"
+    )

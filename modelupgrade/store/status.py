@@ -10,7 +10,7 @@ from typing import Any
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import SCHEMA_VERSION, Backfill, ItemFailure
-from modelupgrade.store.shown import continued, item_lines, labelled, utc
+from modelupgrade.store.shown import after_failures, continued, item_lines, labelled, utc
 from modelupgrade.store.spaces import SpaceSpec
 from modelupgrade.store.steps import ServingStep, steps_in, window_ends
 
@@ -151,13 +151,7 @@ class StoreStatus:
                 )
             )
             lines += item_lines(self.failed)
-            lines.append(
-                labelled(
-                    "next",
-                    "fix their cause, then `modelupgrade backfill ... --retry-failed`, or undo "
-                    f"the backfill: `modelupgrade backfill --store {self.path} --abort`",
-                )
-            )
+            lines.append(labelled("next", after_failures(self.path)))
         return lines
 
     def _serving_lines(self) -> list[str]:
@@ -178,7 +172,19 @@ class StoreStatus:
                     f"{window}",
                 )
             )
+            if cutover.state in _NEXT_STEP:
+                lines.append(labelled("next", _NEXT_STEP[cutover.state]))
         return lines
+
+
+# What a person may run next from where a complete backfill stands (``CutoverState.state``).
+_NEXT_STEP = {
+    "awaiting cutover": '`modelupgrade cutover --reason "…" --query-split …` once the new space '
+    "has been checked, or `modelupgrade rollback` to serve the old one",
+    "cut over": "`modelupgrade rollback` to serve the old space again; `modelupgrade cleanup` "
+    "drops its vectors once the rollback window has passed",
+    "rolled back": "`modelupgrade cutover` to serve the new space again",
+}
 
 
 def _space(space: SpaceState, items: int) -> str:
