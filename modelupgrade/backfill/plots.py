@@ -40,6 +40,7 @@ from modelupgrade.backfill.summary import BackfillSummary, auc_mean, auc_trapezo
 from modelupgrade.io import atomic_path
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 SERVING_MODE_ORDER = ("mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full")
@@ -239,65 +240,12 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
         for _, policy, part in panel.oracle:
             ax.plot(part["t"], part[metric], color=ORACLE_COLOUR, linewidth=1.0, zorder=1)
             oracle_policies[policy] = None
-        shown: list[Curve] = []
-        colours: dict[str, Any] = {}
-        palette = iter(SYSTEM_COLOURS)
-        same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
-        for system, policy, part in panel.drawn:
-            twin = next(
-                (s for s, p, q in shown if p == policy and _same_curve(q, part, metric)), None
-            )
-            if twin is not None and twin != system:
-                same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
-                continue
-            shown.append((system, policy, part))
-            if system not in colours:
-                colours[system] = everywhere.get(system) or next(palette)
-            colour = colours[system]
-            ax.plot(
-                part["t"],
-                part[metric],
-                color=colour,
-                linestyle=styles[policy],
-                linewidth=1.8,
-                zorder=3,
-            )
-            used_policies[policy] = None
+        colours, same_as = _draw_systems(ax, panel, metric, styles, everywhere, used_policies)
         for _, value, style in levels:
             ax.axhline(value, zorder=2, **style)
         if same_as:
-            ax.text(
-                0.99,
-                0.02,
-                "\n".join(
-                    f"{', '.join(_folded(others, panel.crowded))}: same as {s}"
-                    for s, others in same_as.items()
-                ),
-                transform=ax.transAxes,
-                ha="right",
-                va="bottom",
-                fontsize=TEXT_POINTS,
-                color="0.25",
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
-                zorder=4,
-            )
-        ax.set_title(_title(panel, metric, summary.primary_auc), fontsize=TEXT_POINTS + 1)
-        ax.set_xlim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=TEXT_POINTS, labelbottom=True, labelleft=True)
-        ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
-        ax.set_ylabel(metric, fontsize=TEXT_POINTS)
-        handles = [Line2D([], [], color=c, linewidth=2.5, label=s) for s, c in colours.items()]
-        if handles:
-            ax.legend(
-                handles=handles,
-                title="system",
-                loc="upper left",
-                bbox_to_anchor=(1.01, 1.0),
-                fontsize=TEXT_POINTS,
-                title_fontsize=TEXT_POINTS,
-                frameon=False,
-            )
+            _note_folded(ax, panel, same_as)
+        _decorate_panel(ax, panel, metric, summary, colours)
 
     other_handles: list[Any] = [Line2D([], [], label=label, **style) for label, _, style in levels]
     other_handles += [
@@ -317,6 +265,86 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
     )
     fig.suptitle(f"{summary.scenario}: {metric} while the gallery is backfilled", fontsize=12)
     return fig
+
+
+def _draw_systems(
+    ax: Axes,
+    panel: Panel,
+    metric: str,
+    styles: dict[str, Any],
+    everywhere: dict[str, Any],
+    used_policies: dict[str, None],
+) -> tuple[dict[str, Any], dict[str, dict[str, list[str]]]]:
+    """Draw the panel's system curves, a curve identical to one drawn already under the same
+    order folded into it; returns each drawn system's colour and, per drawn system, the systems
+    folded into it with their orders. Adds the orders drawn to ``used_policies``."""
+    shown: list[Curve] = []
+    colours: dict[str, Any] = {}
+    palette = iter(SYSTEM_COLOURS)
+    same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
+    for system, policy, part in panel.drawn:
+        twin = next((s for s, p, q in shown if p == policy and _same_curve(q, part, metric)), None)
+        if twin is not None and twin != system:
+            same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
+            continue
+        shown.append((system, policy, part))
+        if system not in colours:
+            colours[system] = everywhere.get(system) or next(palette)
+        colour = colours[system]
+        ax.plot(
+            part["t"],
+            part[metric],
+            color=colour,
+            linestyle=styles[policy],
+            linewidth=1.8,
+            zorder=3,
+        )
+        used_policies[policy] = None
+    return colours, same_as
+
+
+def _note_folded(ax: Axes, panel: Panel, same_as: dict[str, dict[str, list[str]]]) -> None:
+    """The panel's note of the systems whose curves are those of another."""
+    ax.text(
+        0.99,
+        0.02,
+        "\n".join(
+            f"{', '.join(_folded(others, panel.crowded))}: same as {s}"
+            for s, others in same_as.items()
+        ),
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=TEXT_POINTS,
+        color="0.25",
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
+        zorder=4,
+    )
+
+
+def _decorate_panel(
+    ax: Axes, panel: Panel, metric: str, summary: BackfillSummary, colours: dict[str, Any]
+) -> None:
+    """The panel's title, axes, grid and its systems' legend beside it."""
+    from matplotlib.lines import Line2D
+
+    ax.set_title(_title(panel, metric, summary.primary_auc), fontsize=TEXT_POINTS + 1)
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=TEXT_POINTS, labelbottom=True, labelleft=True)
+    ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
+    ax.set_ylabel(metric, fontsize=TEXT_POINTS)
+    handles = [Line2D([], [], color=c, linewidth=2.5, label=s) for s, c in colours.items()]
+    if handles:
+        ax.legend(
+            handles=handles,
+            title="system",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=TEXT_POINTS,
+            title_fontsize=TEXT_POINTS,
+            frameon=False,
+        )
 
 
 def plot_curves(
