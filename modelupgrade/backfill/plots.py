@@ -42,15 +42,16 @@ from modelupgrade.io import atomic_path
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.typing import LineStyleType as LineStyle
 
 SERVING_MODE_ORDER = ("mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full")
-POLICY_STYLES = {
+POLICY_STYLES: dict[str, LineStyle] = {
     "random": "-",
     "old-confidence": "--",
     "old-entropy": "-.",
     "fastfill-uncertainty": (0, (1, 1.2)),
 }
-EXTRA_STYLES: Sequence[Any] = ((0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)), (0, (3, 3)))
+EXTRA_STYLES: Sequence[LineStyle] = ((0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)), (0, (3, 3)))
 # A panel draws every deployable policy of its systems when that makes this many lines or fewer,
 # otherwise each system's best one.
 ALL_POLICIES_UP_TO = 12
@@ -85,7 +86,7 @@ def _ordered_modes(modes: Sequence[str]) -> list[str]:
     return known + sorted(m for m in modes if m not in SERVING_MODE_ORDER)
 
 
-def _policy_styles(policies: Sequence[str]) -> dict[str, Any]:
+def _policy_styles(policies: Sequence[str]) -> dict[str, LineStyle]:
     styles = {p: s for p, s in POLICY_STYLES.items() if p in policies}
     extra = iter(EXTRA_STYLES)
     for policy in policies:
@@ -206,7 +207,7 @@ def _title(panel: Panel, metric: str, primary_auc: str) -> str:
     return title
 
 
-def _shared_colours(panels: Sequence[Panel]) -> dict[str, Any]:
+def _shared_colours(panels: Sequence[Panel]) -> dict[str, str]:
     """One colour per system for the whole figure where it has no more systems than colours (a
     system then looks the same in every panel); none otherwise (each panel colours its own)."""
     systems = list(dict.fromkeys(system for panel in panels for system, _, _ in panel.drawn))
@@ -271,15 +272,15 @@ def _draw_systems(
     ax: Axes,
     panel: Panel,
     metric: str,
-    styles: dict[str, Any],
-    everywhere: dict[str, Any],
+    styles: dict[str, LineStyle],
+    everywhere: dict[str, str],
     used_policies: dict[str, None],
-) -> tuple[dict[str, Any], dict[str, dict[str, list[str]]]]:
+) -> tuple[dict[str, str], dict[str, dict[str, list[str]]]]:
     """Draw the panel's system curves, a curve identical to one drawn already under the same
     order folded into it; returns each drawn system's colour and, per drawn system, the systems
     folded into it with their orders. Adds the orders drawn to ``used_policies``."""
     shown: list[Curve] = []
-    colours: dict[str, Any] = {}
+    colours: dict[str, str] = {}
     palette = iter(SYSTEM_COLOURS)
     same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
     for system, policy, part in panel.drawn:
@@ -323,7 +324,7 @@ def _note_folded(ax: Axes, panel: Panel, same_as: dict[str, dict[str, list[str]]
 
 
 def _decorate_panel(
-    ax: Axes, panel: Panel, metric: str, summary: BackfillSummary, colours: dict[str, Any]
+    ax: Axes, panel: Panel, metric: str, summary: BackfillSummary, colours: dict[str, str]
 ) -> None:
     """The panel's title, axes, grid and its systems' legend beside it."""
     from matplotlib.lines import Line2D
