@@ -11,12 +11,13 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser milvus-server repro lint test test-slow ui benchmarks full-cpu-study gpu-study help
+.PHONY: install dataset browser milvus-server repro lint docs test test-slow ui benchmarks full-cpu-study gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
 	@echo "make lint   - ruff check and ruff format --check over the whole tree, mypy over the library"
 	@echo "make test   - install what is missing, then run lint and the fast test suite"
+	@echo "make docs   - build the pages under docs/ into site/ (MkDocs; open site/index.html)"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
 	@echo "make full-cpu-study - every scenario, strategy, head and chain on one seed (a dvc experiment)"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
@@ -71,6 +72,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The pages under docs/ as a static site (mkdocs.yml: the built-in theme, nothing fetched); a
+# broken link, a missing anchor or a page left out of the nav fails it. tests/test_docs.py builds
+# it in `make test` too.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # The suite on two worker processes (pytest-xdist), one file per worker at a time so that a file's
 # module-wide fixtures (a Prefect server, an MLflow UI) start once; each worker runs torch on one

@@ -12,7 +12,7 @@
 #   bash scripts/gpu_study.sh unpack DIR  the device's $OUT files (DIR) into results/gpu-quick
 #   bash scripts/gpu_study.sh device      what the device command runs (there: $OUT set)
 #
-# The device machine (see the README's GPU section) has Python 3.12 with PyTorch, timm and the
+# The device machine (see docs/gpu.md) has Python 3.12 with PyTorch, timm and the
 # scientific stack, no network: pydantic and what it needs travel as wheels (scripts/gpu_wheels.txt),
 # the dataset as its four IDX files. Its $OUT returns at most 8 files: the results come back as one
 # tarball beside the run record and the logs.

@@ -30,9 +30,10 @@ NEW = SpaceSpec("gen1", 8, upgrades_from=("gen0",), backward_compatible=True)
 
 
 def _outside_search(uri: str, token: str, prefix: str, query: np.ndarray, k: int) -> list[str]:
-    """What a client of the Milvus server alone does (the README's recipe for a backward compatible
-    new model, served mixed): read the state, search each space's collection with its filter,
-    waiting for the write the state names, and merge by distance (COSINE: larger is nearer)."""
+    """What a client of the Milvus server alone does (docs/store.md's recipe for a backward
+    compatible new model, served mixed): read the state, search each space's collection with its
+    filter, waiting for the write the state names, and merge by distance (COSINE: larger is
+    nearer)."""
     client = MilvusClient(uri=uri, token=token)
     try:
         row = client.query(

@@ -78,8 +78,8 @@ def _not_run(root: Path, gpu: GpuScale | None) -> str:
         return (
             f"The GPU-scale study has not been run: {root} holds no run. It is prepared "
             "(params/gpu-quick.yaml: ResNet-18 on 30,000 training images, the claim-bearing "
-            "models at five seeds, one command of a lent GPU machine; see the README's GPU "
-            "section), but no GPU machine was available to the sessions so far. Every verdict "
+            "models at five seeds, one command of a lent GPU machine; see docs/gpu.md), "
+            "but no GPU machine was available to the sessions so far. Every verdict "
             "above rests on the CPU study alone."
         )
     return (

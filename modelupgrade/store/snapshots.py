@@ -175,10 +175,10 @@ def read_snapshot(database: Database, cached: ItemTable | None) -> tuple[Snapsho
 
 def serving_state(database: Database, spaces: dict[str, SpaceSpec], vectors: Any) -> dict[str, Any]:
     """What a reader that knows only the vector database needs to search the store as its own
-    readers do (README: "Serving replicas"): per space its collection, dimension, form and the
-    filter of its part; which space serves (its part is the new side of a rank merge, every other
-    the old side); the write every search must wait for (``guarantee_timestamp``); the commit it
-    describes."""
+    readers do (docs/store.md, "Serving replicas"): per space its collection, dimension, form
+    and the filter of its part; which space serves (its part is the new side of a rank merge,
+    every other the old side); the write every search must wait for (``guarantee_timestamp``);
+    the commit it describes."""
     with database.read() as db:
         facts = read_facts(db, BackfillLedger.active_in(db))
         serving = Database.meta(db, "serving_space")

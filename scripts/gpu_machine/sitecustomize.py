@@ -2,8 +2,8 @@
 
 Put this folder first on PYTHONPATH (``scripts/gpu_study.sh rehearse`` and
 ``tests/test_gpu_study.py`` do) and every installed distribution that the GPU machine lacks becomes
-unimportable, as it is there: not found (ModuleNotFoundError). The GPU machine (see the README's
-GPU section) has PyTorch, timm, torchvision, numpy, pandas, pyarrow, scipy, scikit-learn, pillow,
+unimportable, as it is there: not found (ModuleNotFoundError). The GPU machine (see
+docs/gpu.md) has PyTorch, timm, torchvision, numpy, pandas, pyarrow, scipy, scikit-learn, pillow,
 PyYAML, tqdm, typer, matplotlib, pytest with its timeout plugin and hypothesis, and what they
 require; the wheels of ``scripts/gpu_wheels.txt`` travel there; the project runs from its source
 tree. Anything else (DVC, MLflow, Prefect, FAISS, Great Expectations, pymilvus, ...) is not found.
