@@ -3,7 +3,7 @@ build and search parameters (``store.index``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -14,11 +14,20 @@ from modelupgrade.store.spaces import SpaceSpec
 
 if TYPE_CHECKING:
     from modelupgrade.config.store import StoreIndexParams
-    from modelupgrade.store.backends.milvus import MilvusVectors
 
 INDEX_TYPES: dict[str, str] = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 # Milvus's most results per query.
 MAX_TOPK = 16384
+
+
+class MilvusSearch(Protocol):
+    """What a searched part asks of the Milvus backend (``MilvusVectors``)."""
+
+    def search(
+        self, spec: SpaceSpec, queries: np.ndarray, limit: int, distance: Distance, filter: str
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def read(self, spec: SpaceSpec, slots: np.ndarray) -> np.ndarray: ...
 
 
 class SearchedPart(PartGallery):
@@ -26,7 +35,7 @@ class SearchedPart(PartGallery):
     (``snapshots.part_filter``: the state each row records against a few ledger facts, of a size
     that does not grow with the gallery)."""
 
-    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, rows: str):
+    def __init__(self, backend: MilvusSearch, spec: SpaceSpec, slots: np.ndarray, rows: str):
         self.backend, self.spec, self.slots, self.filter = backend, spec, slots, rows
 
     def nearest(
