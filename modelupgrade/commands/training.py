@@ -124,7 +124,6 @@ def _train_tracked(
     architecture, the card's headline metrics and the card itself recorded."""
     from modelupgrade.models import CARD_FILE
     from modelupgrade.registry import track_stage
-    from modelupgrade.training import pipeline
     from modelupgrade.training.generation import training_arguments
 
     out = asked["out"]
@@ -136,16 +135,13 @@ def _train_tracked(
             stage.set_tags({"scenario": asked["scenario"]})
         stage.log_params(
             {
-                "seed": job["seed"],
+                "seed": job.seed,
                 "training": params.training,
-                "strategy": job["strategy_params"],
-                "architecture": {
-                    "name": job["architecture_name"],
-                    **job["architecture"].model_dump(),
-                },
+                "strategy": job.strategy_params,
+                "architecture": {"name": job.architecture_name, **job.architecture.model_dump()},
             }
         )
-        card = pipeline.train_model(**job)
+        card = job.train()
         stage.log_metrics(card.headline_metrics())
         stage.log_artifact(Path(out) / CARD_FILE, "model")
     return card
