@@ -193,7 +193,6 @@ def run_replicate(
 
 def _train(params: Params, layout: StudyLayout, scenario: str, strategy: str | None) -> None:
     """One model as the train stage makes it, and its embeddings."""
-    from modelupgrade.training import pipeline
     from modelupgrade.training.generation import training_arguments
 
     generation = 0 if strategy is None else 1
@@ -208,7 +207,7 @@ def _train(params: Params, layout: StudyLayout, scenario: str, strategy: str | N
         progress=False,
         layout=layout,
     )
-    pipeline.train_model(**job)
+    job.train()
     _embed(params, layout, scenario, out, logits=strategy is None)
 
 

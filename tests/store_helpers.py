@@ -185,7 +185,7 @@ def milvus_lite_held(store: Path) -> Iterator[None]:
     """Another process holds the Milvus Lite file of the store at ``store`` until the block ends,
     as a running backfill or service does: Milvus Lite serves one process at a time. The holder
     is bare pymilvus (no modelupgrade, no torch), so that it starts fast."""
-    from modelupgrade.store.backends.milvus import LITE_FILE
+    from modelupgrade.store.backends.milvus_client import LITE_FILE
     from modelupgrade.store.schema import VECTORS_DIR
 
     hold = (

@@ -290,3 +290,32 @@ def test_a_bad_params_file_exits_2_with_one_line(
     assert refused.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad} must hold a mapping") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "request_type"),
+    [
+        ("modelupgrade.commands.plan:plan", "modelupgrade.commands.plan:PlanRequest"),
+        (
+            "modelupgrade.commands.store:backfill",
+            "modelupgrade.commands.store_backfill:BackfillFlags",
+        ),
+    ],
+)
+def test_a_command_s_request_record_has_a_field_for_each_of_its_options(
+    command: str, request_type: str
+) -> None:
+    """``plan`` and ``backfill`` build their typed request from their arguments by name: an option
+    added to the command without its field (or a field without its option) is caught here, not
+    when a person runs the command."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    def load(reference: str) -> object:
+        module, _, name = reference.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    options = [name for name in inspect.signature(load(command)).parameters if name != "params"]
+    fields = [field.name for field in dataclasses.fields(load(request_type))]
+    assert sorted(options) == sorted(fields)

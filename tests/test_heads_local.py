@@ -122,7 +122,7 @@ def test_query_drift_compensation_across_dimensions_aligns_first_and_refuses_the
 
 
 def test_the_report_says_what_share_of_the_old_to_new_gap_an_adapter_closes() -> None:
-    from modelupgrade.report.build import _gap_closed
+    from modelupgrade.report.adapters import _gap_closed
 
     assert _gap_closed(0.55, 0.40, 0.60) == pytest.approx(75.0)
     assert _gap_closed(0.40, 0.40, 0.60) == 0.0

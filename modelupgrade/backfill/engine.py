@@ -196,22 +196,8 @@ def backfill_curves(
         raise UserError(f"top-k values must be ≥ 1, got {list(topk)}")
     if len(orderings) == 0:
         raise UserError("no backfill ordering was given", hint="pass at least one ordering")
-    qa = vector_rows(systems.query_old_side, "old-side query vectors")
-    ga = vector_rows(systems.gallery_old_side, "old-side gallery vectors")
-    qb = vector_rows(systems.query_new_side, "new-side query vectors")
-    gb = vector_rows(systems.gallery_new_side, "new-side gallery vectors")
+    qa, ga, qb, gb = _system_vectors(systems)
     nq, n = len(qa), len(ga)
-    if len(qb) != nq or len(gb) != n:
-        raise UserError(
-            f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, "
-            f"{len(ga)}/{len(gb)} gallery items",
-            hint="old-side and new-side arrays hold the same queries / gallery "
-            "items in the same order",
-        )
-    if n > MAX_GALLERY:
-        raise UserError(
-            f"a gallery of {n} items is too large for one simulation (limit {MAX_GALLERY})"
-        )
     query_labels, gallery_labels = label_vectors(query_labels, gallery_labels, nq, n)
     self_index = (
         np.full(nq, -1, dtype=np.int64)
@@ -243,12 +229,9 @@ def backfill_curves(
             num_positives[rows] = positives
             if positives == 0:
                 continue
-            entries = n * (int(uses_old) + int(uses_new))
-            pos_entries = positives * (int(uses_old) + int(uses_new))
-            per_row = (
-                entries * 72 + (steps + 1) * (pos_entries + 1) * 4 * 2 + steps * pos_entries * 24
-            )
-            block = max(1, int(memory_bytes // per_row))
+            sides = int(uses_old) + int(uses_new)
+            pos_entries = positives * sides
+            block = _block_rows(n * sides, pos_entries, steps, memory_bytes)
             for start in range(0, len(rows), block):
                 chunk = rows[start : start + block]
                 ranked = _rank_block(
@@ -258,6 +241,35 @@ def backfill_curves(
                     curve.fill(chunk, *_curve_block(ranked, first, steps, pos_entries, map_at_k))
 
     return [_curve_result(curve, num_positives, t, cutoffs, topk, map_at_k) for curve in curves]
+
+
+def _system_vectors(
+    systems: SearchSystems,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The old-side query and gallery vectors, then the new side's, checked to agree in size."""
+    qa = vector_rows(systems.query_old_side, "old-side query vectors")
+    ga = vector_rows(systems.gallery_old_side, "old-side gallery vectors")
+    qb = vector_rows(systems.query_new_side, "new-side query vectors")
+    gb = vector_rows(systems.gallery_new_side, "new-side gallery vectors")
+    if len(qb) != len(qa) or len(gb) != len(ga):
+        raise UserError(
+            f"the two systems disagree on sizes: {len(qa)}/{len(qb)} queries, "
+            f"{len(ga)}/{len(gb)} gallery items",
+            hint="old-side and new-side arrays hold the same queries / gallery "
+            "items in the same order",
+        )
+    if len(ga) > MAX_GALLERY:
+        raise UserError(
+            f"a gallery of {len(ga)} items is too large for one simulation (limit {MAX_GALLERY})"
+        )
+    return qa, ga, qb, gb
+
+
+def _block_rows(entries: int, pos_entries: int, steps: int, memory_bytes: int) -> int:
+    """Query rows ranked at once within ``memory_bytes``: each row holds ``entries`` ranked keys
+    and, at each of ``steps`` points, its ``pos_entries`` positives' ranks."""
+    per_row = entries * 72 + (steps + 1) * (pos_entries + 1) * 4 * 2 + steps * pos_entries * 24
+    return max(1, int(memory_bytes // per_row))
 
 
 @dataclass

@@ -40,16 +40,18 @@ from modelupgrade.backfill.summary import BackfillSummary, auc_mean, auc_trapezo
 from modelupgrade.io import atomic_path
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.typing import LineStyleType as LineStyle
 
 SERVING_MODE_ORDER = ("mixed", "rank-merge", "rank-merge-rqt", "rank-merge-full")
-POLICY_STYLES = {
+POLICY_STYLES: dict[str, LineStyle] = {
     "random": "-",
     "old-confidence": "--",
     "old-entropy": "-.",
     "fastfill-uncertainty": (0, (1, 1.2)),
 }
-EXTRA_STYLES: Sequence[Any] = ((0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)), (0, (3, 3)))
+EXTRA_STYLES: Sequence[LineStyle] = ((0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)), (0, (3, 3)))
 # A panel draws every deployable policy of its systems when that makes this many lines or fewer,
 # otherwise each system's best one.
 ALL_POLICIES_UP_TO = 12
@@ -84,7 +86,7 @@ def _ordered_modes(modes: Sequence[str]) -> list[str]:
     return known + sorted(m for m in modes if m not in SERVING_MODE_ORDER)
 
 
-def _policy_styles(policies: Sequence[str]) -> dict[str, Any]:
+def _policy_styles(policies: Sequence[str]) -> dict[str, LineStyle]:
     styles = {p: s for p, s in POLICY_STYLES.items() if p in policies}
     extra = iter(EXTRA_STYLES)
     for policy in policies:
@@ -205,7 +207,7 @@ def _title(panel: Panel, metric: str, primary_auc: str) -> str:
     return title
 
 
-def _shared_colours(panels: Sequence[Panel]) -> dict[str, Any]:
+def _shared_colours(panels: Sequence[Panel]) -> dict[str, str]:
     """One colour per system for the whole figure where it has no more systems than colours (a
     system then looks the same in every panel); none otherwise (each panel colours its own)."""
     systems = list(dict.fromkeys(system for panel in panels for system, _, _ in panel.drawn))
@@ -239,65 +241,12 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
         for _, policy, part in panel.oracle:
             ax.plot(part["t"], part[metric], color=ORACLE_COLOUR, linewidth=1.0, zorder=1)
             oracle_policies[policy] = None
-        shown: list[Curve] = []
-        colours: dict[str, Any] = {}
-        palette = iter(SYSTEM_COLOURS)
-        same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
-        for system, policy, part in panel.drawn:
-            twin = next(
-                (s for s, p, q in shown if p == policy and _same_curve(q, part, metric)), None
-            )
-            if twin is not None and twin != system:
-                same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
-                continue
-            shown.append((system, policy, part))
-            if system not in colours:
-                colours[system] = everywhere.get(system) or next(palette)
-            colour = colours[system]
-            ax.plot(
-                part["t"],
-                part[metric],
-                color=colour,
-                linestyle=styles[policy],
-                linewidth=1.8,
-                zorder=3,
-            )
-            used_policies[policy] = None
+        colours, same_as = _draw_systems(ax, panel, metric, styles, everywhere, used_policies)
         for _, value, style in levels:
             ax.axhline(value, zorder=2, **style)
         if same_as:
-            ax.text(
-                0.99,
-                0.02,
-                "\n".join(
-                    f"{', '.join(_folded(others, panel.crowded))}: same as {s}"
-                    for s, others in same_as.items()
-                ),
-                transform=ax.transAxes,
-                ha="right",
-                va="bottom",
-                fontsize=TEXT_POINTS,
-                color="0.25",
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
-                zorder=4,
-            )
-        ax.set_title(_title(panel, metric, summary.primary_auc), fontsize=TEXT_POINTS + 1)
-        ax.set_xlim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=TEXT_POINTS, labelbottom=True, labelleft=True)
-        ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
-        ax.set_ylabel(metric, fontsize=TEXT_POINTS)
-        handles = [Line2D([], [], color=c, linewidth=2.5, label=s) for s, c in colours.items()]
-        if handles:
-            ax.legend(
-                handles=handles,
-                title="system",
-                loc="upper left",
-                bbox_to_anchor=(1.01, 1.0),
-                fontsize=TEXT_POINTS,
-                title_fontsize=TEXT_POINTS,
-                frameon=False,
-            )
+            _note_folded(ax, panel, same_as)
+        _decorate_panel(ax, panel, metric, summary, colours)
 
     other_handles: list[Any] = [Line2D([], [], label=label, **style) for label, _, style in levels]
     other_handles += [
@@ -317,6 +266,86 @@ def backfill_figure(tidy: pd.DataFrame, summary: BackfillSummary, metric: str = 
     )
     fig.suptitle(f"{summary.scenario}: {metric} while the gallery is backfilled", fontsize=12)
     return fig
+
+
+def _draw_systems(
+    ax: Axes,
+    panel: Panel,
+    metric: str,
+    styles: dict[str, LineStyle],
+    everywhere: dict[str, str],
+    used_policies: dict[str, None],
+) -> tuple[dict[str, str], dict[str, dict[str, list[str]]]]:
+    """Draw the panel's system curves, a curve identical to one drawn already under the same
+    order folded into it; returns each drawn system's colour and, per drawn system, the systems
+    folded into it with their orders. Adds the orders drawn to ``used_policies``."""
+    shown: list[Curve] = []
+    colours: dict[str, str] = {}
+    palette = iter(SYSTEM_COLOURS)
+    same_as: dict[str, dict[str, list[str]]] = {}  # shown system → folded system → orders
+    for system, policy, part in panel.drawn:
+        twin = next((s for s, p, q in shown if p == policy and _same_curve(q, part, metric)), None)
+        if twin is not None and twin != system:
+            same_as.setdefault(twin, {}).setdefault(system, []).append(policy)
+            continue
+        shown.append((system, policy, part))
+        if system not in colours:
+            colours[system] = everywhere.get(system) or next(palette)
+        colour = colours[system]
+        ax.plot(
+            part["t"],
+            part[metric],
+            color=colour,
+            linestyle=styles[policy],
+            linewidth=1.8,
+            zorder=3,
+        )
+        used_policies[policy] = None
+    return colours, same_as
+
+
+def _note_folded(ax: Axes, panel: Panel, same_as: dict[str, dict[str, list[str]]]) -> None:
+    """The panel's note of the systems whose curves are those of another."""
+    ax.text(
+        0.99,
+        0.02,
+        "\n".join(
+            f"{', '.join(_folded(others, panel.crowded))}: same as {s}"
+            for s, others in same_as.items()
+        ),
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=TEXT_POINTS,
+        color="0.25",
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5},
+        zorder=4,
+    )
+
+
+def _decorate_panel(
+    ax: Axes, panel: Panel, metric: str, summary: BackfillSummary, colours: dict[str, str]
+) -> None:
+    """The panel's title, axes, grid and its systems' legend beside it."""
+    from matplotlib.lines import Line2D
+
+    ax.set_title(_title(panel, metric, summary.primary_auc), fontsize=TEXT_POINTS + 1)
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=TEXT_POINTS, labelbottom=True, labelleft=True)
+    ax.set_xlabel("backfill fraction t", fontsize=TEXT_POINTS)
+    ax.set_ylabel(metric, fontsize=TEXT_POINTS)
+    handles = [Line2D([], [], color=c, linewidth=2.5, label=s) for s, c in colours.items()]
+    if handles:
+        ax.legend(
+            handles=handles,
+            title="system",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=TEXT_POINTS,
+            title_fontsize=TEXT_POINTS,
+            frameon=False,
+        )
 
 
 def plot_curves(

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.commands.results import SummaryWritten
 from modelupgrade.config import Params
 from modelupgrade.layout import StudyLayout
+
+if TYPE_CHECKING:
+    from modelupgrade.backfill.variants import ScenarioVariants
 
 
 class BackfillStudy(SummaryWritten[BackfillSummary]):
@@ -62,13 +66,7 @@ def simulate_backfill(
             backfill_plots/ go (default: metrics/<sc>)
         plots_dir: where backfill_curves.png goes (default: plots/<sc>)
     """
-    from modelupgrade.backfill.study import (
-        backfill_inputs,
-        output_dirs,
-        report_files,
-    )
-    from modelupgrade.backfill.study import simulate_backfill as simulate
-    from modelupgrade.registry import track_stage
+    from modelupgrade.backfill.study import backfill_inputs
 
     layout = StudyLayout()
     if embeddings_root is None and old is None:
@@ -76,6 +74,27 @@ def simulate_backfill(
     found = backfill_inputs(
         params, scenario, embeddings_root, old, variant, array, old_logits, compatible
     )
+    return _simulate_tracked(
+        params, scenario, found, query_split, gallery_split, metrics_dir, plots_dir, layout
+    )
+
+
+def _simulate_tracked(
+    params: Params,
+    scenario: str,
+    found: ScenarioVariants,
+    query_split: Path | None,
+    gallery_split: Path | None,
+    metrics_dir: Path | None,
+    plots_dir: Path | None,
+    layout: StudyLayout,
+) -> BackfillStudy:
+    """The simulation inside the stage's MLflow run: its inputs, parameters, headline metrics and
+    report files recorded."""
+    from modelupgrade.backfill.study import output_dirs, report_files
+    from modelupgrade.backfill.study import simulate_backfill as simulate
+    from modelupgrade.registry import track_stage
+
     asked = {
         "scenario": scenario,
         "old": found.old,

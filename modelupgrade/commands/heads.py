@@ -63,10 +63,6 @@ def train_heads(
         evaluation_new: new model's evaluation embeddings (query.npy, gallery.npy)
     """
     from modelupgrade.heads import write_head_outputs
-    from modelupgrade.heads.persistence import CARD_FILE
-    from modelupgrade.heads.pipeline import head_entry, train_and_save_head
-    from modelupgrade.heads.training import resolve_training
-    from modelupgrade.registry import track_stage
     from modelupgrade.runtime import select_device
 
     evaluation = (outputs_dir, evaluation_old, evaluation_new)
@@ -75,42 +71,18 @@ def train_heads(
             "--outputs-dir, --evaluation-old and --evaluation-new go together",
             hint="give all three, or none",
         )
-    asked = {
-        "head": head,
-        "old_embeddings": old_embeddings,
-        "new_embeddings": new_embeddings,
-        "labels": labels,
-        "out": out,
-        "new_model": new_model,
-        "old_model": old_model,
-        "side_info": side_info,
-        "previous_heads": [str(p) for p in previous_heads],
-    }
-    with track_stage(
-        "train_heads", params, run_name=f"train_heads@{out}", arguments=asked
-    ) as stage:
-        entry = head_entry(params, head)
-        stage.log_params(
-            {
-                "seed": params.seed,
-                "head": {"name": head, **entry.model_dump()},
-                "training": resolve_training(entry).as_dict(),
-            }
-        )
-        card = train_and_save_head(
-            params,
-            head,
-            old_embeddings,
-            new_embeddings,
-            labels,
-            out,
-            new_model=new_model,
-            old_model=old_model,
-            side_info=side_info,
-            previous_heads=previous_heads,
-        )
-        stage.log_metrics(card.headline_metrics())
-        stage.log_artifact(Path(out) / CARD_FILE, "head")
+    inputs = HeadInputs(
+        head,
+        old_embeddings,
+        new_embeddings,
+        labels,
+        out,
+        new_model,
+        old_model,
+        side_info,
+        tuple(previous_heads),
+    )
+    card = _train_head_tracked(params, inputs)
     written: list[Path] = []
     if outputs_dir is not None and evaluation_old is not None and evaluation_new is not None:
         # The pipeline applies each head right after training it: one interpreter start, not two.
@@ -119,6 +91,72 @@ def train_heads(
         )
     heading = f"head {card.name} ({card.kind}) saved to {Path(out)}:"
     return TrainedHead(Path(out), card, written, ("head", "outputs"), heading)
+
+
+@dataclass(frozen=True)
+class HeadInputs:
+    """What one head trains on and where it goes (``train_heads``' arguments of that name)."""
+
+    head: str
+    old_embeddings: Path
+    new_embeddings: Path
+    labels: Path
+    out: Path
+    new_model: Path | None
+    old_model: Path | None
+    side_info: Path | None
+    previous_heads: tuple[Path, ...]
+
+    def recorded(self) -> dict[str, object]:
+        """The arguments as the stage's MLflow run records them."""
+        return {
+            "head": self.head,
+            "old_embeddings": self.old_embeddings,
+            "new_embeddings": self.new_embeddings,
+            "labels": self.labels,
+            "out": self.out,
+            "new_model": self.new_model,
+            "old_model": self.old_model,
+            "side_info": self.side_info,
+            "previous_heads": [str(p) for p in self.previous_heads],
+        }
+
+
+def _train_head_tracked(params: Params, inputs: HeadInputs) -> HeadCard:
+    """Train and save the head inside the stage's MLflow run: its entry, training settings,
+    headline metrics and card recorded."""
+    from modelupgrade.heads.persistence import CARD_FILE
+    from modelupgrade.heads.pipeline import head_entry, train_and_save_head
+    from modelupgrade.heads.training import resolve_training
+    from modelupgrade.registry import track_stage
+
+    out = inputs.out
+    with track_stage(
+        "train_heads", params, run_name=f"train_heads@{out}", arguments=inputs.recorded()
+    ) as stage:
+        entry = head_entry(params, inputs.head)
+        stage.log_params(
+            {
+                "seed": params.seed,
+                "head": {"name": inputs.head, **entry.model_dump()},
+                "training": resolve_training(entry).as_dict(),
+            }
+        )
+        card = train_and_save_head(
+            params,
+            inputs.head,
+            inputs.old_embeddings,
+            inputs.new_embeddings,
+            inputs.labels,
+            out,
+            new_model=inputs.new_model,
+            old_model=inputs.old_model,
+            side_info=inputs.side_info,
+            previous_heads=inputs.previous_heads,
+        )
+        stage.log_metrics(card.headline_metrics())
+        stage.log_artifact(Path(out) / CARD_FILE, "head")
+    return card
 
 
 @dataclass

@@ -142,45 +142,85 @@ def plan(
             the backfill the plan's next commands run
         store: the gallery store the printed commands act on (default: store.path)
     """
-    from modelupgrade.plan import check_plan_settings, measure_plan
+    # Every argument but the params, by name: the typed request the plan is made of.
+    request = PlanRequest(**{name: value for name, value in locals().items() if name != "params"})
+    return _plan_tracked(params, request)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """``plan``'s arguments (see its docstring), the params file apart."""
+
+    old: Path
+    new: Path
+    sample: Path
+    gallery_size: int
+    out: Path
+    query: Path | None
+    gallery: Path | None
+    tolerance_pct: float
+    fit_fraction: float
+    compatible_model: Path | None
+    compatible_architecture: str | None
+    compatible_strategy: str
+    compatible_training_images: int | None
+    adapters: Sequence[str]
+    backfill_mode: str
+    backfill_policy: str
+    store: Path | None
+
+    def recorded(self) -> dict[str, object]:
+        """The arguments as the plan's MLflow run records them."""
+        names = ("old", "new", "sample", "gallery_size", "query", "gallery", "tolerance_pct")
+        later = ("compatible_model", "backfill_mode", "backfill_policy", "out")
+        return {name: getattr(self, name) for name in (*names, *later)}
+
+    def measure(self, params: Params, heads_dir: Path) -> PlanMeasurements:
+        """Every option measured on the sample, its fitted adapters saved in ``heads_dir``."""
+        from modelupgrade.plan import measure_plan
+
+        return measure_plan(
+            params,
+            self.old,
+            self.new,
+            self.sample,
+            query=self.query,
+            gallery=self.gallery,
+            compatible_model=self.compatible_model,
+            compatible_architecture=self.compatible_architecture,
+            compatible_strategy=self.compatible_strategy,
+            compatible_training_images=self.compatible_training_images,
+            adapters=self.adapters,
+            fit_fraction=self.fit_fraction,
+            backfill_mode=self.backfill_mode,
+            backfill_policy=self.backfill_policy,
+            heads_dir=heads_dir,
+        )
+
+    def context(self, params: Params) -> PlanContext:
+        """Where the plan's next commands read and write."""
+        store = self.store or Path(params.store.path)
+        where = (self.query or self.sample, store, self.out, self.compatible_model)
+        return PlanContext(params.source, self.old, self.new, *where)
+
+
+def _plan_tracked(params: Params, request: PlanRequest) -> PlanWritten:
+    """Measure, cost and write the plan inside its MLflow run."""
+    from modelupgrade.plan import check_plan_settings
     from modelupgrade.registry import track_stage
 
-    check_plan_settings(gallery_size, tolerance_pct)
-    asked = {
-        "old": old,
-        "new": new,
-        "sample": sample,
-        "gallery_size": gallery_size,
-        "query": query,
-        "gallery": gallery,
-        "tolerance_pct": tolerance_pct,
-        "compatible_model": compatible_model,
-        "backfill_mode": backfill_mode,
-        "backfill_policy": backfill_policy,
-        "out": out,
-    }
-    with track_stage("plan", params, run_name=f"plan@{out}", arguments=asked) as stage:
-        stage.log_params({"evaluation": params.evaluation, "adapters": list(adapters)})
+    check_plan_settings(request.gallery_size, request.tolerance_pct)
+    run_name = f"plan@{request.out}"
+    with track_stage("plan", params, run_name=run_name, arguments=request.recorded()) as stage:
+        stage.log_params({"evaluation": params.evaluation, "adapters": list(request.adapters)})
         with tempfile.TemporaryDirectory(prefix="plan-heads-") as scratch:
-            measured = measure_plan(
-                params,
-                old,
-                new,
-                sample,
-                query=query,
-                gallery=gallery,
-                compatible_model=compatible_model,
-                compatible_architecture=compatible_architecture,
-                compatible_strategy=compatible_strategy,
-                compatible_training_images=compatible_training_images,
-                adapters=adapters,
-                fit_fraction=fit_fraction,
-                backfill_mode=backfill_mode,
-                backfill_policy=backfill_policy,
-                heads_dir=Path(scratch),
+            measured = request.measure(params, Path(scratch))
+            written = PlanWritten.of(
+                measured,
+                request.gallery_size,
+                request.tolerance_pct,
+                request.context(params),
+                Path(scratch),
             )
-            where = (query or sample, store or Path(params.store.path), out, compatible_model)
-            context = PlanContext(params.source, old, new, *where)
-            written = PlanWritten.of(measured, gallery_size, tolerance_pct, context, Path(scratch))
         written.log(stage)
     return written

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from modelupgrade.commands.store_backfill import BackfillFlags
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import check_distance
@@ -24,13 +25,8 @@ from modelupgrade.store.ledger import AbortRecord
 from modelupgrade.store.live import Erasure, Update
 from modelupgrade.store.operations.ingest import IngestReport
 from modelupgrade.store.operations.requests import (
-    BackfillRequest,
-    Chunking,
     EraseRequest,
     IngestRequest,
-    NewVectors,
-    RayPlacement,
-    Serving,
     UpdateRequest,
 )
 from modelupgrade.store.operations.serving import QuerySide, SearchRequest, SearchResult
@@ -171,49 +167,9 @@ def backfill(
             the cluster has GPUs)
         cpus_per_worker: with --executor ray: CPUs of each actor
     """
-    store_path = _store(params, store)
-    if dry_run and (abort or retry_failed):
-        raise UserError(
-            "--dry-run previews a backfill; it takes no "
-            + ("--abort" if abort else "--retry-failed"),
-            hint="preview first, then run the command without --dry-run",
-        )
-    if abort:
-        extra = [
-            name
-            for name, value in (
-                ("--model", model),
-                ("--transform-head", transform_head),
-                ("--vectors", vectors),
-                ("--items", items),
-                ("--rho-head", rho_head),
-                ("--retry-failed", retry_failed or None),
-            )
-            if value is not None
-        ]
-        if extra:
-            raise UserError(
-                f"--abort undoes the running backfill; it takes no {', '.join(extra)}",
-                hint=f"run `modelupgrade backfill --store {store_path} --abort` alone",
-            )
-        return operations.abort(store_path)
-    request = BackfillRequest(
-        store=store_path,
-        vectors=NewVectors(model, transform_head, vectors, items, rho_head, changed_sources),
-        chunking=Chunking.of(params, policy, chunk_size, seed),
-        serving=Serving.of(params, mode, forward_head),
-        space=space,
-        upgrades_from=tuple(upgrades_from),
-        device=device,
-        progress=progress,
-        ray=RayPlacement(ray_address, workers, gpus_per_worker, cpus_per_worker)
-        if executor == "ray"
-        else None,
-        retry_failed=retry_failed,
-    )
-    if dry_run:
-        return operations.preview(params, request)
-    return operations.run_backfill(params, request)
+    # Every argument but the params, by name: the flags the backfill's request is made of.
+    flags = BackfillFlags(**{name: value for name, value in locals().items() if name != "params"})
+    return flags.run(params)
 
 
 def search(

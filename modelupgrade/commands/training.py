@@ -8,7 +8,7 @@ writes the files ``dvc repro`` writes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,22 +68,10 @@ def train(
         embed_dir: directory of the --embed-split outputs: <embed-dir>/<split stem>.npy
         embed_logits: with --embed-split, also write <stem>_logits.npy (the classifier's logits)
     """
-    from modelupgrade.models import CARD_FILE
-    from modelupgrade.registry import track_stage
-    from modelupgrade.training import pipeline
-    from modelupgrade.training.generation import training_arguments
-
     if bool(embed_split) != (embed_dir is not None):
         raise UserError("--embed-split and --embed-dir go together", hint="give both, or neither")
     layout = StudyLayout()
-    if out is None:
-        if scenario is None:
-            raise UserError(
-                "--out is required without --scenario", hint="pass --scenario NAME or --out DIR"
-            )
-        out = layout.model(scenario, model_name(generation, strategy))
-    if old is None and scenario is not None and generation == 1:
-        old = layout.model(scenario, OLD_MODEL)
+    out, old = _model_paths(layout, scenario, generation, strategy, out, old)
     # The command's own arguments: what the stage's MLflow run records, and the job's inputs.
     asked: dict[str, Any] = {
         "out": out,
@@ -94,26 +82,7 @@ def train(
         "split": split,
         "architecture": architecture,
     }
-    with track_stage("train", params, run_name=f"train@{out}", arguments=asked) as stage:
-        job = training_arguments(
-            params, **asked, resume_dir=resume_dir, progress=progress, layout=layout
-        )
-        if scenario is not None:
-            stage.set_tags({"scenario": scenario})
-        stage.log_params(
-            {
-                "seed": job["seed"],
-                "training": params.training,
-                "strategy": job["strategy_params"],
-                "architecture": {
-                    "name": job["architecture_name"],
-                    **job["architecture"].model_dump(),
-                },
-            }
-        )
-        card = pipeline.train_model(**job)
-        stage.log_metrics(card.headline_metrics())
-        stage.log_artifact(Path(out) / CARD_FILE, "model")
+    card = _train_tracked(params, asked, resume_dir, progress, layout)
     written: list[Path] = []
     if embed_split:
         # The pipeline embeds each model right after training it: one interpreter start, not two.
@@ -121,6 +90,61 @@ def train(
             params, Path(out), split=embed_split, out_dir=embed_dir, logits=embed_logits
         ).paths
     return TrainedModel(Path(out), card, written, ("model", "embeddings"), f"trained {Path(out)}:")
+
+
+def _model_paths(
+    layout: StudyLayout,
+    scenario: str | None,
+    generation: int,
+    strategy: str | None,
+    out: Path | None,
+    old: Path | None,
+) -> tuple[Path, Path | None]:
+    """The model directory to write and the previous generation's: as given, else the study's
+    for ``scenario``."""
+    if out is None:
+        if scenario is None:
+            raise UserError(
+                "--out is required without --scenario", hint="pass --scenario NAME or --out DIR"
+            )
+        out = layout.model(scenario, model_name(generation, strategy))
+    if old is None and scenario is not None and generation == 1:
+        old = layout.model(scenario, OLD_MODEL)
+    return out, old
+
+
+def _train_tracked(
+    params: Params,
+    asked: Mapping[str, Any],
+    resume_dir: Path | None,
+    progress: bool | None,
+    layout: StudyLayout,
+) -> ModelCard:
+    """Train inside the stage's MLflow run: the command's arguments, the seed, strategy and
+    architecture, the card's headline metrics and the card itself recorded."""
+    from modelupgrade.models import CARD_FILE
+    from modelupgrade.registry import track_stage
+    from modelupgrade.training.generation import training_arguments
+
+    out = asked["out"]
+    with track_stage("train", params, run_name=f"train@{out}", arguments=asked) as stage:
+        job = training_arguments(
+            params, **asked, resume_dir=resume_dir, progress=progress, layout=layout
+        )
+        if asked["scenario"] is not None:
+            stage.set_tags({"scenario": asked["scenario"]})
+        stage.log_params(
+            {
+                "seed": job.seed,
+                "training": params.training,
+                "strategy": job.strategy_params,
+                "architecture": {"name": job.architecture_name, **job.architecture.model_dump()},
+            }
+        )
+        card = job.train()
+        stage.log_metrics(card.headline_metrics())
+        stage.log_artifact(Path(out) / CARD_FILE, "model")
+    return card
 
 
 def embed(

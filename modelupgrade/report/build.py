@@ -11,7 +11,6 @@ directory is either the old one or the complete new one.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,16 +19,13 @@ from typing import Any
 from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.config import Params, params_hash
 from modelupgrade.evaluation.summary import (
-    ADAPTER_COMPARISONS,
     BACKWARD,
     HEAD_COMPARISONS,
-    REVERSE_ADAPTER,
-    REVERSE_HEAD,
     SELF,
-    ComparisonRow,
 )
 from modelupgrade.io import atomic_path
 from modelupgrade.registry.provenance import dvc_data_hash, git_commit
+from modelupgrade.report.adapters import adapter_blocks
 from modelupgrade.report.claim_curves import write_claim_curves
 from modelupgrade.report.claims import COMPARABLE_PAIR, DIP_Z, Claim, check_claims
 from modelupgrade.report.document import (
@@ -107,117 +103,6 @@ def scenario_blocks(sc: ScenarioResults, images: dict[Path, str]) -> list[Block]
     if sc.backfill:
         blocks += backfill_blocks(sc, images)
     return blocks
-
-
-def _percent(value: float, reference: float | None) -> float | None:
-    """``value`` as a percentage of ``reference`` (None where there is no reference)."""
-    if reference is None or not math.isfinite(reference) or reference == 0:
-        return None
-    return 100.0 * value / reference
-
-
-def _gap_closed(value: float, old: float | None, new: float | None) -> float | None:
-    """The share (%) of the way from M(old, old) to M(new, new) that ``value`` covers (None
-    where the new model is no better than the old)."""
-    if old is None or new is None or not math.isfinite(old) or not new > old:
-        return None
-    return 100.0 * (value - old) / (new - old)
-
-
-def adapter_blocks(sc: ScenarioResults) -> list[Block]:
-    """The training-free adapters beside the trained heads and the compatible strategies: how
-    much of M(new, new) each way of serving the new model without re-embedding the gallery
-    recovers. Nothing when the scenario has no adapter."""
-    ev = sc.evaluation
-    adapters = [
-        (strategy, row)
-        for strategy in ev.strategies
-        for row in sc.rows(strategy)
-        if row.comparison in ADAPTER_COMPARISONS
-    ]
-    if not adapters:
-        return []
-
-    def own_self(strategy: str) -> float | None:
-        row = sc.row(strategy, SELF)
-        return row.value if row else None
-
-    def line(
-        name: str, kind: str, side: str, pairs: Any, strategy: str, row: ComparisonRow
-    ) -> list[Any]:
-        return [
-            name,
-            kind,
-            side,
-            pairs,
-            row.value,
-            _percent(row.value, own_self(strategy)),
-            _percent(row.value, ev.oracle_self),
-            _gap_closed(row.value, ev.old_self, own_self(strategy)),
-            row.delta_up_pct,
-            row.negative_flip_rate,
-        ]
-
-    def fitted(item: tuple[str, ComparisonRow]) -> tuple[str, str, float]:
-        strategy, row = item
-        name = (row.head_set or "").split("(")[0]
-        size = ev.sources.get(name, {}).get("sample_size")
-        return (name.split(".")[0], strategy, math.inf if size is None else float(size))
-
-    rows = []
-    for strategy, row in sorted(adapters, key=fitted):
-        name = (row.head_set or "").split("(")[0]
-        info = ev.sources.get(name, {})
-        side = "query" if row.comparison == REVERSE_ADAPTER else "gallery (vectors)"
-        rows.append(line(name, info.get("kind", "–"), side, info.get("sample_size"), strategy, row))
-    for strategy in ev.strategies:
-        for row in sc.rows(strategy):
-            if row.comparison in HEAD_COMPARISONS:
-                name = (row.head_set or "").split("(")[0]
-                side = "query" if row.comparison == REVERSE_HEAD else "gallery (vectors)"
-                rows.append(line(name, "trained head", side, "all + labels", strategy, row))
-            elif row.comparison == BACKWARD:
-                kind = "none (independent)" if ev.oracle == row.query_set else "compatible training"
-                rows.append(
-                    line(f"{strategy}: new model, old gallery", kind, "none", "–", strategy, row)
-                )
-    old_self, oracle_self = _fmt(ev.old_self), _fmt(ev.oracle_self)
-    return [
-        Heading(f"Training-free adapters ({sc.name})", 3),
-        Paragraph(
-            "Drift-Adapter's three adapters (orthogonal Procrustes, low-rank affine, residual "
-            "MLP), their local forms (Local Drift-Adapters: a map per k-means cluster, softly "
-            "blended), query drift compensation and SLERP (its α tuned on a support split), each "
-            "fitted on a sample of paired training embeddings (the old and the new "
-            "model's vectors of the same images; no labels, neither model retrained), beside the "
-            "trained heads and the compatibility-trained strategies. Query side: the new model's "
-            "query mapped into the old space searches the stored old gallery, nothing is "
-            "backfilled (SLERP also needs the old model's embedding of the query). Gallery side: "
-            "the stored old vectors are mapped into the new space once, a backfill of vectors "
-            "only. 'of own M(new, new)' is M as a percentage of what re-embedding the whole "
-            "gallery with the same new model gives (Drift-Adapter's measure); 'of the gap' the "
-            "share of the way from M(old, old) to that M(new, new) it closes; 'of independent' "
-            "the same "
-            f"against the independently trained new model ({oracle_self}). M(old, old) = "
-            f"{old_self}."
-        ),
-        Table(
-            [
-                "system",
-                "kind",
-                "side mapped",
-                "pairs",
-                f"M ({sc.metric})",
-                "% of own M(new, new)",
-                "% of independent M(new, new)",
-                "% of the old → new gap",
-                "Δ↑ % (vs old, old)",
-                "flip rate",
-            ],
-            rows,
-            digits=(0, 0, 0, 0, M, PCT, PCT, PCT, PCT, M),
-        ),
-    ]
 
 
 def _reference_text(backfill: BackfillSummary) -> str:

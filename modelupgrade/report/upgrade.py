@@ -22,7 +22,7 @@ from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
 from modelupgrade.registry.forms import ADOPTED_STRATEGY
 from modelupgrade.registry.gates import read_gate_verdicts
 from modelupgrade.registry.study import RegistrationOutcome, RegistrationSummary
-from modelupgrade.registry.versions import TAG_GATES_AGAINST, TAG_STRATEGY
+from modelupgrade.registry.versions import TAG_GATES_AGAINST, TAG_STRATEGY, VersionInfo
 from modelupgrade.report.document import (
     Block,
     BulletList,
@@ -127,35 +127,15 @@ def write_upgrade_report(
     """The report of the cycle that registered ``model_key`` (generation ``generation``, trained on
     ``snapshot``): its gates against the champion, its queries against every gallery, the
     compatibility matrix and the lineage. ``registration`` is what the register stage returned."""
-    import pandas as pd
-
     outcome = registration.outcome(model_key)
     registry = chain.registry
     version = registry.version(outcome.version)
     gates = [verdict.as_row() for verdict in read_gate_verdicts(version.tags)]
     against = version.tags.get(TAG_GATES_AGAINST, "none")
-    labels = pd.read_parquet(snapshot, columns=["label"]).label
     rows = generation_rows(chain, generation)
-    parent = f"v{version.parent_version}" if version.parent_version else "none"
     candidate = registration.candidate
-    registered = f"`{registration.registered_model}` v{version.version} (parent {parent})"
-    # The version's own strategy: a model adopted from elsewhere was not trained on the snapshot.
-    strategy = version.tags.get(TAG_STRATEGY, chain.strategy if generation else "initial")
-    trained_on = f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"
-    if strategy == ADOPTED_STRATEGY:
-        source = version.tags.get("adopted.source", "?")
-        trained_on = f"unknown: adopted from `{source}` (made elsewhere; its card lists what else"
-        trained_on += " is unknown)"
-    facts = [
-        ("registered model", registered),
-        ("strategy", strategy),
-        ("training data", trained_on),
-        ("champion", f"v{registration.champion}"),
-        ("candidate", f"v{candidate}" if candidate else "none"),
-        ("MLflow", f"`{registration.tracking_uri}`"),
-    ]
     blocks: list[Block] = [
-        _facts(facts),
+        _facts(_registration_facts(chain, generation, registration, version, snapshot)),
         Heading(f"Gates against the champion (v{against})"),
         _rows_table(gates)
         if gates
@@ -200,6 +180,37 @@ def write_upgrade_report(
         title=f"{model_key} of {registration.registered_model}",
         rows_title=f"{model_key}: its queries against every gallery of the chain",
     )
+
+
+def _registration_facts(
+    chain: Chain,
+    generation: int,
+    registration: RegistrationSummary,
+    version: VersionInfo,
+    snapshot: Path,
+) -> list[tuple[str, str]]:
+    """The registered version, its strategy and training data, the champion and the candidate."""
+    import pandas as pd
+
+    labels = pd.read_parquet(snapshot, columns=["label"]).label
+    parent = f"v{version.parent_version}" if version.parent_version else "none"
+    candidate = registration.candidate
+    registered = f"`{registration.registered_model}` v{version.version} (parent {parent})"
+    # The version's own strategy: a model adopted from elsewhere was not trained on the snapshot.
+    strategy = version.tags.get(TAG_STRATEGY, chain.strategy if generation else "initial")
+    trained_on = f"`{snapshot}`: {len(labels)} images, {labels.nunique()} classes"
+    if strategy == ADOPTED_STRATEGY:
+        source = version.tags.get("adopted.source", "?")
+        trained_on = f"unknown: adopted from `{source}` (made elsewhere; its card lists what else"
+        trained_on += " is unknown)"
+    return [
+        ("registered model", registered),
+        ("strategy", strategy),
+        ("training data", trained_on),
+        ("champion", f"v{registration.champion}"),
+        ("candidate", f"v{candidate}" if candidate else "none"),
+        ("MLflow", f"`{registration.tracking_uri}`"),
+    ]
 
 
 def skipped_upgrade_report(generation: int, splits_dir: Path, planned_generations: int) -> str:

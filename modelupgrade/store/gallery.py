@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -31,14 +30,21 @@ from modelupgrade.ordering.scores import score_kind_of
 from modelupgrade.store.backends import VECTOR_BACKENDS, BackendSettings, VectorBackend
 from modelupgrade.store.backends.base import BACKEND_META, VectorRows
 from modelupgrade.store.database import Database
+from modelupgrade.store.directory import existing_directory, refuse_foreign, store_directory
 from modelupgrade.store.faults import boundary
+from modelupgrade.store.ingest_checks import (
+    check_item_ids,
+    check_new_items,
+    check_space_during_backfill,
+    checked_ingest_scores,
+    insert_items,
+    insert_scores,
+)
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.lock import (
     COMMIT_HOLDER_FILE,
     COMMIT_LOCK_FILE,
     COMMIT_WAIT_S,
-    HOLDER_FILE,
-    LOCK_FILE,
     WriterLock,
     writes,
 )
@@ -46,7 +52,6 @@ from modelupgrade.store.recovery import recover
 from modelupgrade.store.schema import (
     DATABASE_FILE,
     ITEM_COLUMNS,
-    VECTORS_DIR,
     ItemRow,
     ItemSources,
     Snapshot,
@@ -57,11 +62,6 @@ from modelupgrade.store.status import StoreStatus, read_status
 from modelupgrade.store.vectors import UNRECORDED, check_vectors, vector_checksums
 
 log = logging.getLogger(__name__)
-
-# What a store directory may hold before its database exists: the locks of the writer creating it,
-# and what a creation (perhaps killed half-way) lays out before the database is renamed into place.
-_LOCK_FILES = {LOCK_FILE, HOLDER_FILE, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE}
-_BEGINNINGS = _LOCK_FILES | {VECTORS_DIR, f".{DATABASE_FILE}.tmp"}
 
 
 class GalleryStore:
@@ -115,7 +115,7 @@ class GalleryStore:
     ) -> GalleryStore:
         """A new, empty store in the directory ``path`` (absent, or empty) whose vectors live in
         ``backend`` (default: embedded); created under the store's commit lock."""
-        directory = _store_directory(Path(path))
+        directory = store_directory(Path(path))
         settings = backend or BackendSettings()
         settings = VECTOR_BACKENDS.get(settings.kind).prepared(directory, settings)
         with WriterLock(directory, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold(
@@ -126,7 +126,7 @@ class GalleryStore:
                     f"a gallery store already exists at {directory}",
                     hint="open it, or choose another directory",
                 )
-            _refuse_foreign(directory)
+            refuse_foreign(directory)
             return cls._created(directory, settings)
 
     @classmethod
@@ -144,8 +144,8 @@ class GalleryStore:
         the second waits for the lock and opens the first one's."""
         target = Path(path)
         if target.is_dir() and not (target / DATABASE_FILE).is_file():
-            _refuse_foreign(target)
-        directory = _store_directory(target)
+            refuse_foreign(target)
+        directory = store_directory(target)
         if (directory / DATABASE_FILE).is_file():
             return cls.open(directory), False
         settings = backend or BackendSettings()
@@ -155,13 +155,13 @@ class GalleryStore:
         ):
             if (directory / DATABASE_FILE).is_file():
                 return cls.open(directory), False
-            _refuse_foreign(directory)
+            refuse_foreign(directory)
             return cls._created(directory, settings), True
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GalleryStore:
         """The store at ``path``, for reading (and writing: each write takes its locks)."""
-        return cls(Database.open(_existing_directory(Path(path))))
+        return cls(Database.open(existing_directory(Path(path))))
 
     def close(self) -> None:
         with self.db.lock:
@@ -344,32 +344,15 @@ class GalleryStore:
         """
         item_ids = [str(i) for i in item_ids]
         vectors = check_vectors(vectors, space, f"vectors for space {space.name!r}")
-        if len(vectors) != len(item_ids):
-            raise UserError(f"{len(vectors)} vectors for {len(item_ids)} item ids")
-        if len(set(item_ids)) != len(item_ids):
-            repeated = next(i for i, count in Counter(item_ids).items() if count > 1)
-            raise UserError(
-                f"the item ids to ingest are not unique, e.g. {repeated!r} appears more than once",
-                hint="an item id names one gallery item; drop or rename the repeated rows",
-            )
-        checked_scores = self._checked_scores(scores or {}, len(item_ids))
+        check_item_ids(item_ids, len(vectors))
+        checked_scores = checked_ingest_scores(
+            scores or {}, len(item_ids), set(self.score_kinds()), self.item_count() > 0
+        )
         source_rows = list((sources or ItemSources(paths=item_ids)).rows(len(item_ids)))
         active = self.backfills.active()
-        if active is not None and space.name not in (active.source_space, active.target_space):
-            raise UserError(
-                f"backfill {active.id} is moving the store from {active.source_space!r} to "
-                f"{active.target_space!r}; items in space {space.name!r} would be in neither",
-                hint=f"ingest their vectors in {active.source_space!r} (they join the backfill) "
-                f"or in {active.target_space!r}",
-            )
+        check_space_during_backfill(active, space.name)
         # Every check before the first write: a refused ingest leaves the store as it was.
-        clash = self.known_item_ids(item_ids)
-        if clash:
-            raise UserError(
-                f"{len(clash)} item id(s) are already in the store, e.g. {clash[0]!r}",
-                hint="ingest only new items; item ids are unique in a gallery "
-                "(`modelupgrade store-update` replaces an item's content)",
-            )
+        check_new_items(self.known_item_ids(item_ids))
         spec = self.add_space(space)
         first = self.next_slot()
         slots = np.arange(first, first + len(item_ids), dtype=np.int64)
@@ -380,28 +363,8 @@ class GalleryStore:
             taken = Database.take_counter(db, "next_slot", len(item_ids))
             if taken != first:
                 raise RuntimeError(f"slot counter moved from {first} to {taken} under the lock")
-            db.executemany(
-                "INSERT INTO items (slot, item_id, source_path, source_index, label, space) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    (int(slot), item_id, path, index, label, spec.name)
-                    for slot, item_id, (path, index, label) in zip(
-                        slots, item_ids, source_rows, strict=True
-                    )
-                ),
-            )
-            for kind, values in checked_scores.items():
-                db.execute(
-                    "INSERT OR IGNORE INTO score_kinds VALUES (?, ?, ?)",
-                    (kind, score_kind_of(kind).meaning, time.time()),
-                )
-                db.executemany(
-                    "INSERT INTO item_scores VALUES (?, ?, ?)",
-                    (
-                        (kind, int(slot), float(value))
-                        for slot, value in zip(slots, values, strict=True)
-                    ),
-                )
+            insert_items(db, slots, item_ids, source_rows, spec.name)
+            insert_scores(db, slots, checked_scores)
             if Database.meta(db, "serving_space") is None:
                 Database.set_meta(db, "serving_space", spec.name)
             if active is not None and spec.name == active.source_space:
@@ -422,34 +385,6 @@ class GalleryStore:
                 )
             ]
         return found
-
-    def _checked_scores(
-        self, scores: Mapping[str, np.ndarray], count: int
-    ) -> dict[str, np.ndarray]:
-        checked: dict[str, np.ndarray] = {}
-        for kind, values in scores.items():
-            if not score_kind_of(kind).deployable:
-                raise UserError(
-                    f"the {kind!r} score needs every item's new vector, so no store can hold "
-                    "it before its backfill",
-                    hint="store a score computed from the stored vectors (old-confidence, "
-                    "old-entropy, fastfill-sigma2)",
-                )
-            values = np.asarray(values, dtype=np.float64)
-            if values.shape != (count,) or not np.isfinite(values).all():
-                raise UserError(
-                    f"{kind!r} scores must be {count} finite numbers, got shape {values.shape}"
-                )
-            checked[kind] = values
-        held = set(self.score_kinds())
-        if self.item_count() and set(checked) != held:
-            raise UserError(
-                f"every item of this store carries the scores {sorted(held) or 'none'}; the new "
-                f"items come with {sorted(checked) or 'none'}",
-                hint="ingest them with the same ordering scores (--score) as the "
-                "items already stored",
-            )
-        return checked
 
     def items(self, slots: Iterable[int] | None = None) -> list[ItemRow]:
         query = f"SELECT {ITEM_COLUMNS} FROM current_items"
@@ -586,57 +521,3 @@ class GalleryStore:
         status.vectors = self.vectors.describe()
         status.index = self.backend_settings.index.model_dump()
         return status
-
-
-def _refuse_foreign(directory: Path) -> None:
-    """A directory that holds something other than a store's beginnings never becomes one (one
-    that another writer has just made a store of is one)."""
-    entries = {p.name for p in directory.iterdir()}
-    foreign = sorted(
-        name
-        for name in entries - _BEGINNINGS
-        if not name.startswith(f".{DATABASE_FILE}.tmp")  # the database being built, its journal
-    )
-    if DATABASE_FILE not in entries and foreign:
-        raise UserError(
-            f"{directory} exists and is not a gallery store (it holds {foreign[0]!r})",
-            hint="pass --store a new directory, or the directory of an existing store",
-        )
-
-
-def _store_directory(path: Path) -> Path:
-    """``path`` as the directory a new store goes in (made if absent); a path that is a file, or a
-    link to nothing, is a ``UserError``."""
-    if path.is_symlink() and not path.exists():
-        raise UserError(
-            f"--store {path} is a symbolic link to {os.readlink(path)}, which does not exist",
-            hint="point the link at a directory, or pass the directory itself",
-        )
-    if path.exists() and not path.is_dir():
-        raise UserError(
-            f"{path} exists and is not a gallery store (it is a file)",
-            hint="pass --store a new directory, or the directory of an existing store",
-        )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(
-            f"cannot make the store directory {path}: {os.strerror(err.errno or 0)}",
-            hint="pass --store a directory you can write",
-        ) from None
-    return path
-
-
-def _existing_directory(path: Path) -> Path:
-    if path.is_symlink() and not path.exists():
-        raise UserError(
-            f"no gallery store at {path}: it is a symbolic link to {os.readlink(path)}, which "
-            "does not exist",
-            hint="point the link at the store's directory, or pass the directory itself",
-        )
-    if path.exists() and not path.is_dir():
-        raise UserError(
-            f"no gallery store at {path}: it is a file, not a store directory",
-            hint="pass --store the store's directory",
-        )
-    return path

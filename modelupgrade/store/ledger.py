@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -77,6 +77,30 @@ class AbortRecord:
                 labelled("aborted", utc(self.aborted_at)),
             ]
         )
+
+
+class ChunkLogRow(TypedDict):
+    """A committed chunk, as the chunk log records it."""
+
+    backfill_id: int
+    chunk: int
+    items: int
+    written: int
+    failed: int
+    vectors_sha256: str
+    committed_at: float
+
+
+class ItemStateRow(TypedDict):
+    """An item's id, space and backfill state (``current_items``)."""
+
+    slot: int
+    item_id: str
+    space: str
+    state: str
+    backfill_id: int | None
+    committed_chunk: int | None
+    failure: str | None
 
 
 class BackfillLedger:
@@ -434,6 +458,8 @@ class BackfillLedger:
         return record
 
     def last_aborted(self) -> dict[str, Any] | None:
+        """The JSON record of what the store's last abort undid (None before any), as written by
+        whichever version made it."""
         with self.db.lock:
             found = Database.meta(self.db.connection, _LAST_ABORTED)
         return None if found is None else json.loads(found)
@@ -488,7 +514,8 @@ class BackfillLedger:
             }
         return found
 
-    def chunk_log(self, backfill_id: int | None = None) -> list[dict[str, Any]]:
+    def chunk_log(self, backfill_id: int | None = None) -> list[ChunkLogRow]:
+        """The committed chunks (of one backfill, or of all), in commit order."""
         query = (
             "SELECT backfill_id, chunk, items, written, failed, vectors_sha256, "
             "committed_at FROM chunk_log"
@@ -497,22 +524,34 @@ class BackfillLedger:
             rows = self.db.query(query + " ORDER BY backfill_id, chunk")
         else:
             rows = self.db.query(query + " WHERE backfill_id = ? ORDER BY chunk", (backfill_id,))
-        keys = (
-            "backfill_id",
-            "chunk",
-            "items",
-            "written",
-            "failed",
-            "vectors_sha256",
-            "committed_at",
-        )
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [
+            ChunkLogRow(
+                backfill_id=backfill,
+                chunk=chunk,
+                items=items,
+                written=written,
+                failed=failed,
+                vectors_sha256=sha256,
+                committed_at=committed_at,
+            )
+            for backfill, chunk, items, written, failed, sha256, committed_at in rows
+        ]
 
-    def item_states(self) -> list[dict[str, Any]]:
+    def item_states(self) -> list[ItemStateRow]:
         """Every item's id, space, state and committing chunk (for audits and tests)."""
         rows = self.db.query(
             "SELECT slot, item_id, space, state, backfill_id, committed_chunk, failure "
             "FROM current_items ORDER BY slot"
         )
-        keys = ("slot", "item_id", "space", "state", "backfill_id", "committed_chunk", "failure")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [
+            ItemStateRow(
+                slot=slot,
+                item_id=item_id,
+                space=space,
+                state=state,
+                backfill_id=backfill,
+                committed_chunk=chunk,
+                failure=failure,
+            )
+            for slot, item_id, space, state, backfill, chunk, failure in rows
+        ]

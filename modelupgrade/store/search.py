@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -63,6 +63,14 @@ class QueryVectors:
     old: np.ndarray | None = None
 
 
+class HitRecord(TypedDict):
+    """One hit as JSON carries it: the item, its distance, the space it was matched in."""
+
+    item_id: str
+    distance: float
+    space: str
+
+
 @dataclass
 class SearchHits:
     """Top-k per query; row q lists ids, distances and the space each hit was matched in."""
@@ -71,10 +79,10 @@ class SearchHits:
     distances: np.ndarray
     spaces: np.ndarray
 
-    def records(self) -> list[list[dict[str, Any]]]:
+    def records(self) -> list[list[HitRecord]]:
         return [
             [
-                {"item_id": str(item), "distance": float(dist), "space": str(space)}
+                HitRecord(item_id=str(item), distance=float(dist), space=str(space))
                 for item, dist, space in zip(ids, dists, spaces, strict=True)
             ]
             for ids, dists, spaces in zip(self.item_ids, self.distances, self.spaces, strict=True)

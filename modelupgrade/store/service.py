@@ -35,8 +35,9 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request
@@ -52,6 +53,9 @@ from modelupgrade.store.backends.base import VectorsUnavailable, without_credent
 from modelupgrade.store.faults import DiskFull, StoreDamaged
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher
+
+if TYPE_CHECKING:
+    from modelupgrade.store.verify import VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +271,7 @@ def create_app(
         log.error("the store failed its check on open: %s", opened.exit_message)
     # Connected again at the first search: a Milvus Lite file is not held by an idle service.
     store.vectors.close()
+    served = ServedStore(store, searcher, opened, mode, top_k, max_query_vectors, max_k, limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -283,109 +288,118 @@ def create_app(
     )
     app.state.store = store
     app.state.opened = opened
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(_: Request, err: RequestValidationError) -> JSONResponse:
-        problems = [
-            {
-                "where": ".".join(str(part) for part in problem.get("loc", ())),
-                "problem": str(problem.get("msg", "invalid"))[:200],
-            }
-            for problem in err.errors()[:10]
-        ]
-        return JSONResponse({"detail": problems}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def failed(_: Request, err: Exception) -> JSONResponse:
-        log.exception("the service failed on a request")
-        return JSONResponse(
-            {"detail": {"error": "internal error", "hint": "the service's log says more"}},
-            status_code=500,
-        )
-
-    def unavailable() -> str | None:
-        """Why the service must not answer from its store now (None: it may)."""
-        if opened.inconsistencies:
-            return f"the store failed its check when the service opened it: {opened.exit_message}"
-        if not store.db.still_backs_the_store():
-            return "the store the service opened was removed or replaced; restart the service"
-        return None
-
-    def probe() -> None:
-        """One query of ones, k = 1, through the search path (and the old model's form of it,
-        for the modes that need one)."""
-        snapshot = searcher.snapshot()
-        if snapshot.serving_space is None:
-            raise UserError("the store is empty", hint="ingest a gallery first")
-        spaces = store.spaces()
-        serving = spaces[snapshot.serving_space]
-        old = [spaces[name] for name in set(snapshot.spaces) if name != serving.name]
-        old_dim = (old[0] if old else serving).dim
-        searcher.search(
-            QueryVectors(np.ones((1, serving.dim), np.float32), np.ones((1, old_dim), np.float32)),
-            1,
-        )
-
-    @app.get("/health")
-    def health() -> JSONResponse:
-        problem = unavailable()
-        try:
-            if problem is None:
-                probe()
-        except Exception as err:  # noqa: BLE001 - any failure of the search path: search is down
-            problem = err.message if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
-        if problem is not None:
-            log.warning("health probe failed: %s", problem)
-            body: dict[str, Any] = {
-                "status": "unavailable",
-                "mode": mode.registry_name,
-                "error": public_text(problem.splitlines()[0]),
-            }
-            return JSONResponse(body, status_code=503)
-        snapshot = searcher.snapshot()
-        return JSONResponse(
-            {
-                "status": "ok",
-                "items": len(snapshot),
-                "serving_space": snapshot.serving_space,
-                "mode": mode.registry_name,
-            }
-        )
-
-    @app.get("/backfill/status")
-    def backfill_status() -> dict[str, Any]:
-        status = store.status().as_dict()
-        status["path"] = Path(status["path"]).name
-        return public(status)
-
+    app.add_exception_handler(RequestValidationError, _malformed)
+    app.add_exception_handler(Exception, _failed)
+    app.add_api_route("/health", served.health, methods=["GET"])
+    app.add_api_route("/backfill/status", served.backfill_status, methods=["GET"])
     if limits.service_openapi:
 
         @app.get("/openapi.json", include_in_schema=False)
         def schema() -> dict[str, Any]:
             return app.openapi()
 
-    @app.post("/search", response_model=SearchResponse)
-    def search(request: SearchRequest) -> SearchResponse:
-        k = request.k or top_k
-        problem = unavailable()
+    app.add_api_route("/search", served.search, methods=["POST"], response_model=SearchResponse)
+    return RequestLimits(app, token, limits.max_request_bytes, limits.request_timeout_s)
+
+
+async def _malformed(_: Request, err: Exception) -> JSONResponse:
+    """A request that does not validate: 422 naming each field and its problem, not its value."""
+    assert isinstance(err, RequestValidationError)
+    problems = [
+        {
+            "where": ".".join(str(part) for part in problem.get("loc", ())),
+            "problem": str(problem.get("msg", "invalid"))[:200],
+        }
+        for problem in err.errors()[:10]
+    ]
+    return JSONResponse({"detail": problems}, status_code=422)
+
+
+async def _failed(_: Request, err: Exception) -> JSONResponse:
+    """Any other failure: 500, logged here, nothing of it told to the client."""
+    log.exception("the service failed on a request")
+    return JSONResponse(
+        {"detail": {"error": "internal error", "hint": "the service's log says more"}},
+        status_code=500,
+    )
+
+
+@dataclass(frozen=True)
+class ServedStore:
+    """The store one service answers from, and its routes: ``/health``, ``/backfill/status`` and
+    ``/search``."""
+
+    store: GalleryStore
+    searcher: Searcher
+    opened: VerifyReport
+    mode: ServingMode
+    top_k: int
+    max_query_vectors: int
+    max_k: int
+    limits: StoreParams
+
+    def unavailable(self) -> str | None:
+        """Why the service must not answer from its store now (None: it may)."""
+        if self.opened.inconsistencies:
+            return (
+                f"the store failed its check when the service opened it: {self.opened.exit_message}"
+            )
+        if not self.store.db.still_backs_the_store():
+            return "the store the service opened was removed or replaced; restart the service"
+        return None
+
+    def probe(self) -> None:
+        """One query of ones, k = 1, through the search path (and the old model's form of it,
+        for the modes that need one)."""
+        snapshot = self.searcher.snapshot()
+        if snapshot.serving_space is None:
+            raise UserError("the store is empty", hint="ingest a gallery first")
+        spaces = self.store.spaces()
+        serving = spaces[snapshot.serving_space]
+        old = [spaces[name] for name in set(snapshot.spaces) if name != serving.name]
+        old_dim = (old[0] if old else serving).dim
+        self.searcher.search(
+            QueryVectors(np.ones((1, serving.dim), np.float32), np.ones((1, old_dim), np.float32)),
+            1,
+        )
+
+    def health(self) -> JSONResponse:
+        problem = self.unavailable()
+        try:
+            if problem is None:
+                self.probe()
+        except Exception as err:  # noqa: BLE001 - any failure of the search path: search is down
+            problem = err.message if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        if problem is not None:
+            log.warning("health probe failed: %s", problem)
+            body: dict[str, Any] = {
+                "status": "unavailable",
+                "mode": self.mode.registry_name,
+                "error": public_text(problem.splitlines()[0]),
+            }
+            return JSONResponse(body, status_code=503)
+        snapshot = self.searcher.snapshot()
+        return JSONResponse(
+            {
+                "status": "ok",
+                "items": len(snapshot),
+                "serving_space": snapshot.serving_space,
+                "mode": self.mode.registry_name,
+            }
+        )
+
+    def backfill_status(self) -> dict[str, Any]:
+        status = self.store.status().as_dict()
+        status["path"] = Path(status["path"]).name
+        return public(status)
+
+    def search(self, request: SearchRequest) -> SearchResponse:
+        k = request.k or self.top_k
+        problem = self.unavailable()
         if problem is not None:
             raise HTTPException(503, {"error": public_text(problem.splitlines()[0]), "hint": None})
         try:
-            _within(
-                "query vectors per request",
-                len(request.vectors),
-                max_query_vectors,
-                "store.max_query_vectors",
-            )
-            _within("k", k, max_k, "store.max_k")
-            magnitude = limits.max_query_magnitude
-            queries = QueryVectors(
-                _matrix(request.vectors, "query vectors", magnitude),
-                None
-                if request.old_vectors is None
-                else _matrix(request.old_vectors, "old query vectors", magnitude),
-            )
-            hits = searcher.search(queries, k)
+            hits = self.searcher.search(self.queries(request, k), k)
         except _UNAVAILABLE as err:
             # The store is out of reach or damaged, not the request wrong: the client may retry.
             raise HTTPException(
@@ -398,13 +412,28 @@ def create_app(
                 detail={"error": public_text(err.message), "hint": public(err.hint)},
             ) from None
         return SearchResponse(
-            serving_space=str(searcher.snapshot().serving_space),
-            mode=mode.registry_name,
+            serving_space=str(self.searcher.snapshot().serving_space),
+            mode=self.mode.registry_name,
             k=k,
             results=[[Hit(**hit) for hit in row] for row in hits.records()],
         )
 
-    return RequestLimits(app, token, limits.max_request_bytes, limits.request_timeout_s)
+    def queries(self, request: SearchRequest, k: int) -> QueryVectors:
+        """The request's query vectors, within the service's limits (``UserError`` otherwise)."""
+        _within(
+            "query vectors per request",
+            len(request.vectors),
+            self.max_query_vectors,
+            "store.max_query_vectors",
+        )
+        _within("k", k, self.max_k, "store.max_k")
+        magnitude = self.limits.max_query_magnitude
+        return QueryVectors(
+            _matrix(request.vectors, "query vectors", magnitude),
+            None
+            if request.old_vectors is None
+            else _matrix(request.old_vectors, "old query vectors", magnitude),
+        )
 
 
 def run_service(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
@@ -60,7 +60,8 @@ class TrainingDivergedError(UserError):
 
 @dataclass
 class TrainingResult:
-    history: list[dict[str, Any]] = field(default_factory=list)
+    # One record per epoch: its number, mean loss (and each term's), steps, learning rate, time.
+    history: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     images_per_second: float = 0.0
     steps: int = 0
@@ -383,7 +384,7 @@ class Trainer:
         forward_model: Callable[..., torch.Tensor],
         epoch: int,
         progress: _Progress,
-    ) -> dict[str, Any]:
+    ) -> dict[str, float]:
         """One epoch of SGD steps over a permutation drawn from (seed, epoch); returns its record
         in the history."""
         p, plan, device = self.params, run.plan, run.device

@@ -8,19 +8,24 @@ the files ``dvc repro`` writes, in the study's layout (``modelupgrade.layout``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
 
 from modelupgrade.config import Params
+from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256, save_npy, write_json
 from modelupgrade.layout import StudyLayout, embedding_file_name, logits_beside, training_split
 from modelupgrade.runtime import select_device
+
+if TYPE_CHECKING:
+    from modelupgrade.models.card import ModelCard
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +106,8 @@ def training_arguments(
     resume_dir: str | Path | None = None,
     progress: bool | None = None,
     layout: StudyLayout | None = None,
-) -> dict[str, Any]:
-    """The keyword arguments of ``train_model`` for one generation, its images decoded.
+) -> TrainingJob:
+    """The training of one generation (``train_model``'s arguments), its images decoded.
 
     Generation 0 trains the scenario's old architecture on ``old_train.parquet``, generation ≥ 1
     its new architecture on ``new_train.parquet``; ``split`` and ``architecture`` override either.
@@ -131,28 +136,74 @@ def training_arguments(
         len(frame),
         labels.unique().numel(),
     )
-    return {
-        "architecture": params.architectures[arch_name],
-        "architecture_name": arch_name,
-        "training": params.training,
-        "images": images,
-        "labels": labels,
-        "out_dir": out,
-        "generation": generation,
-        "seed": params.seed + generation,
-        "device": select_device(params.device),
-        "strategy_name": strategy,
-        "strategy_params": strategy_params,
-        "old_model_dir": old,
-        "data": {
+    return TrainingJob(
+        architecture=params.architectures[arch_name],
+        architecture_name=arch_name,
+        training=params.training,
+        images=images,
+        labels=labels,
+        out_dir=out,
+        generation=generation,
+        seed=params.seed + generation,
+        device=select_device(params.device),
+        strategy_name=strategy,
+        strategy_params=strategy_params,
+        old_model_dir=old,
+        data={
             "scenario": scenario,
             "split": str(split_path),
             "split_sha256": file_sha256(split_path),
         },
-        "resume_dir": resume_dir,
-        "progress": progress,
-        "item_ids": frame["item_id"].astype(str).tolist() if "item_id" in frame.columns else None,
-    }
+        resume_dir=resume_dir,
+        progress=progress,
+        item_ids=frame["item_id"].astype(str).tolist() if "item_id" in frame.columns else None,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One generation's training: ``train_model``'s arguments, its images decoded."""
+
+    architecture: ArchitectureParams
+    architecture_name: str
+    training: TrainingParams
+    images: torch.Tensor
+    labels: torch.Tensor
+    out_dir: str | Path
+    generation: int
+    seed: int
+    device: torch.device | str
+    strategy_name: str | None
+    strategy_params: StrategyParams | None
+    old_model_dir: str | Path | None
+    # What the model card records of the data: the scenario, the split and its hash.
+    data: Mapping[str, str | None]
+    resume_dir: str | Path | None
+    progress: bool | None
+    item_ids: list[str] | None
+
+    def train(self) -> ModelCard:
+        """Train and save the model (``training.pipeline.train_model``); returns its card."""
+        from modelupgrade.training import pipeline
+
+        return pipeline.train_model(
+            architecture=self.architecture,
+            architecture_name=self.architecture_name,
+            training=self.training,
+            images=self.images,
+            labels=self.labels,
+            out_dir=self.out_dir,
+            generation=self.generation,
+            seed=self.seed,
+            device=self.device,
+            strategy_name=self.strategy_name,
+            strategy_params=self.strategy_params,
+            old_model_dir=self.old_model_dir,
+            data=self.data,
+            resume_dir=self.resume_dir,
+            progress=self.progress,
+            item_ids=self.item_ids,
+        )
 
 
 def split_item_ids(frame: pd.DataFrame, split: str | Path) -> list[str]:

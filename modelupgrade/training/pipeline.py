@@ -87,19 +87,9 @@ def train_model(
     Under torchrun every process trains; rank 0 alone saves, and the others
     return the card it wrote.
     """
-    # Imported here: torch.distributed loads only when a model is trained.
-    from modelupgrade.training.distributed import current as current_process_group
-
     device = torch.device(device)
     strategy = generation_strategy(generation, strategy_name, strategy_params, old_model_dir)
-    old_model = None
-    if strategy.needs_old_model:
-        if old_model_dir is None:
-            raise UserError(
-                f"strategy {strategy_name!r} needs the previous generation",
-                hint="pass --old <model dir>",
-            )
-        old_model = load_model(old_model_dir)
+    old_model = required_old_model(strategy, strategy_name, old_model_dir)
     parent = parent_entry(old_model_dir)
     seed_everything(seed)  # the initial weights depend on the seed only
     model = build_model(architecture, images, labels)
@@ -137,6 +127,36 @@ def train_model(
     }
     if model.initialised_from is not None:
         card_fields["initialised_from"] = model.initialised_from
+    return save_on_primary(model, out_dir, card_fields, strategy, result, resume_dir)
+
+
+def required_old_model(
+    strategy: CompatibilityStrategy, strategy_name: str | None, old_model_dir: str | Path | None
+) -> EmbeddingModel | None:
+    """The previous generation's model, loaded when ``strategy`` trains against it."""
+    if not strategy.needs_old_model:
+        return None
+    if old_model_dir is None:
+        raise UserError(
+            f"strategy {strategy_name!r} needs the previous generation",
+            hint="pass --old <model dir>",
+        )
+    return load_model(old_model_dir)
+
+
+def save_on_primary(
+    model: EmbeddingModel,
+    out_dir: str | Path,
+    card_fields: Mapping[str, Any],
+    strategy: CompatibilityStrategy,
+    result: TrainingResult,
+    resume_dir: Path,
+) -> ModelCard:
+    """Save the trained model with its card on the primary process (rank 0 under torchrun) and
+    drop its epoch checkpoints; every process returns that card."""
+    # Imported here: torch.distributed loads only when a model is trained.
+    from modelupgrade.training.distributed import current as current_process_group
+
     data_parallel = current_process_group()
     if data_parallel.is_primary:
         card = save_model(model.cpu(), out_dir, card_fields, extra_weights=strategy.artifacts())

@@ -28,7 +28,6 @@ applies the filter inside the index search, so a backfill needs nothing more.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import threading
@@ -47,90 +46,38 @@ from modelupgrade.store.backends.base import (
     PartGallery,
     VectorBackend,
     VectorRows,
-    VectorsUnavailable,
-    candidate_count,
     uri_credentials,
     without_credentials,
 )
-from modelupgrade.store.schema import VECTORS_DIR
+from modelupgrade.store.backends.milvus_client import (
+    PREFIX_ENV,
+    TOKEN_ENV,
+    is_server_uri,
+    milvus_address,
+    open_client,
+    release_lite,
+    without_userinfo,
+)
+from modelupgrade.store.backends.milvus_schema import (
+    MODEL_REF_LENGTH,
+    STATE_FIELDS,
+    collection_part,
+    create_space_collection,
+    create_state_collection,
+    kept_id,
+)
+from modelupgrade.store.backends.milvus_search import (
+    INDEX_TYPES,
+    MAX_TOPK,
+    SearchedPart,
+    search_params,
+)
 from modelupgrade.store.spaces import SpaceSpec
 
-TOKEN_ENV = "MILVUS_TOKEN"
-# A new store names its collections <prefix><12 hex digits>; the prefix groups a deployment's.
-PREFIX_ENV = "MODELUPGRADE_MILVUS_PREFIX"
-LITE_FILE = "milvus.db"
-_SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
-_CREDENTIALS_PART = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]*@", re.IGNORECASE)
 _METRICS: dict[str, str] = {"cosine": "COSINE", "l2": "L2"}
-_INDEX_TYPES: dict[str, str] = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
-_MODEL_REF_LENGTH = 4096
-# Milvus's longest VARCHAR: an item id longer than this (in UTF-8) is kept in the store only, and
-# its row's item_id is empty (an outside reader names such an item by its slot).
-_ITEM_ID_BYTES = 65535
-# The fields of a collection's row (``add_space``); a collection without ``wb`` was written by an
-# earlier modelupgrade.
-_STATE_FIELDS = ("wb", "wc", "mb", "mc")
 # Slots per request: well under Milvus's 64 MB message and 16,384-row result limits.
 _BATCH = 4096
-_MAX_TOPK = 16384
 _LOADED = "Loaded"  # str() of pymilvus's LoadState.Loaded
-# Milvus Lite runs in this process, one engine per file, which holds the file's lock until it is
-# released: the last store of the process to close a file releases it, so that another process (a
-# resumed backfill, a server) can open it.
-_LITE_USERS: dict[str, int] = {}
-_LITE_LOCK = threading.Lock()
-
-
-def _release_lite(uri: str) -> None:
-    with _LITE_LOCK:
-        _LITE_USERS[uri] = _LITE_USERS.get(uri, 1) - 1
-        if _LITE_USERS[uri] <= 0:
-            del _LITE_USERS[uri]
-            from milvus_lite.server_manager import server_manager_instance
-
-            server_manager_instance.release_server(uri)
-
-
-class _LiteStartFailure(logging.Filter):
-    """Milvus Lite logs its failure to open a file (another process holds its lock, say) as a
-    traceback, and pymilvus then raises a bare "Open local milvus failed". While a connection
-    opens, this filter on Milvus Lite's logger keeps the cause for the one error line instead."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cause: BaseException | None = None
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None:
-            self.cause = record.exc_info[1]
-            return False
-        return True
-
-
-class _UnimplementedRpc(logging.Filter):
-    """Milvus Lite serves pymilvus over gRPC in this process but implements not every call
-    (AllocTimestamp, which pymilvus asks for after creating an index and does without); gRPC logs
-    each such call as an error with a traceback, which would read as a failure of the command."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], NotImplementedError))
-
-
-_UNIMPLEMENTED_RPC = _UnimplementedRpc()
-
-
-def is_server_uri(uri: str) -> bool:
-    return bool(_SERVER_URI.match(uri))
-
-
-def _collection_part(space: str) -> str:
-    """A space name as a collection name's part (letters, digits and '_' only; injective)."""
-    return re.sub(r"[^A-Za-z0-9]", lambda m: f"_{ord(m.group()):02x}", space)
-
-
-def _kept_id(item_id: str) -> str:
-    """An item id as a row keeps it: whole when Milvus's VARCHAR holds it, else empty."""
-    return item_id if len(item_id.encode("utf-8", "surrogatepass")) <= _ITEM_ID_BYTES else ""
 
 
 def _batches(slots: np.ndarray) -> Iterator[np.ndarray]:
@@ -143,55 +90,6 @@ def _listed(slots: np.ndarray) -> str:
     return "[" + ",".join(map(str, np.asarray(slots, dtype=np.int64).tolist())) + "]"
 
 
-class _Client:
-    """The pymilvus client, each failure of a call turned into one error line naming the Milvus."""
-
-    def __init__(self, client: Any, uri: str) -> None:
-        from pymilvus.exceptions import MilvusException
-
-        self._client, self._uri, self._error = client, without_credentials(uri), MilvusException
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._client, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(*args, **kwargs)
-            except self._error as err:
-                message = str(getattr(err, "message", err)).splitlines()[0]
-                raise VectorsUnavailable(
-                    f"Milvus at {self._uri} refused {name.replace('_', ' ')}: {message}",
-                    hint="check that Milvus runs and holds the store's collections; the store's "
-                    "ledger is untouched, so the command can be run again",
-                ) from None
-
-        return call
-
-
-class _SearchedPart(PartGallery):
-    """A part searched by Milvus itself, its rows picked by the part's filter
-    (``snapshots.part_filter``: the state each row records against a few ledger facts, of a size
-    that does not grow with the gallery)."""
-
-    def __init__(self, backend: MilvusVectors, spec: SpaceSpec, slots: np.ndarray, rows: str):
-        self.backend, self.spec, self.slots, self.filter = backend, spec, slots, rows
-
-    def nearest(
-        self, queries: np.ndarray, k: int, distance: Distance
-    ) -> tuple[np.ndarray, np.ndarray]:
-        limit = candidate_count(k, len(self.slots))
-        if limit == len(self.slots):
-            return self.slots, self.vectors(self.slots)
-        if limit > _MAX_TOPK:
-            raise UserError(
-                f"k = {k} is more than Milvus returns per query", hint="ask for k ≤ 8192"
-            )
-        return self.backend.search(self.spec, queries, limit, distance, self.filter)
-
-    def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self.backend.read(self.spec, slots)
-
-
 @VECTOR_BACKENDS.register("milvus")
 class MilvusVectors(VectorBackend):
     def __init__(self, store_path: Path, settings: BackendSettings) -> None:
@@ -202,27 +100,13 @@ class MilvusVectors(VectorBackend):
         self.fence: Callable[[], int] = lambda: 0
         # A store written before credentials were refused in its URI: they serve as its token.
         self._uri_token = uri_credentials(settings.uri) or ""
-        self.uri = self.address(store_path, _CREDENTIALS_PART.sub(r"\1", settings.uri))
+        self.uri = milvus_address(store_path, without_userinfo(settings.uri))
         # A server's other readers (replicas, clients of the collections) read the serving state.
         self.publishes = is_server_uri(self.uri)
         self.metric = _METRICS[settings.distance]
         self._client: Any = None
         self._known: dict[str, int] = {}
         self._lock = threading.Lock()
-
-    @staticmethod
-    def address(store_path: Path, uri: str) -> str:
-        if not uri:
-            return str((store_path / VECTORS_DIR / LITE_FILE).absolute())
-        if is_server_uri(uri):
-            return uri
-        if not uri.endswith(".db"):
-            raise UserError(
-                f"store.uri {uri!r} is neither a Milvus server URI nor a Milvus Lite file",
-                hint="give http://host:19530 for a server, a path ending in .db for Milvus Lite, "
-                "or leave it empty for a Milvus Lite file inside the store",
-            )
-        return str(Path(uri).resolve())
 
     @classmethod
     def prepared(cls, store_path: Path, settings: BackendSettings) -> BackendSettings:
@@ -233,7 +117,7 @@ class MilvusVectors(VectorBackend):
                 hint=f"give the URI without user:password@ and put them in ${TOKEN_ENV} "
                 "(user:password, or an API key)",
             )
-        cls.address(store_path, settings.uri)  # a bad URI is an error before the store exists
+        milvus_address(store_path, settings.uri)  # a bad URI is an error before the store exists
         uri = settings.uri
         if uri and not is_server_uri(uri):
             uri = str(Path(uri).resolve())  # a Lite file named relative to where the store began
@@ -254,45 +138,8 @@ class MilvusVectors(VectorBackend):
             return self._client
 
     def _connect(self) -> Any:
-        try:
-            from pymilvus import MilvusClient
-        except ImportError:
-            raise UserError(
-                "the Milvus backend needs pymilvus (with milvus-lite for a local file)",
-                hint="pip install pymilvus milvus-lite",
-            ) from None
         token = os.environ.get(TOKEN_ENV, "") or self._uri_token
-        lite_log = logging.getLogger("milvus_lite.server_manager")
-        start_failure = _LiteStartFailure()
-        try:
-            if is_server_uri(self.uri):
-                client = (
-                    MilvusClient(uri=self.uri, token=token) if token else MilvusClient(self.uri)
-                )
-                return _Client(client, self.uri)
-            with _LITE_LOCK:
-                logging.getLogger("grpc._server").addFilter(_UNIMPLEMENTED_RPC)  # again: a no-op
-                # Under _LITE_LOCK: one connection opens at a time, so the filter sees only its own.
-                lite_log.addFilter(start_failure)
-                try:
-                    client = MilvusClient(uri=self.uri)
-                finally:
-                    lite_log.removeFilter(start_failure)
-                _LITE_USERS[self.uri] = _LITE_USERS.get(self.uri, 0) + 1
-                return _Client(client, self.uri)
-        except Exception as err:  # noqa: BLE001 - pymilvus raises several kinds; all mean the same
-            server = is_server_uri(self.uri)
-            cause = start_failure.cause or err
-            reason = str(getattr(cause, "message", None) or cause or repr(cause)).splitlines()[0]
-            raise VectorsUnavailable(
-                f"cannot open the Milvus {'server' if server else 'Lite file'} "
-                f"{without_credentials(self.uri)} of store {self.store_path}: "
-                f"{without_credentials(reason)}",
-                hint=f"check that the server runs and ${TOKEN_ENV} holds its token"
-                if server
-                else "Milvus Lite serves one process at a time: stop the other process using "
-                "it, or run a Milvus server and point store.uri at it",
-            ) from None
+        return open_client(self.uri, token, self.store_path)
 
     def reachable(self) -> None:
         self.client().list_collections()  # a round trip: a cached client may have lost its server
@@ -301,7 +148,7 @@ class MilvusVectors(VectorBackend):
         return self._collection_of(spec.storage)
 
     def _collection_of(self, storage: str) -> str:
-        return f"{self.settings.collection}_{_collection_part(storage)}"
+        return f"{self.settings.collection}_{collection_part(storage)}"
 
     def storage_for(self, spec: SpaceSpec, draw: Callable[[], int]) -> str:
         """``s<n>``: a collection name of fixed form whatever the space is called (a 128-character
@@ -322,7 +169,7 @@ class MilvusVectors(VectorBackend):
                 "the Milvus that holds them, or rebuild the store",
             )
         fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
-        if not set(_STATE_FIELDS) <= set(fields):
+        if not set(STATE_FIELDS) <= set(fields):
             raise UserError(
                 f"Milvus collection {name} of space {spec.name!r} was written by an earlier "
                 "modelupgrade: its rows carry no state fields, which search filters on",
@@ -343,39 +190,16 @@ class MilvusVectors(VectorBackend):
 
     # ----- spaces and rows ----------------------------------------------------------------------
     def add_space(self, spec: SpaceSpec, rows: int) -> None:
-        if len(spec.model_ref) > _MODEL_REF_LENGTH:
+        if len(spec.model_ref) > MODEL_REF_LENGTH:
             raise UserError(
                 f"the model reference of space {spec.name!r} is {len(spec.model_ref)} characters "
-                f"long; Milvus records at most {_MODEL_REF_LENGTH}",
+                f"long; Milvus records at most {MODEL_REF_LENGTH}",
                 hint="name the model by a shorter path or registry version",
             )
         client = self.client()
         name = self.collection(spec)
         if not client.has_collection(name):
-            from pymilvus import DataType, MilvusClient
-
-            schema = MilvusClient.create_schema(
-                auto_id=False, enable_dynamic_field=False, description=spec.name
-            )
-            schema.add_field("slot", DataType.INT64, is_primary=True)
-            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=spec.dim)
-            schema.add_field("space", DataType.VARCHAR, max_length=128)
-            schema.add_field("model_ref", DataType.VARCHAR, max_length=_MODEL_REF_LENGTH)
-            schema.add_field("checksum", DataType.INT64)
-            schema.add_field("source_hash", DataType.INT64)
-            schema.add_field("item_id", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
-            for state in _STATE_FIELDS:
-                schema.add_field(state, DataType.INT64)
-            index = client.prepare_index_params()
-            index.add_index(
-                field_name="vector",
-                index_type=_INDEX_TYPES[self.settings.index.kind],
-                metric_type=self.metric,
-                params=self._build_params(),
-            )
-            client.create_collection(
-                name, schema=schema, index_params=index, consistency_level="Strong"
-            )
+            create_space_collection(client, name, spec, self.settings.index, self.metric)
         self._ensure(spec)
 
     def reserve(self, specs: list[SpaceSpec], rows: int) -> None:
@@ -429,7 +253,7 @@ class MilvusVectors(VectorBackend):
                         "model_ref": spec.model_ref,
                         "checksum": int(checksum),
                         "source_hash": int(source),
-                        "item_id": _kept_id(item_id),
+                        "item_id": kept_id(item_id),
                         "wb": written_batch,
                         "wc": written_chunk,
                         "mb": moved_batch,
@@ -576,7 +400,7 @@ class MilvusVectors(VectorBackend):
 
     def part(self, spec: SpaceSpec, slots: np.ndarray, rows: str) -> PartGallery:
         self._ensure(spec)
-        return _SearchedPart(self, spec, slots, rows)
+        return SearchedPart(self, spec, slots, rows)
 
     def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:
         """Record in the rows of ``slots`` of ``spec`` (a backfill's source) that chunk ``by``
@@ -624,14 +448,15 @@ class MilvusVectors(VectorBackend):
             )
         name = self._ensure(spec)
         found: dict[int, Any] = {}
-        for start in range(0, len(queries), _MAX_TOPK):
+        searched_with = search_params(self.settings.index, limit)
+        for start in range(0, len(queries), MAX_TOPK):
             results = self.client().search(
                 name,
-                data=[row for row in np.asarray(queries[start : start + _MAX_TOPK], np.float32)],
+                data=[row for row in np.asarray(queries[start : start + MAX_TOPK], np.float32)],
                 anns_field="vector",
                 limit=limit,
                 filter=filter,
-                search_params={"metric_type": self.metric, "params": self._search_params(limit)},
+                search_params={"metric_type": self.metric, "params": searched_with},
                 output_fields=["vector"],
                 **self._consistency(),
             )
@@ -642,30 +467,13 @@ class MilvusVectors(VectorBackend):
         vectors = np.array([found[int(s)] for s in slots], dtype=np.float32).reshape(-1, spec.dim)
         return slots, vectors
 
-    def _build_params(self) -> dict[str, int]:
-        index = self.settings.index
-        if index.kind == "hnsw":
-            return {"M": index.hnsw_m, "efConstruction": index.hnsw_ef_construction}
-        if index.kind == "ivf":
-            return {"nlist": index.ivf_nlist}
-        return {}
-
-    def _search_params(self, limit: int) -> dict[str, int]:
-        index = self.settings.index
-        if index.kind == "hnsw":
-            # HNSW's candidate list must hold every candidate asked for
-            return {"ef": max(index.hnsw_ef_search, limit)}
-        if index.kind == "ivf":
-            return {"nprobe": index.ivf_nprobe}
-        return {}
-
     def describe(self) -> dict[str, str]:
         return {
             "backend": self.registry_name,
             "uri": without_credentials(self.uri),
             "collections": f"{self.settings.collection}_<storage>",
             "metric": self.metric,
-            "index": _INDEX_TYPES[self.settings.index.kind],
+            "index": INDEX_TYPES[self.settings.index.kind],
         }
 
     def stored(self) -> dict[str, str]:
@@ -710,17 +518,7 @@ class MilvusVectors(VectorBackend):
 
         client, name = self.client(), self.state_collection
         if not client.has_collection(name):
-            from pymilvus import DataType, MilvusClient
-
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field("key", DataType.INT64, is_primary=True)
-            schema.add_field("state", DataType.VARCHAR, max_length=_ITEM_ID_BYTES)
-            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants one
-            index = client.prepare_index_params()
-            index.add_index(field_name="vector", index_type="FLAT", metric_type="L2")
-            client.create_collection(
-                name, schema=schema, index_params=index, consistency_level="Strong"
-            )
+            create_state_collection(client, name)
         client.upsert(name, [{"key": 0, "state": json.dumps(state), "vector": [0.0, 0.0]}])
 
     def serving_state(self) -> dict[str, object] | None:
@@ -762,5 +560,5 @@ class MilvusVectors(VectorBackend):
                 self._client.close()
                 self._client = None
                 if not is_server_uri(self.uri):
-                    _release_lite(self.uri)
+                    release_lite(self.uri)
             self._known.clear()
