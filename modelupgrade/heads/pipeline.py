@@ -74,7 +74,7 @@ def source_entry(path: str | Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     path = Path(path)
-    entry: dict[str, Any] = {"path": str(path)}
+    entry = {"path": str(path)}  # strings only: the path and its hash
     if path.is_file():
         entry["sha256"] = file_sha256(path)
     elif (path / "card.json").is_file():
