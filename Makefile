@@ -11,7 +11,7 @@ DATASET := $(DATASET_DIR)/train-images-idx3-ubyte.gz
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install dataset browser milvus-server repro lint docs test test-slow ui benchmarks full-cpu-study gpu-study help
+.PHONY: install dataset browser milvus-server repro lint docs test test-slow ui benchmarks five-seed-study full-cpu-study gpu-study help
 
 help:
 	@echo "make repro  - install what is missing, then run the whole study (dvc repro)"
@@ -19,6 +19,7 @@ help:
 	@echo "make test   - install what is missing, then run lint and the fast test suite"
 	@echo "make docs   - build the pages under docs/ into site/ (MkDocs; open site/index.html)"
 	@echo "make ui     - MLflow UI on 127.0.0.1:5000 over the project's registry"
+	@echo "make five-seed-study - the claims at five seeds, DMU on extended-class too (a dvc experiment, ~20 min)"
 	@echo "make full-cpu-study - every scenario, strategy, head and chain on one seed (a dvc experiment)"
 	@echo "make gpu-study  - the full-size study of params/gpu-full.yaml (3 seeds, GPU) as a dvc experiment"
 	@echo "make benchmarks - print the measured figures of benchmarks/ on this machine"
@@ -94,6 +95,10 @@ ui: install
 
 # The full-size study: params/gpu-full.yaml applied over params.yaml as one DVC experiment.
 # Everything the CPU study can train (params/full-cpu.yaml) on its one seed, as a DVC experiment.
+# The claims at five seeds with DMU on extended-class too (20 min: over make repro's budget).
+five-seed-study: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/modelupgrade experiments --overlay params/five-seeds.yaml --seeds 666
+
 full-cpu-study: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_WAIT_POLICY=PASSIVE $(BIN)/modelupgrade experiments --overlay params/full-cpu.yaml --seeds 666
 

@@ -49,11 +49,12 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     assert merged["heads"]["bict"]["hidden_dim"] is None
     scenarios = yaml.safe_load((ROOT / "params.yaml").read_text())["scenarios"]
     # Every scenario runs; identical-data as UniBCT's ResNet-18 → ResNet-50 instead of the CPU
-    # study's softmax → ArcFace; the open scenarios train the compatible strategies.
+    # study's softmax → ArcFace; the open scenarios, and extended-class with DMU too, train the
+    # compatible strategies.
     scenarios["identical-data"].update(
         old_architecture="default", new_architecture="wide", strategies=["independent"]
     )
-    for name in ("open-data", "open-class"):
+    for name in ("extended-class", "open-data", "open-class"):
         scenarios[name]["strategies"] = ["independent", "bct", "dmu"]
     assert merged["scenarios"] == scenarios
     assert sorted(merged["study"]["scenarios"]) == sorted(scenarios)
