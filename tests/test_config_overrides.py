@@ -56,6 +56,8 @@ def test_the_gpu_overlay_merges_into_a_valid_configuration():
     )
     for name in ("extended-class", "open-data", "open-class"):
         scenarios[name]["strategies"] = ["independent", "bct", "dmu"]
+    scenarios["extended-data"]["strategies"].append("bict")
+    scenarios["extended-data"]["heads"]["bict"] = "bict"
     assert merged["scenarios"] == scenarios
     assert sorted(merged["study"]["scenarios"]) == sorted(scenarios)
     assert merged["training"]["steps"] is None and merged["training"]["epochs"] == 30
