@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from modelupgrade.backfill.plots import OLD_OLD_STYLE, SYSTEM_COLOURS
 from modelupgrade.io import atomic_path
 from modelupgrade.report.claims import Claim, CurveRef
 from modelupgrade.report.results import StudyResults
@@ -30,20 +31,10 @@ DPI = 100
 WIDTH_INCHES = 11.0
 PANEL_INCHES = 4.0
 TEXT_POINTS = 9.0
-# At most this many curves share a panel (each in a colour of its own there).
-MAX_CURVES = 8
-COLOURS = (
-    "tab:blue",
-    "tab:orange",
-    "tab:green",
-    "tab:red",
-    "tab:purple",
-    "tab:brown",
-    "tab:pink",
-    "tab:cyan",
-)
+# At most this many curves share a panel (each in a colour of its own there: the backfill
+# figures' colours).
+MAX_CURVES = len(SYSTEM_COLOURS)
 BAND_ALPHA = 0.2
-OLD_OLD_STYLE = {"color": "0.3", "linestyle": (0, (5, 3)), "linewidth": 1.2}
 
 
 @dataclass(frozen=True)
@@ -163,7 +154,7 @@ def claim_curves_figure(
 def _draw(
     ax: Any, panel: ClaimPanel, curves: list[tuple[CurveRef, SeedCurve]], old_old: float | None
 ) -> None:
-    for (ref, curve), colour in zip(curves, COLOURS, strict=False):
+    for (ref, curve), colour in zip(curves, SYSTEM_COLOURS, strict=False):
         ax.plot(curve.t, curve.mean, color=colour, linewidth=1.8, label=_label(ref, panel, curve))
         if curve.seeds > 1:
             ax.fill_between(
