@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from modelupgrade.store.lock import pid_alive
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_ENV = ROOT / ".venv-milvus"
 LAUNCHER = ROOT / "tests" / "milvus_server_launcher.py"
@@ -34,16 +36,6 @@ class MilvusServer:
     uri: str
     token: str
     launcher_pid: int
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def server_python() -> Path:
@@ -70,7 +62,7 @@ def start_or_join(shared: Path, watch_pid: int) -> MilvusServer:
         state = shared / "milvus-server.json"
         if state.exists():
             found = MilvusServer(**json.loads(state.read_text()))
-            if _alive(found.launcher_pid):
+            if pid_alive(found.launcher_pid):
                 return found
         server = _start(shared, watch_pid)
         state.write_text(json.dumps(vars(server)))
@@ -120,11 +112,11 @@ def _set_root_password(uri: str, password: str) -> None:
 
 def stop(server: MilvusServer) -> None:
     """Stop the server now (the launcher removes its data), waiting for it a few seconds."""
-    if not _alive(server.launcher_pid):
+    if not pid_alive(server.launcher_pid):
         return
     os.kill(server.launcher_pid, 15)
     deadline = time.monotonic() + 30
-    while _alive(server.launcher_pid) and time.monotonic() < deadline:
+    while pid_alive(server.launcher_pid) and time.monotonic() < deadline:
         try:
             os.waitpid(server.launcher_pid, os.WNOHANG)
         except ChildProcessError:
