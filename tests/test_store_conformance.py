@@ -361,6 +361,25 @@ def test_a_milvus_lite_file_held_by_another_process_is_one_clear_error(tmp_path:
         assert store.read_vectors(OLD.name, np.arange(3)).shape == (3, OLD.dim)
 
 
+def test_a_milvus_lite_index_file_cut_short_by_a_kill_is_rebuilt(tmp_path: Path) -> None:
+    """Milvus Lite writes a segment's index file in place (no temporary file and rename): a
+    process killed while writing it leaves a short file that Lite cannot load ("No data left in
+    file") on every later open. It is a cache of the segment's vectors, so the store rebuilds it.
+    """
+    build_gallery(tmp_path / "s", 20, backend=BackendSettings(kind="milvus")).close()
+    caches = list((tmp_path / "s").rglob("*.idx"))
+    assert caches, "Milvus Lite wrote no index file: the layout this test cuts has changed"
+    for cache in caches:
+        cache.write_bytes(b"")  # what a kill left in CI
+    with GalleryStore.open(tmp_path / "s") as store:
+        slots = np.arange(20)
+        assert store.read_vectors(OLD.name, slots).shape == (20, OLD.dim)
+        hits = Searcher(store, build_serving_mode("mixed")).search(
+            np.ones((2, OLD.dim), np.float32), 5
+        )
+        assert all(len(set(row)) == 5 for row in hits.item_ids)
+
+
 def test_params_yaml_names_the_backend_and_only_milvus_takes_a_uri() -> None:
     import yaml
 

@@ -53,6 +53,7 @@ from modelupgrade.store.backends.milvus_client import (
     PREFIX_ENV,
     TOKEN_ENV,
     is_server_uri,
+    load_collection,
     milvus_address,
     open_client,
     release_lite,
@@ -184,7 +185,7 @@ class MilvusVectors(VectorBackend):
                 hint="the collection belongs to another store or model; rebuild the store",
             )
         if str(client.get_load_state(name)["state"]) != _LOADED:
-            client.load_collection(name)  # a reopened Milvus Lite file starts with none loaded
+            load_collection(client, self.uri, name)  # a reopened Lite file starts with none loaded
         self._known[name] = dim
         return name
 

@@ -20,6 +20,8 @@ PREFIX_ENV = "MODELUPGRADE_MILVUS_PREFIX"
 LITE_FILE = "milvus.db"
 _SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://|^unix:", re.IGNORECASE)
 _CREDENTIALS_PART = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]*@", re.IGNORECASE)
+_LITE_INDEX_FILES = ("*/indexes/*.idx", "*/indexes/*.sidx")
+log = logging.getLogger(__name__)
 
 
 def without_userinfo(uri: str) -> str:
@@ -46,10 +48,10 @@ def release_lite(uri: str) -> None:
             server_manager_instance.release_server(uri)
 
 
-class _LiteStartFailure(logging.Filter):
-    """Milvus Lite logs its failure to open a file (another process holds its lock, say) as a
-    traceback, and pymilvus then raises a bare "Open local milvus failed". While a connection
-    opens, this filter on Milvus Lite's logger keeps the cause for the one error line instead."""
+class _LiteFailure(logging.Filter):
+    """Milvus Lite logs a failure (to open a file another process holds, say) as a traceback, and
+    pymilvus then raises a bare "Open local milvus failed". While a call runs, this filter on
+    Milvus Lite's logger keeps the cause for the one error line instead."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,6 +74,15 @@ class _UnimplementedRpc(logging.Filter):
 
 
 _UNIMPLEMENTED_RPC = _UnimplementedRpc()
+# Where pymilvus and Milvus Lite log a failed call, each with a traceback.
+_LOAD_ERROR_LOGGERS = ("pymilvus.decorators", "milvus_lite.adapter.grpc.servicer")
+
+
+class _HeldErrors(logging.Filter):
+    """Keeps every record off the logger's handlers while a call that may be retried runs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
 
 
 def is_server_uri(uri: str) -> bool:
@@ -131,7 +142,7 @@ def open_client(uri: str, token: str, store_path: Path) -> Any:
             hint="pip install pymilvus milvus-lite",
         ) from None
     lite_log = logging.getLogger("milvus_lite.server_manager")
-    start_failure = _LiteStartFailure()
+    start_failure = _LiteFailure()
     try:
         if is_server_uri(uri):
             client = MilvusClient(uri=uri, token=token) if token else MilvusClient(uri)
@@ -159,3 +170,40 @@ def open_client(uri: str, token: str, store_path: Path) -> Any:
             else "Milvus Lite serves one process at a time: stop the other process using "
             "it, or run a Milvus server and point store.uri at it",
         ) from None
+
+
+def load_collection(client: MilvusCalls, uri: str, name: str) -> None:
+    """Load collection ``name`` for search. Milvus Lite writes a segment's index file in place (no
+    temporary file and rename), so a process killed while it writes one leaves a short file that
+    fails every later load ("No data left in file"). Index files are a cache of the segments'
+    vectors: on a Milvus Lite file a failed load drops the collection's and loads again, and Lite
+    builds them anew."""
+    loggers = [logging.getLogger(name) for name in _LOAD_ERROR_LOGGERS]
+    held = _HeldErrors()  # a load the retry mends is no error: its tracebacks stay off stderr
+    for logger in loggers:
+        logger.addFilter(held)
+    try:
+        client.load_collection(name)
+        return
+    except VectorsUnavailable as err:
+        if is_server_uri(uri) or not _drop_lite_index_files(Path(uri), name):
+            raise
+        cause = err.message
+    finally:
+        for logger in loggers:
+            logger.removeFilter(held)
+    log.warning(
+        "%s; its index files (a cache a killed process may have cut short) were dropped, and "
+        "Milvus Lite rebuilds them from the vectors",
+        cause,
+    )
+    client.load_collection(name)
+
+
+def _drop_lite_index_files(lite_file: Path, name: str) -> int:
+    """Remove the index files of collection ``name`` in the Milvus Lite file: how many it had."""
+    partitions = lite_file / "collections" / name / "partitions"
+    dropped = [path for pattern in _LITE_INDEX_FILES for path in partitions.glob(pattern)]
+    for path in dropped:
+        path.unlink()
+    return len(dropped)
