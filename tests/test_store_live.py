@@ -8,7 +8,10 @@ after the resume, not after a rollback, not after a cleanup. And the commands th
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,10 +21,12 @@ import pytest
 
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store import BackendSettings, GalleryStore, HeadTransforms, Searcher
+from modelupgrade.store.faults import KILL_ENV
 from modelupgrade.store.live import erase, update
 from tests.store_helpers import (
     NEW,
     OLD,
+    PROJECT_ROOT,
     build_gallery,
     command_output,
     milvus_lite,
@@ -205,3 +210,32 @@ def test_the_erase_and_update_commands(tmp_path: Path, capsys: pytest.CaptureFix
         )
     code, _, err = command_output(capsys, store_erase, "--store", str(path), "--reason", " ")
     assert code == 2 and "needs a reason" in err or "name the items" in err
+
+
+def test_a_writer_of_another_kind_destroys_what_a_killed_erasure_left(tmp_path: Path) -> None:
+    """An erasure killed after it recorded the erased slots but before it destroyed their vectors
+    leaves them to the next writer, whatever that writer does (here an ingest): the store does not
+    wait for another erasure to destroy them."""
+    path = tmp_path / "s"
+    build_gallery(path, 20).close()
+    erasing = (
+        "import sys\n"
+        "from modelupgrade.store import GalleryStore\n"
+        "from modelupgrade.store.live import erase\n"
+        "with GalleryStore.open(sys.argv[1]) as store:\n"
+        "    erase(store, ['item-00003'], 'a request to be forgotten')\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", erasing, str(path)],
+        check=False,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), KILL_ENV: "erase:recorded"},
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    with GalleryStore.open(path) as store:
+        assert store.db.query("SELECT slot FROM orphan_slots") == [(3,)]
+        store.ingest(["item-new"], _vector("item-new", 0), OLD, scores={"old-confidence": [0.5]})
+        assert store.db.query("SELECT slot FROM orphan_slots") == []
+        assert 3 not in store.vectors.present_slots(OLD).tolist()  # type: ignore[attr-defined]
+        assert store.db.query("SELECT destroyed_at IS NOT NULL FROM erasures") == [(1,)]

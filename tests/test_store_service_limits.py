@@ -5,6 +5,7 @@ query vectors checked (finite, of some direction, of sane size; ``k`` an integer
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -119,6 +120,42 @@ def test_a_body_too_large_or_unauthenticated_is_refused_before_it_is_read(tmp_pa
         assert streamed.status_code == 413
         query = {"vectors": np.ones((1, NEW.dim)).tolist()}
         assert client.post("/search", json=query, headers=auth).status_code == 200
+
+
+def test_a_content_length_over_the_limit_is_refused_before_any_byte_is_read(
+    tmp_path: Path,
+) -> None:
+    """The declared length alone refuses a body: the service answers 413 without reading one byte
+    (a client that announces 1 GB is not made to send any of it)."""
+    app = _client(_store(tmp_path / "s"), max_request_bytes=1024).app
+    reads: list[int] = []
+    answers: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        reads.append(1)
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        answers.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"1025")]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "scheme": "http",
+        "method": "POST",
+        "path": "/search",
+        "raw_path": b"/search",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    assert answers[0]["status"] == 413
+    assert not reads
 
 
 def test_a_malformed_request_is_not_echoed_back(tmp_path: Path) -> None:
