@@ -677,3 +677,28 @@ def test_the_dry_run_previews_items_rate_and_time_and_writes_nothing(
     assert _files(tmp_path / "s") == before  # byte for byte: no lock, no space, no plan
     with GalleryStore.open(tmp_path / "s") as store:
         assert store.backfills.last() is None and set(store.spaces()) == {OLD.name}
+
+
+def test_the_dry_run_refuses_a_policy_whose_score_the_store_lacks_as_the_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dry run makes the run's checks: ordering by a score the store was not ingested with is
+    refused by both, with the same line, before anything is measured or written."""
+    from modelupgrade.cli.arguments import run_command
+    from modelupgrade.commands.store import backfill
+
+    _gallery_and_its_new_vectors(tmp_path, 40, BackendSettings())
+    flags = [
+        *("--params", str(PROJECT_PARAMS), "--store", str(tmp_path / "s")),
+        *("--vectors", str(tmp_path / "new.npy"), "--items", str(tmp_path / "items.parquet")),
+        *("--space", NEW.name, "--policy", "old-entropy"),
+    ]
+    refusals = []
+    for dry_run in (["--dry-run"], []):
+        with pytest.raises(SystemExit):
+            run_command(backfill, [*flags, *dry_run])
+        refusals.append(capsys.readouterr().err)
+    assert "holds no 'old-entropy' scores" in refusals[0]
+    assert refusals[0] == refusals[1]
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.backfills.last() is None and set(store.spaces()) == {OLD.name}

@@ -108,8 +108,7 @@ def start_or_resume(
         store.registered(target)
         if serving is not None:
             serving.check(store.space(source), target)
-        scores = None if policy.score is None else store.scores(policy.score, to_move)
-        order = to_move[policy.order(len(to_move), scores, seed)]
+        order = backfill_order(store, policy, to_move, seed)
         if probe is not None:
             probe(Chunk(0, -1, tuple(store.items(order[spread(len(order))]))))
         with store.committing(f"plan the backfill into {target.name!r}"):
@@ -119,6 +118,15 @@ def start_or_resume(
             )
         boundary("backfill:planned")
         return planned
+
+
+def backfill_order(
+    store: GalleryStore, policy: OrderingPolicy, to_move: np.ndarray, seed: int
+) -> np.ndarray:
+    """The slots ``to_move`` in the order a new backfill moves them: ``policy`` over the store's
+    scores of its kind (a kind the store was not ingested with is refused)."""
+    scores = None if policy.score is None else store.scores(policy.score, to_move)
+    return to_move[policy.order(len(to_move), scores, seed)]
 
 
 def _resumed(

@@ -8,7 +8,8 @@ from typing import Any
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.job import PROBE_ITEMS, spread
+from modelupgrade.ordering.base import OrderingPolicy
+from modelupgrade.store.job import PROBE_ITEMS, backfill_order, spread
 from modelupgrade.store.schema import Chunk
 from modelupgrade.store.serving_check import ServingCheck
 from modelupgrade.store.sources import VectorSource
@@ -72,6 +73,7 @@ def preview_backfill(
     target: SpaceSpec,
     source: VectorSource,
     serving: ServingCheck | None = None,
+    order: tuple[OrderingPolicy, int] | None = None,
     sample: int = PREVIEW_ITEMS,
 ) -> BackfillPreview:
     """Items to move, the measured items/s of ``source`` on a sample of them, and the estimated
@@ -95,6 +97,9 @@ def preview_backfill(
         store.registered(target)
         if serving is not None:
             serving.check(store.space(source_space), target)
+        if order is not None:
+            policy, seed = order
+            backfill_order(store, policy, to_move, seed)  # its checks: the scores it orders by
         picked = store.items(to_move[spread(len(to_move), sample)])
         count = len(to_move)
     seconds, computed, failures = 0.0, 0, 0

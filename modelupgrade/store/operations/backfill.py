@@ -70,7 +70,8 @@ def preview(params: Params, request: BackfillRequest) -> BackfillPreview:
     lock and writes nothing."""
     with GalleryStore.open(request.store) as gallery:
         spec, source = new_vector_source(params, request, gallery)
-        return preview_backfill(gallery, spec, source, _serving_check(request))
+        order = (build_ordering(request.chunking.policy), request.chunking.seed)
+        return preview_backfill(gallery, spec, source, _serving_check(request), order)
 
 
 def abort(store: Path) -> AbortRecord:
