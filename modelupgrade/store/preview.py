@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from modelupgrade.errors import UserError
-from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.ordering.base import OrderingPolicy
+from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.job import PROBE_ITEMS, backfill_order, spread
 from modelupgrade.store.schema import Chunk
 from modelupgrade.store.serving_check import ServingCheck
