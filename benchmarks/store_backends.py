@@ -193,6 +193,8 @@ def main() -> None:
     parser.add_argument("--milvus-uri", default="", help="a Milvus server for milvus-server")
     parser.add_argument("--root", type=Path, default=None, help="where the stores go")
     args = parser.parse_args()
+    if args.root is not None:
+        args.root.mkdir(parents=True, exist_ok=True)
     queries = clustered(args.queries, args.dim, 9)
     print(f"machine load before: {os.getloadavg()[0]:.1f} (1-minute average)", flush=True)
     with tempfile.TemporaryDirectory(dir=args.root) as tmp:

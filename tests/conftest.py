@@ -10,7 +10,7 @@ from collections.abc import Iterator
 os.environ.setdefault("MODELUPGRADE_DEVICE", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///:memory:")
-# One Prefect home per pytest-xdist worker: two workers' temporary servers must not share files.
+# One Prefect home per pytest-xdist worker: the workers' temporary servers must not share files.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 os.environ.setdefault(
     "PREFECT_HOME",
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 torch.set_num_threads(1)
 
 
-# The longest tests, scheduled first: `make test` runs the files on two workers (pytest-xdist,
-# --dist loadfile in file order), so the other worker runs the rest of the suite beside them.
+# The longest tests, scheduled first: `make test` runs the files on three workers (pytest-xdist,
+# --dist loadfile in file order), so the other workers run the rest of the suite beside them.
 LONGEST_FIRST = ("test_pipeline_dag.py", "test_flows.py", "test_adopt_registry.py")
 
 
