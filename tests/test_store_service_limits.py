@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,6 +100,18 @@ def test_no_schema_or_docs_without_the_token_and_no_third_party_script(tmp_path:
         assert "cdn" not in schema.text.lower()
 
 
+def test_no_schema_or_docs_unless_a_setting_turns_the_schema_on(tmp_path: Path) -> None:
+    """Off by default, the schema and the docs are served to no one: not to a client with the
+    token, nor by a service without one (the token alone would hide them only from the others)."""
+    path = _store(tmp_path / "s")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    routes = ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
+    with _client(path, TOKEN) as client:
+        assert [client.get(route, headers=auth).status_code for route in routes] == [404] * 4
+    with _client(path) as client:
+        assert [client.get(route).status_code for route in routes] == [404] * 4
+
+
 def test_a_body_too_large_or_unauthenticated_is_refused_before_it_is_read(tmp_path: Path) -> None:
     path = _store(tmp_path / "s")
     big = b'{"vectors": [[' + b"0.5, " * 1_200_000 + b"0.5]]}"  # 6 MB
@@ -122,12 +135,9 @@ def test_a_body_too_large_or_unauthenticated_is_refused_before_it_is_read(tmp_pa
         assert client.post("/search", json=query, headers=auth).status_code == 200
 
 
-def test_a_content_length_over_the_limit_is_refused_before_any_byte_is_read(
-    tmp_path: Path,
-) -> None:
-    """The declared length alone refuses a body: the service answers 413 without reading one byte
-    (a client that announces 1 GB is not made to send any of it)."""
-    app = _client(_store(tmp_path / "s"), max_request_bytes=1024).app
+def _posted(app: Any, headers: list[tuple[bytes, bytes]]) -> tuple[int, int]:
+    """POST /search with ``headers`` straight to the ASGI ``app``, a body of ``{}`` waiting: the
+    status answered, and how many times the app asked for the body."""
     reads: list[int] = []
     answers: list[dict[str, object]] = []
 
@@ -138,7 +148,6 @@ def test_a_content_length_over_the_limit_is_refused_before_any_byte_is_read(
     async def send(message: dict[str, object]) -> None:
         answers.append(message)
 
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"1025")]
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -149,13 +158,30 @@ def test_a_content_length_over_the_limit_is_refused_before_any_byte_is_read(
         "raw_path": b"/search",
         "root_path": "",
         "query_string": b"",
-        "headers": headers,
+        "headers": [(b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
-    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
-    assert answers[0]["status"] == 413
-    assert not reads
+    asyncio.run(app(scope, receive, send))
+    return int(answers[0]["status"]), len(reads)  # type: ignore[call-overload]
+
+
+def test_a_content_length_over_the_limit_is_refused_before_any_byte_is_read(
+    tmp_path: Path,
+) -> None:
+    """The declared length alone refuses a body: the service answers 413 without reading one byte
+    (a client that announces 1 GB is not made to send any of it)."""
+    app = _client(_store(tmp_path / "s"), max_request_bytes=1024).app
+    assert _posted(app, [(b"content-length", b"1025")]) == (413, 0)
+
+
+def test_an_unauthenticated_body_is_refused_before_any_byte_is_read(tmp_path: Path) -> None:
+    """Without the token the service answers 401 without reading one byte of the body, even one
+    within the size limit (before: a 67 MB body was parsed in full before the 401)."""
+    app = _client(_store(tmp_path / "s"), TOKEN).app
+    assert _posted(app, [(b"content-length", b"2")]) == (401, 0)
+    wrong = (b"authorization", b"Bearer not-" + TOKEN.encode())
+    assert _posted(app, [(b"content-length", b"2"), wrong]) == (401, 0)
 
 
 def test_a_malformed_request_is_not_echoed_back(tmp_path: Path) -> None:

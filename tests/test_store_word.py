@@ -306,6 +306,45 @@ def test_store_verify_finds_a_changed_checksum_and_a_duplicated_item_id(tmp_path
     assert "item id 'item-00016' is held by 2 items" in out or "database" in err
 
 
+def _edit_in_table(path: Path, old: bytes, new: bytes) -> None:
+    """Replace the first ``old`` in the store's database file with ``new``: inside the item table,
+    not the index of its ids (which still says ``old``)."""
+    database = path / "store.sqlite"
+    with sqlite3.connect(database) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = database.read_bytes()
+    assert raw.count(old) >= 1
+    database.write_bytes(raw.replace(old, new, 1))
+
+
+def test_the_services_check_on_open_finds_a_duplicated_item_id(tmp_path: Path) -> None:
+    """Two items named ``item-00016`` behind an index that still says ``item-00017``: SQLite's
+    quick_check (the service's, on open) does not compare the index with its table, so only the
+    item check's full scan finds the duplicate."""
+    from modelupgrade.store.verify import quick_check
+
+    path = tmp_path / "s"
+    build_gallery(path, 60).close()
+    _edit_in_table(path, b"item-00017", b"item-00016")
+    with GalleryStore.open(path) as store:
+        report = quick_check(store)
+    assert report.inconsistencies == 1, report.describe()
+    assert "item id 'item-00016' is held by 2 items" in report.describe()
+
+
+def test_store_verify_runs_sqlites_integrity_check(tmp_path: Path) -> None:
+    """An item id changed inside the table alone, to one no other item holds: every item
+    constraint still holds, and only SQLite's integrity_check (the index against its table)
+    finds it."""
+    params = backend_params(tmp_path, BackendSettings())
+    path = tmp_path / "s"
+    build_gallery(path, 60).close()
+    _edit_in_table(path, b"item-00017", b"item-0001x")
+    code, out, err = _verify_command(path, params)
+    assert code == 1, out + err
+    assert "database" in out and "index" in out, out
+
+
 def test_a_damaged_database_page_is_one_error_line_and_a_503(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
