@@ -129,6 +129,52 @@ def test_two_ingests_into_a_new_store_both_land_in_it(
                 np.testing.assert_array_equal(stored, np.load(vectors))
 
 
+def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The race of the test above, made certain: while one process holds the commit lock of a
+    store it is creating, another that finds no store creates nothing (no database appears); once
+    the lock is let go it looks again, opens the first one's store and ingests into it (before:
+    creation took no lock, and a second creator wrote its own store over the first)."""
+    from modelupgrade.store.lock import COMMIT_HOLDER_FILE, COMMIT_LOCK_FILE, WriterLock
+    from modelupgrade.store.schema import DATABASE_FILE
+
+    path = tmp_path / "s"
+    path.mkdir()
+    second = textwrap.dedent(
+        f"""
+        import numpy as np
+        from modelupgrade.store import GalleryStore
+        from tests.store_helpers import OLD
+        print("started", flush=True)
+        store, created = GalleryStore.open_or_create({str(path)!r})
+        with store:
+            store.ingest(["b-0"], np.ones((1, OLD.dim), np.float32), OLD)
+        print("created" if created else "opened", flush=True)
+        """
+    )
+    with WriterLock(path, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold("create a gallery store"):
+        creator = subprocess.Popen(
+            [sys.executable, "-c", second],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert creator.stdout is not None and creator.stdout.readline().strip() == "started"
+        try:
+            creator.wait(timeout=3)  # a creator that takes no lock has made its store by now
+        except subprocess.TimeoutExpired:
+            pass
+        assert creator.poll() is None, "the second creator did not wait for the lock"
+        assert not (path / DATABASE_FILE).exists()
+        GalleryStore._created(path, BackendSettings()).close()  # the first creator's work
+    out, _ = creator.communicate(timeout=120)
+    assert creator.returncode == 0 and out.strip() == "opened"  # it looked again under the lock
+    with GalleryStore.open(path) as store:
+        assert [item.item_id for item in store.items()] == ["b-0"]
+
+
 # ----- 2. a service never answers from files that no longer back the store ---------------------
 def test_a_service_follows_a_space_dropped_and_created_again(
     backend: BackendSettings, tmp_path: Path
