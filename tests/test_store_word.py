@@ -322,6 +322,29 @@ def test_store_verify_finds_a_vector_changed_behind_the_store(
     assert err.startswith("error: 1 inconsistency") and "hint:" in err
 
 
+def test_store_verify_finds_a_vector_written_back_on_an_erased_items_slot(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    """A resurrection caught: the vector of an erased item written back past the store is found
+    by reading the rows the backend holds against the item table (no search would show it)."""
+    from modelupgrade.store.backends.base import VectorRows
+    from modelupgrade.store.live import erase
+    from modelupgrade.store.vectors import vector_checksums
+    from modelupgrade.store.verify import verify
+
+    with build_gallery(tmp_path / "s", 60, backend=backend) as store:
+        spec, slot = store.space(OLD.name), np.array([5])
+        vector = store.read_vectors(OLD.name, slot)
+        erase(store, ["item-00005"], "a request to be forgotten")
+        assert verify(store).inconsistencies == 0
+        rows = VectorRows(slot, vector, vector_checksums(vector), np.zeros(1, np.uint64))
+        store.vectors.write(spec, rows)
+        store.vectors.sync(spec)
+        report = verify(store)
+    assert report.inconsistencies == 1
+    assert "space 'gen0' holds 1 vector(s) of no item, e.g. slot 5" in report.describe()
+
+
 def _flip(path: Path, offset: int) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)
