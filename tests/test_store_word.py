@@ -286,6 +286,25 @@ def test_a_kill_between_the_alias_move_and_its_record_is_completed_by_the_next_w
         assert verify(store).inconsistencies == 0 and store.status().pending_intents == []
 
 
+def test_store_verify_finds_the_serving_alias_moved_behind_the_store(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    """The alias clients search, moved back to the old space's collection by someone other than
+    the store after its cutover: store-verify compares it with the store's last step."""
+    from modelupgrade.store.verify import verify
+
+    if backend.kind != "milvus":
+        pytest.skip("only a vector database has an alias of its own to move")
+    with _complete_store(tmp_path / "s", backend) as store:
+        assert verify(store).inconsistencies == 0
+        vectors = store.vectors
+        gen0 = vectors.collection(store.space(OLD.name))  # type: ignore[attr-defined]
+        vectors.client().alter_alias(gen0, vectors.alias)  # type: ignore[attr-defined]
+        report = verify(store)
+    assert report.inconsistencies == 1
+    assert f"the serving alias points at {gen0}, the last cutover at" in report.describe()
+
+
 # ----- 4. corruption is detected -----------------------------------------------------------------
 def _verify_command(path: Path, params: Path) -> tuple[int, str, str]:
     return _finished(_command("store-verify", "--store", str(path), params=params))
