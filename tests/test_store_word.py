@@ -693,6 +693,42 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def test_a_disk_full_when_the_backfill_is_planned_is_one_error_line_and_plans_nothing(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The store's disk with no room left for the backfill's plan: planning stops with one error
+    line (before: a raw OperationalError), nothing is planned, and once space is freed the same
+    command runs the backfill to its end."""
+    params = backend_params(tmp_path, BackendSettings())
+    n = 3000
+    with build_gallery(small_disk / "s", n) as store:
+        np.save(tmp_path / "new.npy", psi(store.read_vectors(OLD.name, np.arange(n))))
+    pd.DataFrame({"item_id": [f"item-{i:05d}" for i in range(n)]}).to_parquet(
+        tmp_path / "ids.parquet"
+    )
+    backfill = (
+        "backfill",
+        *("--store", str(small_disk / "s"), "--space", NEW.name, "--chunk-size", "64"),
+        *("--vectors", str(tmp_path / "new.npy"), "--items", str(tmp_path / "ids.parquet")),
+        *("--policy", "old-confidence", "--no-progress"),
+    )
+    stats = os.statvfs(small_disk)
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize))  # not a byte left
+    code, out, err = _finished(_command(*backfill, params=params))
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err, err
+    line = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert line.startswith("error: the disk under the store at") and "is full" in line, line
+    filler.unlink()
+    with GalleryStore.open(small_disk / "s") as store:
+        assert store.backfills.last() is None and set(store.spaces()) == {OLD.name}
+    code, out, err = _finished(_command(*backfill, params=params))
+    assert code == 0, err
+    with GalleryStore.open(small_disk / "s") as store:
+        assert store.backfills.last().status == "complete"  # type: ignore[union-attr]
+
+
 def test_a_disk_that_fills_mid_backfill_is_one_error_line_and_resumes_bit_identical(
     tmp_path: Path, small_disk: Path
 ) -> None:

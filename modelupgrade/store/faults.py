@@ -48,11 +48,17 @@ class DiskFull(UserError):
     """The disk under the store has no room for what a writer must store; nothing was committed."""
 
 
+_NEARLY_FULL = 1 << 20  # bytes free below which an SQLite I/O error is taken for a full disk
+
+
 def damaged(path: Path, err: sqlite3.DatabaseError) -> UserError:
     """The error line of an SQLite failure on the store at ``path``: a full disk, a lock held too
     long, or damage."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if "full" in text:
+    free = _free_bytes(path)
+    # SQLite says "disk I/O error", not "full", when the disk fills while it extends its WAL or
+    # shared-memory file: with (almost) nothing free, that is a full disk, not damage.
+    if "full" in text or ("disk I/O error" in text and free is not None and free < _NEARLY_FULL):
         return DiskFull(
             f"the disk under the store at {path} is full: {text}; nothing was committed",
             hint="free space on that disk and run the command again (it resumes where it stopped)",
