@@ -212,16 +212,21 @@ def milvus_lite_held(store: Path) -> Iterator[None]:
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
-    """``script STORE DELAY`` in a child process of this project (to be SIGKILLed mid-backfill)."""
+def python_child(*args: str) -> subprocess.Popen[str]:
+    """``python ARGS`` in a child process that imports this project, its output piped."""
     return subprocess.Popen(
-        [sys.executable, str(script), str(store), str(delay)],
+        [sys.executable, *args],
         cwd=PROJECT_ROOT,
         env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
+    """``script STORE DELAY`` in a child process of this project (to be SIGKILLed mid-backfill)."""
+    return python_child(str(script), str(store), str(delay))
 
 
 # ``SCRIPT STORE DELAY``: backfill STORE into NEW in chunks of {chunk} with a ψ that sleeps DELAY s

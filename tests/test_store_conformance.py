@@ -14,10 +14,7 @@ queries of the serving test run in the backfilling process; between kills, this 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict
@@ -53,6 +50,7 @@ from tests.store_helpers import (
     psi,
     psi_job,
     psi_searchers,
+    python_child,
     reverse,
     slow_backfill_script,
     spawn_backfill_worker,
@@ -338,13 +336,7 @@ def test_a_milvus_lite_file_held_by_another_process_is_one_clear_error(tmp_path:
         "print('holding', flush=True)\n"
         "time.sleep(60)\n"
     )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = python_child("-c", hold)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         with GalleryStore.open(tmp_path / "s") as store:

@@ -49,6 +49,7 @@ from tests.store_helpers import (
     milvus_lite,
     psi,
     psi_job,
+    python_child,
     reverse,
     write_images,
 )
@@ -154,13 +155,7 @@ def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_mean
         """
     )
     with WriterLock(path, COMMIT_LOCK_FILE, COMMIT_HOLDER_FILE).hold("create a gallery store"):
-        creator = subprocess.Popen(
-            [sys.executable, "-c", second],
-            cwd=PROJECT_ROOT,
-            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        creator = python_child("-c", second)
         assert creator.stdout is not None and creator.stdout.readline().strip() == "started"
         try:
             creator.wait(timeout=3)  # a creator that takes no lock has made its store by now
@@ -169,8 +164,9 @@ def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_mean
         assert creator.poll() is None, "the second creator did not wait for the lock"
         assert not (path / DATABASE_FILE).exists()
         GalleryStore._created(path, BackendSettings()).close()  # the first creator's work
-    out, _ = creator.communicate(timeout=120)
-    assert creator.returncode == 0 and out.strip() == "opened"  # it looked again under the lock
+    out, err = creator.communicate(timeout=120)
+    # it looked again under the lock, and opened the first creator's store
+    assert creator.returncode == 0 and out.strip() == "opened", err
     with GalleryStore.open(path) as store:
         assert [item.item_id for item in store.items()] == ["b-0"]
 
