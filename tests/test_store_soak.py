@@ -45,8 +45,11 @@ from tests.store_helpers import (
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS, CHUNK, CLIENTS, KILLS, SERVICES, LIVE = 3000, 64, 4, 2, 2, 50
-# The soak's own limit: it must end well within it, or it fails rather than run on.
-BUDGET_S = 110.0
+# The soak's own limit: it must end well within it, or it fails rather than run on. Three times its
+# longest quiet run (the Milvus-server variant, 76–81 s beside the rest of `make test`): a machine
+# that runs the stages 2.5× slower still passes (at 110 s it failed at 114 s with a `dvc repro`
+# running beside the suite).
+BUDGET_S = 250.0
 
 WORKER = slow_backfill_script(CHUNK, then="raise SystemExit(report.exit_code)")
 
