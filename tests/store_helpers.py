@@ -229,6 +229,23 @@ def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess
     return python_child(str(script), str(store), str(delay))
 
 
+def wait_for_chunks(
+    watcher: GalleryStore, worker: subprocess.Popen[str], chunks: int, within_s: float = 120.0
+) -> None:
+    """Wait until the backfill ``worker``, still running, has committed ``chunks`` chunks in all to
+    the store ``watcher`` has open; fail, saying which, if it ends first or ``within_s`` passes.
+    Generous by default: a worker's start (torch, the store) takes seconds on a quiet machine and
+    several times that beside the rest of the suite, and a test that went on before the worker got
+    going would test something else (a second backfill would run, not be refused)."""
+    deadline = time.monotonic() + within_s
+    while len(watcher.backfills.chunk_log()) < chunks:
+        if worker.poll() is not None:
+            pytest.fail(f"the backfill worker ended before {chunks} chunks: {worker.communicate()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the backfill worker did not commit {chunks} chunks in {within_s:.0f} s")
+        time.sleep(0.01)
+
+
 # ``SCRIPT STORE DELAY``: backfill STORE into NEW in chunks of {chunk} with a ψ that sleeps DELAY s
 # per chunk, to be queried and killed part-way; {job_options} go to the job, {then} ends the script.
 _SLOW_BACKFILL = """\

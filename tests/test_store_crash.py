@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from tests.store_helpers import (
     psi_searchers,
     slow_backfill_script,
     spawn_backfill_worker,
+    wait_for_chunks,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,12 +145,8 @@ def test_sigterm_stops_at_a_chunk_boundary_and_the_job_resumes(tmp_path: Path) -
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     process = spawn_backfill_worker(store_path, script, delay=0.02)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with GalleryStore.open(store_path) as store:
-            if len(store.backfills.chunk_log()) >= 2:
-                break
-        time.sleep(0.05)
+    with GalleryStore.open(store_path) as watcher:
+        wait_for_chunks(watcher, process, 2)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err

@@ -41,6 +41,7 @@ from tests.store_helpers import (
     psi_job,
     slow_backfill_script,
     spawn_backfill_worker,
+    wait_for_chunks,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +171,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     clients = [_Client(ports[seed % SERVICES], seed) for seed in range(CLIENTS)]
     kills, refused, progress, live, erased = 0, 0, [], [], []
     rng = np.random.default_rng(2024)
+    worker: subprocess.Popen[str] | None = None
     try:
         for client in clients:
             client.start()
@@ -177,13 +179,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
             for _ in range(KILLS):
                 before = len(watcher.backfills.chunk_log())
                 worker = spawn_backfill_worker(path, script, delay=0.02)
-                deadline = time.monotonic() + 30
-                while (
-                    len(watcher.backfills.chunk_log()) < before + 3
-                    and worker.poll() is None
-                    and time.monotonic() < deadline
-                ):
-                    time.sleep(0.01)
+                wait_for_chunks(watcher, worker, before + 3, began + BUDGET_S - time.monotonic())
                 # A second backfill meets the lease, whatever it wants to do.
                 with pytest.raises(UserError, match=f"being written by pid {worker.pid} "):
                     psi_job(watcher, chunk=CHUNK, seed=0).run()
@@ -209,6 +205,9 @@ def test_backfill_under_queries_kills_and_a_second_writer(
             assert worker.returncode == 0, err[-3000:]
         answers = [_answers(port) for port in ports]  # the backfill done: replicas agree
     finally:
+        if worker is not None and worker.poll() is None:  # a failed soak leaves no writer behind
+            worker.kill()
+            worker.wait(timeout=30)
         for client in clients:
             client.stop.set()
         for client in clients:

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +64,7 @@ from tests.store_helpers import (
     reverse,
     spawn_backfill_worker,
     stored_spaces,
+    wait_for_chunks,
 )
 
 CHUNK = 16
@@ -101,15 +101,6 @@ def _spawn(store: Path, tmp_path: Path, delay: float) -> subprocess.Popen[str]:
     return spawn_backfill_worker(store, script, delay)
 
 
-def _wait_for_commits(store: Path, process: subprocess.Popen[str], chunks: int) -> None:
-    deadline = time.monotonic() + 60
-    with GalleryStore.open(store) as watcher:
-        while len(watcher.backfills.chunk_log()) < chunks:
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the backfill committed nothing in 60 s"
-            time.sleep(0.02)
-
-
 def _store(tmp_path: Path, backend: BackendSettings, n: int, images: bool = False) -> Path:
     """A store of ``n`` items on ``backend`` at ``tmp_path``/s, closed: ``build_gallery``'s, or
     with ``images`` ``image_gallery``'s."""
@@ -126,7 +117,8 @@ def _backfill_running(
     path = _store(tmp_path, backend, 400)
     process = _spawn(path, tmp_path, delay=0.05)
     try:
-        _wait_for_commits(path, process, chunks)
+        with GalleryStore.open(path) as watcher:
+            wait_for_chunks(watcher, process, chunks)
     except BaseException:
         process.kill()
         process.communicate(timeout=60)
