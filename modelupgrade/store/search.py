@@ -110,7 +110,7 @@ class _ForwardPart(PartGallery):
 
     def __init__(self, matrix: SpaceMatrix, slots: np.ndarray) -> None:
         self.matrix, self.slots = matrix, slots
-        self.selector, self._bits = matrix.selector(slots)
+        self.rows = matrix.part(slots)
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
@@ -119,12 +119,12 @@ class _ForwardPart(PartGallery):
         found = (
             self.slots
             if limit == len(self.slots)
-            else self.matrix.search(queries, limit, self.selector)
+            else self.matrix.search(queries, limit, self.rows)
         )
         return found, self.vectors(found)
 
     def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self.matrix.raw[slots]  # type: ignore[index]
+        return self.matrix.transformed(slots)
 
 
 class Searcher:

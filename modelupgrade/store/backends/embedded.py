@@ -49,13 +49,13 @@ from modelupgrade.store.vectors import (
 
 class _FlatPart(PartGallery):
     """A part searched exactly through its space's matrix (``matrices.SpaceMatrix``), restricted
-    to the part's rows by a bitmap made once per snapshot."""
+    to the part's rows (``matrices.MatrixPart``, made once per snapshot)."""
 
     def __init__(
         self, backend: EmbeddedVectors, spec: SpaceSpec, matrix: SpaceMatrix, slots: np.ndarray
     ) -> None:
         self.backend, self.spec, self.matrix, self.slots = backend, spec, matrix, slots
-        self.selector, self._bits = matrix.selector(slots)
+        self.rows = matrix.part(slots)
 
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
@@ -63,7 +63,7 @@ class _FlatPart(PartGallery):
         limit = candidate_count(k, len(self.slots))
         if limit == len(self.slots):
             return self.slots, self.vectors(self.slots)
-        slots = self.matrix.search(queries, limit, self.selector)
+        slots = self.matrix.search(queries, limit, self.rows)
         return slots, self.vectors(slots)
 
     def vectors(self, slots: np.ndarray) -> np.ndarray:
