@@ -233,7 +233,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     )
     assert not failures, failures[:5]
     assert statuses == {200: len(latencies)} and len(latencies) > 50
-    assert kills == KILLS and 0 < progress[0] < progress[-1] < len(expected_chunks), progress
+    assert kills == KILLS and 0 < progress[0] < progress[-1], progress
     assert seconds < BUDGET_S
     kept = len(live) - len(erased)
     assert answers[0] == answers[1] and len(answers[0]) == 5
@@ -251,6 +251,9 @@ def test_backfill_under_queries_kills_and_a_second_writer(
     assert states[:items] == expected_states
     np.testing.assert_array_equal(vectors[:items], expected_vectors)
     assert chunks[: len(expected_chunks)] == expected_chunks
+    # each kill came before the backfill's last chunk: the items ingested meanwhile are chunks of
+    # it too, after the gallery's own, so a kill among them is still a kill mid-backfill
+    assert progress[-1] < len(chunks), (progress, len(chunks))
     assert {state[0] for state in states[items:]} == set(live) - set(erased)
     assert {state[1:3] for state in states[items:]} == {(NEW.name, "done")}
     # every item in exactly one committed chunk, every chunk once
