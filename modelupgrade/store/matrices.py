@@ -44,6 +44,16 @@ _PLAIN_SCAN_SHARE = 0.05
 _OVERFETCH, _OVERFETCH_EXTRA = 2.0, 16
 
 
+def _grown(array: np.ndarray, length: int, fill: int) -> np.ndarray:
+    """``array``, or a copy at least twice as long with the new rows ``fill``ed, so that it holds
+    ``length`` rows."""
+    if length <= len(array):
+        return array
+    grown = np.full((max(length, 2 * len(array), 1024), *array.shape[1:]), fill, array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
 @dataclass(frozen=True)
 class MatrixPart:
     """The rows of a snapshot's part in a ``SpaceMatrix``: ``member[row]`` (rows added after it was
@@ -66,6 +76,7 @@ class SpaceMatrix:
         faiss = _faiss()
         self.dim, self.metric, self.transform = dim, metric, transform
         self.index = faiss.IndexFlatL2(dim) if metric == "l2" else faiss.IndexFlatIP(dim)
+        # Per slot and per row; only the first ``rows`` rows of the per-row arrays are in use.
         self.row_of_slot = np.full(0, -1, dtype=np.int64)  # -1: the slot has no row yet
         self.slot_of_row = np.zeros(0, dtype=np.int64)
         self.sums = np.zeros(0, dtype=np.uint64)  # checksum of the vector loaded per row (0: none)
@@ -102,17 +113,19 @@ class SpaceMatrix:
 
     def _append(self, slots: np.ndarray, stored: np.ndarray, sums: np.ndarray) -> None:
         prepared, raw = self._prepared(stored)
-        first = self.rows
+        first, end = self.rows, self.rows + len(slots)
         self.index.add(prepared)
-        if len(self.row_of_slot) <= int(slots.max()):
-            grown = np.full(int(slots.max()) + 1, -1, dtype=np.int64)
-            grown[: len(self.row_of_slot)] = self.row_of_slot
-            self.row_of_slot = grown
-        self.row_of_slot[slots] = np.arange(first, first + len(slots))
-        self.slot_of_row = np.concatenate([self.slot_of_row, slots.astype(np.int64)])
-        self.sums = np.concatenate([self.sums, sums])
+        # The per-row arrays grow geometrically, like the index's own storage: a commit appends
+        # a chunk's rows at a cost of the chunk, not of the rows held before it.
+        self.row_of_slot = _grown(self.row_of_slot, int(slots.max()) + 1, -1)
+        self.row_of_slot[slots] = np.arange(first, end)
+        self.slot_of_row = _grown(self.slot_of_row, end, 0)
+        self.slot_of_row[first:end] = slots
+        self.sums = _grown(self.sums, end, 0)
+        self.sums[first:end] = sums
         if self.raw is not None:
-            self.raw = np.concatenate([self.raw, raw])
+            self.raw = _grown(self.raw, end, 0)
+            self.raw[first:end] = raw
 
     def _rewrite(self, rows: np.ndarray, stored: np.ndarray, sums: np.ndarray) -> None:
         prepared, raw = self._prepared(stored)
