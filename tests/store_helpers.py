@@ -224,9 +224,13 @@ def python_child(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def spawn_backfill_worker(store: Path, script: Path, delay: float) -> subprocess.Popen[str]:
-    """``script STORE DELAY`` in a child process of this project (to be SIGKILLed mid-backfill)."""
-    return python_child(str(script), str(store), str(delay))
+def spawn_backfill_worker(
+    store: Path, script: Path, delay: float, hold: Path | None = None
+) -> subprocess.Popen[str]:
+    """``script STORE DELAY [HOLD]`` in a child process of this project (to be SIGKILLed
+    mid-backfill). While the file ``hold`` exists, the worker waits inside ψ: a test that must act
+    while the backfill is surely still running (its lease held, chunks left) pauses it there."""
+    return python_child(str(script), str(store), str(delay), *([str(hold)] if hold else []))
 
 
 def wait_for_chunks(
@@ -246,16 +250,19 @@ def wait_for_chunks(
         time.sleep(0.01)
 
 
-# ``SCRIPT STORE DELAY``: backfill STORE into NEW in chunks of {chunk} with a ψ that sleeps DELAY s
-# per chunk, to be queried and killed part-way; {job_options} go to the job, {then} ends the script.
+# ``SCRIPT STORE DELAY [HOLD]``: backfill STORE into NEW in chunks of {chunk} with a ψ that sleeps
+# DELAY s per chunk (and waits while the file HOLD exists), to be queried and killed part-way;
+# {job_options} go to the job, {then} ends the script.
 _SLOW_BACKFILL = """\
-import sys, time
+import os, sys, time
 from modelupgrade.ordering import build_ordering
 from modelupgrade.store import BackfillJob, GalleryStore, TransformStored
 from tests.store_helpers import NEW, psi
 
 def slow_psi(vectors):
     time.sleep(float(sys.argv[2]))
+    while len(sys.argv) > 3 and os.path.exists(sys.argv[3]):
+        time.sleep(0.005)
     return psi(vectors)
 
 with GalleryStore.open(sys.argv[1]) as store:

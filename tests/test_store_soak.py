@@ -166,6 +166,7 @@ def test_backfill_under_queries_kills_and_a_second_writer(
         plan_psi_backfill(store, CHUNK)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
+    hold = tmp_path / "hold"
     ports = [_free_port() for _ in range(SERVICES)]
     servers = [_serve(path, port, tmp_path / f"serve{port}.log") for port in ports]
     clients = [_Client(ports[seed % SERVICES], seed) for seed in range(CLIENTS)]
@@ -178,8 +179,11 @@ def test_backfill_under_queries_kills_and_a_second_writer(
         with GalleryStore.open(path) as watcher:
             for _ in range(KILLS):
                 before = len(watcher.backfills.chunk_log())
-                worker = spawn_backfill_worker(path, script, delay=0.02)
+                worker = spawn_backfill_worker(path, script, delay=0.02, hold=hold)
                 wait_for_chunks(watcher, worker, before + 3, began + BUDGET_S - time.monotonic())
+                # Paused inside ψ of its next chunk while this side writes: on a loaded machine a
+                # free-running worker could finish the gallery before the kill (CI, stop 37).
+                hold.touch()
                 # A second backfill meets the lease, whatever it wants to do.
                 with pytest.raises(UserError, match=f"being written by pid {worker.pid} "):
                     psi_job(watcher, chunk=CHUNK, seed=0).run()
@@ -192,8 +196,9 @@ def test_backfill_under_queries_kills_and_a_second_writer(
                 live += batch
                 erase(watcher, batch[: LIVE // 5], "soak")
                 erased += batch[: LIVE // 5]
-                # Killed at a random moment: inside ψ, between the vector write and the commit, or
-                # inside the transaction.
+                # Released, then killed at a random moment: inside ψ, between the vector write and
+                # the commit, or inside the transaction.
+                hold.unlink()
                 time.sleep(float(rng.uniform(0.0, 0.1)))
                 assert worker.poll() is None, worker.communicate()
                 worker.send_signal(signal.SIGKILL)
