@@ -35,16 +35,22 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
     return merged
 
 
-def set_arguments(overlay: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """``-S key.sub=value`` pairs for every leaf; lists and new mappings are set
-    whole (JSON is YAML)."""
+def set_arguments(
+    overlay: Mapping[str, Any], prefix: str = "", base: Mapping[str, Any] | None = None
+) -> list[str]:
+    """``-S key.sub=value`` pairs for every leaf; lists and empty mappings are set whole (JSON is
+    YAML). A key ``base`` (the params the overlay applies to) lacks is added: ``-S +key=value``,
+    Hydra's grammar for a new key, which DVC refuses without the ``+``."""
     arguments: list[str] = []
     for key, value in overlay.items():
         name = f"{prefix}{key}"
+        below = base.get(key) if base is not None else None
         if isinstance(value, Mapping) and value:
-            arguments += set_arguments(value, f"{name}.")
+            nested = below if isinstance(below, Mapping) else {}
+            arguments += set_arguments(value, f"{name}.", nested if base is not None else None)
         else:
-            arguments += ["-S", f"{name}={json.dumps(value, separators=(',', ':'))}"]
+            new = "+" if base is not None and key not in base else ""
+            arguments += ["-S", f"{new}{name}={json.dumps(value, separators=(',', ':'))}"]
     return arguments
 
 
@@ -60,9 +66,20 @@ def read_overlay(path: Path, params_path: Path = DEFAULT_PARAMS_PATH) -> dict[st
     return overlay
 
 
-def experiment_commands(overlay: Mapping[str, Any], seeds: Sequence[int]) -> list[list[str]]:
-    arguments = set_arguments(overlay)
+def experiment_commands(
+    overlay: Mapping[str, Any],
+    seeds: Sequence[int],
+    base: Mapping[str, Any] | None = None,
+    targets: Sequence[str] = (),
+) -> list[list[str]]:
+    """The dvc commands that run ``overlay`` over the params ``base``: one experiment, or one
+    queued per seed and then the queue; only the stages ``targets`` (and what they need) when
+    given."""
+    arguments = set_arguments(overlay, base=base)
     if not seeds:
-        return [["dvc", "exp", "run", *arguments]]
-    queued = [["dvc", "exp", "run", "--queue", *arguments, "-S", f"seed={seed}"] for seed in seeds]
+        return [["dvc", "exp", "run", *arguments, *targets]]
+    queued = [
+        ["dvc", "exp", "run", "--queue", *arguments, "-S", f"seed={seed}", *targets]
+        for seed in seeds
+    ]
     return [*queued, ["dvc", "queue", "start"]]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modelupgrade.config import ParamsError
+from modelupgrade.config import ParamsError, parse_params
 from modelupgrade.overrides import experiment_commands, merge, read_overlay, set_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +114,24 @@ def test_the_experiments_command_prints_the_queue_it_would_run(capsys, monkeypat
     ]
     assert lines[0].endswith("-S seed=0") and lines[1].endswith("-S seed=1")
     assert '-S architectures.default.backbone="resnet18"' in lines[0]
+
+
+def test_a_key_the_params_lack_is_added_with_hydras_plus_and_one_they_hold_is_set():
+    base = {"training": {"epochs": 6}, "adopted": {}}
+    overlay = {"training": {"epochs": 2, "lr": 0.1}, "adopted": {"mine": {"kind": "timm"}}}
+    assert set_arguments(overlay, base=base) == [
+        "-S", "training.epochs=2",
+        "-S", "+training.lr=0.1",
+        "-S", '+adopted.mine.kind="timm"',
+    ]  # fmt: skip
+    assert experiment_commands(overlay, [], base, ["upgrade"])[0][-1] == "upgrade"
+
+
+def test_the_your_upgrade_profile_is_a_valid_overlay_naming_its_models_and_inputs():
+    overlay = yaml.safe_load((ROOT / "params" / "your-upgrade.yaml").read_text())
+    params = parse_params(merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overlay), "x")
+    upgrade = params.upgrades["mine"]
+    assert {upgrade.old, upgrade.new} <= set(params.adopted)
+    for name in (upgrade.old, upgrade.new):
+        assert params.adopted[name].options["path"].startswith(upgrade.inputs + "/")
+    assert all(path.startswith(upgrade.inputs + "/") for path in upgrade.files().values())

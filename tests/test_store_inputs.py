@@ -531,3 +531,46 @@ def test_a_dataset_pickle_that_would_run_code_is_refused(
     loaded = load_data_pickle(tmp_path / "batch", "CIFAR file", encoding="bytes")
     np.testing.assert_array_equal(loaded[b"data"], data[b"data"])
     assert loaded[b"labels"] == [1, 2] and loaded[b"name"] == "x"
+
+
+# ----- issue 31, item 2: the one vector format, looked up by id ----------------------------------
+def test_ingest_and_backfill_take_an_item_id_and_embedding_table_looked_up_by_id(
+    tmp_path: Path, models: Path, backend: BackendSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from modelupgrade.data.vector_table import write_vector_table
+
+    params = backend_params(tmp_path, backend)
+    store, items = tmp_path / "store", _items(tmp_path / "items.parquet")
+    ids = [f"it{i}" for i in range(ITEMS)]
+    rng = np.random.default_rng(3)
+    old, new = (rng.normal(size=(ITEMS, DIM)).astype(np.float32) for _ in range(2))
+    # Tables as a team exports them: another order than the items table, and an extra item.
+    order = [4, 0, 5, 2, 1, 3]
+    extra_old, extra_new = rng.normal(size=(1, DIM)), rng.normal(size=(1, DIM))
+    old_table = write_vector_table(
+        tmp_path / "old.parquet",
+        [ids[i] for i in order] + ["other"],
+        np.vstack([old[order], extra_old]),
+    )
+    new_table = write_vector_table(
+        tmp_path / "new.parquet",
+        ["other"] + [ids[i] for i in order],
+        np.vstack([extra_new, new[order]]),
+    )
+    code, _, err = _run(
+        capsys, *_ingest(store, items, models / "gen0", old_table, "--score"), params=params
+    )
+    assert code == 0, err
+    backfill = ["backfill", "--store", str(store), "--space", "gen1", "--policy", "random"]
+    # A table names its own rows: --items is for a .npy matrix only, and a matrix needs it.
+    both = [*backfill, "--vectors", str(new_table), "--items", str(items)]
+    _refused(capsys, *both, match="--items names the rows of a .npy --vectors", params=params)
+    matrix = [*backfill, "--vectors", str(_vectors(tmp_path / "new.npy", new))]
+    _refused(capsys, *matrix, match="a .npy matrix needs --items", params=params)
+    code, _, err = _run(capsys, *backfill, "--vectors", str(new_table), params=params)
+    assert code == 0, err
+    with GalleryStore.open(store) as opened:
+        slots = np.array([item.slot for item in sorted(opened.items(), key=lambda i: i.item_id)])
+        np.testing.assert_array_equal(opened.read_vectors("gen0", slots), old)
+        np.testing.assert_array_equal(opened.read_vectors("gen1", slots), new)
+        assert opened.status().items_by_space == {"gen1": ITEMS}

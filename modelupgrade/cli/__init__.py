@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "embed": "modelupgrade.commands.training:embed",
     "adopt": "modelupgrade.commands.adopt:adopt",
     "plan": "modelupgrade.commands.plan:plan",
+    "upgrade": "modelupgrade.commands.upgrade:upgrade",
     "evaluate": "modelupgrade.commands.evaluation:evaluate",
     "simulate-backfill": "modelupgrade.commands.backfill:simulate_backfill",
     "store-ingest": "modelupgrade.commands.store:store_ingest",

@@ -34,6 +34,7 @@ def experiments(
     seeds: Sequence[int] = (),
     dry_run: bool = False,
     params: Path = DEFAULT_PARAMS_PATH,
+    target: Sequence[str] = (),
 ) -> Experiments:
     """Run the study under a params overlay (a partial params.yaml) as DVC experiments.
 
@@ -46,10 +47,16 @@ def experiments(
         seeds: one queued experiment per seed
         dry_run: print the dvc commands instead of running them
         params: the params file the overlay applies to
+        target: run only these stages (and the stages they need), e.g. upgrade for the
+            upgrades of params/your-upgrade.yaml
     """
+    import yaml
+
     from modelupgrade.overrides import experiment_commands, read_overlay
 
-    commands = experiment_commands(read_overlay(overlay, params), seeds)
+    overlaid = read_overlay(overlay, params)
+    base = yaml.safe_load(Path(params).read_text(encoding="utf-8"))
+    commands = experiment_commands(overlaid, seeds, base, target)
     if dry_run:
         return Experiments(commands)
     for command in commands:

@@ -67,7 +67,8 @@ def store_ingest(
         items: manifest or split parquet naming the gallery items (item_id, path, index, label)
         model: model directory whose embedding space the vectors are in
         store: store directory (default: store.path of params.yaml)
-        vectors: embedding table (.npy, row i = the items table's row i); omit to embed the images
+        vectors: the items' vectors: an item_id + embedding parquet table (looked up by id), or a
+            .npy matrix (row i = the items table's row i); omit to embed the images
         space: space name (default: the model directory's name)
         score: ordering scores to store with each item, computed from the stored vectors:
             old-confidence and old-entropy (the model's classifier), fastfill-sigma2 (needs
@@ -133,8 +134,9 @@ def backfill(
         store: store directory (default: store.path of params.yaml)
         model: new model directory: re-embed every item's image
         transform_head: forward head: apply ψ to the stored vectors (no images needed)
-        vectors: the new vectors computed elsewhere (.npy; row i = row i of --items)
-        items: with --vectors: the parquet naming the item of each row (an item_id column)
+        vectors: the new vectors computed elsewhere: an item_id + embedding parquet table, or a
+            .npy matrix with --items naming its rows
+        items: with a .npy --vectors: the parquet naming the item of each row (an item_id column)
         rho_head: an rm_full head: store ρ of the new vectors, the space Seo et al.'s full method
             serves (serving mode rank-merge-full)
         space: target space name (default: the model directory's name; required otherwise)

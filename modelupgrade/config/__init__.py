@@ -42,6 +42,7 @@ from modelupgrade.config.training import (
     StrategyParams,
     TrainingParams,
 )
+from modelupgrade.config.upgrades import UpgradeParams
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
 # The path of a params file, as text: what a Prefect flow takes (a deployment stores its parameters
@@ -74,6 +75,7 @@ __all__ = [
     "StrategyParams",
     "StudyParams",
     "TrainingParams",
+    "UpgradeParams",
     "params_hash",
     "parse_params",
     "read_params",
@@ -93,6 +95,8 @@ class Params(Section):
     architectures: dict[str, ArchitectureParams]
     # Models made elsewhere, by name: what `modelupgrade adopt --model NAME` brings in.
     adopted: dict[str, AdoptionParams] = Field(default_factory=dict)
+    # A team's own upgrades, by name: dvc.yaml's upgrade@<name> plans and reports each.
+    upgrades: dict[str, UpgradeParams] = Field(default_factory=dict)
     training: TrainingParams = Field(default_factory=TrainingParams)
     strategies: dict[str, StrategyParams]
     heads: dict[str, HeadParams] = Field(default_factory=dict)
@@ -172,7 +176,17 @@ class Params(Section):
                     f"(defined: {sorted(self.heads)})"
                 )
         self._replicates_exist()
+        self._upgrades_adopt_their_models()
         return self
+
+    def _upgrades_adopt_their_models(self) -> None:
+        for name, upgrade in self.upgrades.items():
+            for role, model in (("old", upgrade.old), ("new", upgrade.new)):
+                if model not in self.adopted:
+                    raise ValueError(
+                        f"upgrades.{name}.{role} names model {model!r}, which is not defined under "
+                        f"'adopted' (defined: {sorted(self.adopted)})"
+                    )
 
     def _study_runs_what_it_trains(self) -> None:
         """Every scenario the study names is defined; one it does not run trains nothing (dvc.yaml

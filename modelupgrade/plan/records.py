@@ -4,6 +4,7 @@ the table for one gallery size (``PlanRow``, ``Recommendation``, ``UpgradePlan``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -132,6 +133,27 @@ class UpgradePlan:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(row) for row in self.rows])
 
+    @classmethod
+    def from_dict(cls, saved: Mapping[str, Any]) -> UpgradePlan:
+        """The plan as ``as_dict`` wrote it (plan.json)."""
+        measured = saved["measurements"]
+        machine = measured.get("machine")
+        measurements = PlanMeasurements(
+            **{
+                **measured,
+                "options": [OptionMeasure(**option) for option in measured["options"]],
+                "machine": None if machine is None else MachineLoad(**machine),
+            }
+        )
+        return cls(
+            gallery_size=saved["gallery_size"],
+            tolerance_pct=saved["tolerance_pct"],
+            metric=saved["metric"],
+            rows=[PlanRow(**row) for row in saved["rows"]],
+            recommendation=Recommendation(**saved["recommendation"]),
+            measurements=measurements,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "gallery_size": self.gallery_size,
@@ -143,34 +165,60 @@ class UpgradePlan:
             "measurements": asdict(self.measurements),
         }
 
-    def markdown(self) -> str:
-        m = self.metric
-        header = (
-            f"| option | {m} | Δ vs old | of M(new,new) | of the gap | neg. flips | "
-            "images to re-embed | vectors to transform | backfill time | fit / training | "
-            "per query | backfill AUC |"
+    def table_columns(self) -> list[str]:
+        return [
+            "option",
+            self.metric,
+            "Δ vs old",
+            "of M(new,new)",
+            "of the gap",
+            "neg. flips",
+            "images to re-embed",
+            "vectors to transform",
+            "backfill time",
+            "fit / training",
+            "per query",
+            "backfill AUC",
+        ]
+
+    def table_cells(self) -> list[list[str]]:
+        """Each option's row as the plan shows it: plan.md and the upgrade's report both print
+        these cells, so the two cannot disagree."""
+        return [
+            [
+                r.option,
+                number(r.M),
+                percent(r.delta_vs_old_pct, signed=True),
+                percent(r.of_new_new_pct),
+                percent(r.gap_closed_pct),
+                number(r.negative_flip_rate),
+                f"{r.images_to_embed:,}",
+                f"{r.vectors_to_transform:,}",
+                duration(r.backfill_seconds),
+                duration(r.training_seconds),
+                "" if r.query_overhead_us is None else f"{r.query_overhead_us:.2f} µs",
+                number(r.backfill_auc),
+            ]
+            for r in self.rows
+        ]
+
+    def measured_on(self) -> str:
+        return (
+            f"Measured on {self.measurements.device}; {self.metric} on "
+            f"{self.measurements.protocol['description']}."
         )
+
+    def markdown(self) -> str:
+        columns = self.table_columns()
         lines = [
             f"# Upgrade plan for a gallery of {self.gallery_size:,} images",
             "",
-            (
-                f"Measured on {self.measurements.device}; {m} on "
-                f"{self.measurements.protocol['description']}."
-            ),
+            self.measured_on(),
             "",
-            header,
-            "|" + "---|" * 12,
+            "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns),
+            *("| " + " | ".join(cells) + " |" for cells in self.table_cells()),
         ]
-        for r in self.rows:
-            lines.append(
-                f"| {r.option} | {number(r.M)} | {percent(r.delta_vs_old_pct, signed=True)} | "
-                f"{percent(r.of_new_new_pct)} | {percent(r.gap_closed_pct)} | "
-                f"{number(r.negative_flip_rate)} | "
-                f"{r.images_to_embed:,} | {r.vectors_to_transform:,} | "
-                f"{duration(r.backfill_seconds)} | {duration(r.training_seconds)} | "
-                f"{'' if r.query_overhead_us is None else f'{r.query_overhead_us:.2f} µs'} | "
-                f"{number(r.backfill_auc)} |"
-            )
         lines += [
             "",
             f"**Recommended: {self.recommendation.option}.** {self.recommendation.reason}",

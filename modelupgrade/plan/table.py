@@ -99,3 +99,13 @@ def write_plan(
             shutil.copytree(heads, tmp / HEADS_DIR)
     saved = sorted((out / HEADS_DIR).iterdir()) if (out / HEADS_DIR).is_dir() else []
     return [out / PLAN_JSON, out / PLAN_MARKDOWN, out / PLAN_CSV, *saved]
+
+
+def read_plan(out: Path) -> UpgradePlan:
+    """The plan ``write_plan`` wrote to the directory ``out``."""
+    import json
+
+    path = Path(out) / PLAN_JSON
+    if not path.is_file():
+        raise UserError(f"{out} holds no plan ({PLAN_JSON})", hint="run `modelupgrade plan` first")
+    return UpgradePlan.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,33 @@ def read_item_table(path: Path) -> Any:
     try:
         if suffix == ".csv":
             # Ids and paths stay text ("007" is not 7); empty cells are missing values.
-            return pd.read_csv(
+            frame = pd.read_csv(
                 path, dtype={"item_id": str, "path": str}, keep_default_na=False, na_values=[""]
             )
-        return pd.read_parquet(path)
+        else:
+            frame = pd.read_parquet(path)
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"item table {path} cannot be read: {first_line}", hint=hint) from None
+    return _paths_beside_the_table(frame, path)
+
+
+def _paths_beside_the_table(frame: Any, table: Path) -> Any:
+    """A plain table's (no ``index`` column) relative paths that name files beside the table, made
+    absolute: a team's own table names its images relative to itself, as ``plan`` and ``adopt``
+    read it, and the store must find them again when a backfill re-embeds them. Other rows keep
+    their path (an image of the dataset, found under ``dataset.root`` when it is loaded)."""
+    if "path" not in frame.columns or "index" in frame.columns:
+        return frame
+    folder = table.resolve().parent
+
+    def beside(value: object) -> object:
+        if not isinstance(value, str) or not value or os.path.isabs(value):
+            return value
+        candidate = folder / value
+        return os.path.normpath(candidate) if candidate.is_file() else value
+
+    return frame.assign(path=[beside(value) for value in frame["path"]])
 
 
 def item_rows(frame: object, what: str = "the item table") -> tuple[list[str], ItemSources]:

@@ -151,18 +151,22 @@ def new_vector_source(
     return spec, source
 
 
-def _table_source(table: Path, items: Path, rho: object) -> tuple[VectorSource, int, str]:
+def _table_source(table: Path, items: Path | None, rho: object) -> tuple[VectorSource, int, str]:
+    from modelupgrade.data.vector_table import is_vector_table, read_vector_table
     from modelupgrade.store.ingest import read_item_table
     from modelupgrade.store.sources import TableVectors
 
-    frame = read_item_table(items)
-    vectors = load_array(table, "new vector table")
-    if "item_id" not in frame.columns:
-        raise UserError(f"{items} has no item_id column")
-    source = TableVectors(
-        frame["item_id"].astype(str).tolist(),
-        vectors if rho is None else rho(vectors),  # type: ignore[operator]
-    )
+    if is_vector_table(table):  # its own ids: --items is not needed to name the rows
+        given = read_vector_table(table, "new vector table")
+        item_ids, vectors = given.item_ids, given.vectors
+    else:
+        assert items is not None, "NewVectors checks that a .npy table comes with --items"
+        frame = read_item_table(items)
+        vectors = load_array(table, "new vector table")
+        if "item_id" not in frame.columns:
+            raise UserError(f"{items} has no item_id column")
+        item_ids = frame["item_id"].astype(str).tolist()
+    source = TableVectors(item_ids, vectors if rho is None else rho(vectors))  # type: ignore[operator]
     return source, vectors.shape[1], str(table)
 
 

@@ -86,6 +86,7 @@ def ingest(params: Params, request: IngestRequest) -> IngestReport:
 def _filler(
     params: Params, request: IngestRequest
 ) -> tuple[Callable[[GalleryStore], None], list[ItemFailure]]:
+    from modelupgrade.data.vector_table import vectors_for_items
     from modelupgrade.ordering.scores import score_kind_of
     from modelupgrade.store.images import ManifestImageSource
     from modelupgrade.store.ingest import (
@@ -107,9 +108,8 @@ def _filler(
     skipped: list[ItemFailure] = []
     if request.vectors is not None:
         # Checked before any score is computed from them: a wrong table is one error line.
-        table = check_vectors(
-            load_array(request.vectors, "embedding table"), spec, f"vectors in {request.vectors}"
-        )
+        given_vectors = vectors_for_items(request.vectors, item_ids, "embedding table")
+        table = check_vectors(given_vectors, spec, f"vectors in {request.vectors}")
         scores = (
             {
                 **ordering_scores(request.model, table, computed_kinds, request.fastfill_head),

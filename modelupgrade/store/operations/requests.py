@@ -44,10 +44,19 @@ class NewVectors:
                 hint="--model (re-embed images), --transform-head (ψ on stored vectors) "
                 "or --vectors (a table)",
             )
-        if (self.table is None) != (self.items is None):
+        from modelupgrade.data.vector_table import is_vector_table
+
+        named = self.table is not None and is_vector_table(self.table)  # ids in the table
+        if self.items is not None and (self.table is None or named):
             raise UserError(
-                "--vectors and --items go together",
-                hint="the items table names the item of each row",
+                "--items names the rows of a .npy --vectors matrix only",
+                hint="an item_id + embedding table names its own rows: drop --items",
+            )
+        if self.table is not None and not named and self.items is None:
+            raise UserError(
+                "--vectors as a .npy matrix needs --items",
+                hint="the items table names the item of each row (or give an item_id + "
+                "embedding parquet table)",
             )
 
     @property
