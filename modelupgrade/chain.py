@@ -273,7 +273,20 @@ class UpgradeChain:
             root=self.layout.root,
             strategies=self.evaluated_strategies,
             generations=generations,
+            heads=self.trained_heads(generations),
         )
+
+    def trained_heads(self, generations: int) -> list[str]:
+        """The heads this chain trained between its first ``generations`` models, as the
+        evaluation names them (``<strategy>/gen<i>/<head>``): the paths between generations of
+        different dimensions."""
+        heads_root = self.layout.heads(SEQUENTIAL)
+        return [
+            self.head_dir(generation, head).relative_to(heads_root).as_posix()
+            for generation in range(1, generations)
+            for head in self.heads
+            if self.head_dir(generation, head).is_dir()
+        ]
 
     def register(self, generations: int) -> Registration:
         """Register the chain's first ``generations`` models, the newest gated against the

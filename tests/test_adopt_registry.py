@@ -244,13 +244,14 @@ def test_a_new_model_that_cannot_follow_the_chain_is_refused_before_anything_is_
         check_new_model(Path("nowhere"), None)
 
 
-def adopted_resnet(root: Path, seed: int) -> Path:
+def adopted_resnet(root: Path, seed: int, width: int = 8) -> Path:
     """A timm ResNet-10 as the flows' tiny chain has it (8 channels: 8-d features on 1×16×16
-    images), with its own classifier, adopted into a model directory."""
+    images; ``width``-d with a wider last stage), with its own classifier, adopted into a model
+    directory."""
     from modelupgrade.models.adopted import adopt_model
 
     torch.manual_seed(seed)
-    kwargs = {"channels": [8, 8, 8, 8], "stem_width": 8}
+    kwargs = {"channels": [8, 8, 8, width], "stem_width": 8}
     network = timm.create_model("resnet10t", pretrained=False, num_classes=4, in_chans=1, **kwargs)
     weights = root / f"production-{seed}.pt"
     torch.save(network.state_dict(), weights)
@@ -333,6 +334,39 @@ def test_the_upgrade_flow_takes_an_adopted_model_instead_of_training_one(
     moved = backfill(project.params)
     assert moved["outcome"] == "backfilled gen0 → gen2"
     assert moved["store_status"]["items_by_space"] == {"gen2": 16}
+
+
+def test_a_candidate_of_another_dimension_is_gated_through_the_head_trained_to_reach_it(
+    harness,  # noqa: F811
+    template_db,
+    tmp_path,
+    monkeypatch,
+):
+    """Issue 31, item 8: an adopted 16-d candidate after an 8-d champion. The cycle's head
+    (flows.heads: BiCT, ψ from the champion's space into the candidate's) is the only way its
+    queries reach the stored gallery: the gates must measure M(new, ψ(champion)) and its negative
+    flips, not call them unmeasured, and no compatibility score may stand on cells never
+    measured."""
+    from flows.upgrade import upgrade
+
+    project = make_project(tmp_path, template_db, monkeypatch)
+    params = yaml.safe_load(Path(project.params).read_text())
+    params["store"]["policy"] = "random"
+    Path(project.params).write_text(yaml.safe_dump(params))
+    production, candidate = adopted_resnet(tmp_path, 0), adopted_resnet(tmp_path, 1, width=16)
+    assert upgrade(project.params, new_model=str(production))["model_key"] == "gen0"
+    outcome = upgrade(project.params, new_model=str(candidate))
+    version = registry_of(project).versions()[-1]
+    tags = version.tags
+    assert tags["head.bct/gen1/bict.dims"] == "8->16" and tags["strategy"] == "adopted"
+    assert tags["gate.compatibility.value"] != "n/a", tags["gate.compatibility"]
+    assert tags["gate.compatibility"].split(":", 1)[1].strip().startswith("M(new, champion)=")
+    assert tags["gate.negative_flips.value"] != "n/a", tags["gate.negative_flips"]
+    assert set(outcome["failed_gates"]) <= {"compatibility", "negative_flips", "degradation"}
+    report = Path(outcome["report"]).read_text()
+    assert "| gen1 | bict(gen0) |" in report
+    # The direct cell (16-d queries, 8-d gallery) was never measured: no AC stands on it.
+    assert "AC(<) –, AC(≤) –" in report
 
 
 def test_the_upgrade_flow_takes_the_new_model_on_its_command_line(capsys):

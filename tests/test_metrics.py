@@ -192,3 +192,12 @@ def test_compatibility_matrix_metrics_with_ties() -> None:
     assert set(compatibility_summary(m)) == {"ac_lt", "ac_le", "am", "bc", "fc"}
     with pytest.raises(UserError, match="square"):
         average_compatibility(np.zeros((2, 3)))
+
+
+def test_average_compatibility_counts_the_measured_pairs_only() -> None:
+    """A newer model of another dimension has no direct cell on an older gallery (NaN): it is no
+    pair, neither compatible nor not; with no pair measured, AC is not a number."""
+    nan = float("nan")
+    m = np.array([[0.50, 0.0, 0.0], [nan, 0.60, 0.0], [0.55, 0.58, 0.70]])
+    assert average_compatibility(m, "lt") == pytest.approx(1 / 2)  # (2,0) yes, (2,1) no
+    assert np.isnan(average_compatibility(np.array([[0.5, 0.0], [nan, 0.6]])))

@@ -129,12 +129,13 @@ def evaluate_scenario(
 
     The files are read from and written to ``layout`` (the project's by default). ``strategies``
     defaults to the scenario's in params.yaml, ``heads`` (directory names under ``<heads>/<sc>/``)
-    to every head of the evaluated strategies, ``generations`` (sequential only) to one per
-    snapshot of ``sequential.fractions``.
+    to every head of the evaluated strategies (sequential: the chains' heads between consecutive
+    generations, ``<strategy>/gen<i>/<head>``, none by default), ``generations`` (sequential only)
+    to one per snapshot of ``sequential.fractions``.
     """
     layout = layout or StudyLayout()
     if scenario == SEQUENTIAL:
-        return evaluate_sequential(params, layout, strategies, generations)
+        return evaluate_sequential(params, layout, strategies, generations, heads or ())
     if generations is not None:
         raise UserError(
             f"{scenario} is a two-model scenario: it has no chain of generations to count",

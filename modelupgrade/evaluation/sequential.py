@@ -16,6 +16,7 @@ import pandas as pd
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import cross_model
+from modelupgrade.evaluation.head_sets import head_outputs
 from modelupgrade.evaluation.retrieval import RetrievalEvaluator
 from modelupgrade.evaluation.study_files import (
     load_embeddings,
@@ -49,6 +50,7 @@ def evaluate_sequential(
     layout: StudyLayout,
     strategies: Sequence[str] | None,
     generations: int | None = None,
+    heads: Sequence[str] = (),
 ) -> SequentialEvaluation:
     """Compatibility matrices over generations, one per strategy of ``sequential.strategies``.
 
@@ -56,6 +58,9 @@ def evaluate_sequential(
     ``sequential.fractions``). When the oracle strategy (``evaluation.oracle_strategy``) is among
     the evaluated chains, each chain's summary holds Δ↓ of every generation against the oracle
     chain's same generation, as a two-model scenario's summary holds Δ↓ of its new models.
+    ``heads`` (``<strategy>/gen<i>/<head>`` under ``<heads>/sequential/``, as the upgrade flow
+    trains them) are searched as paths between generation i and i − 1: a generation whose
+    dimension differs from its predecessor's reaches the older gallery only through them.
     """
     ev = params.evaluation
     every_strategy = strategies is None
@@ -72,7 +77,7 @@ def evaluate_sequential(
     # The oracle chain first: every other chain's Δ↓ needs its self-tests.
     for strategy in sorted(strategies, key=lambda s: s != oracle):
         chain, scores = evaluate_chain(
-            params, layout, evaluator, strategy, names, oracle, oracle_scores
+            params, layout, evaluator, strategy, names, oracle, oracle_scores, heads
         )
         if strategy == oracle:
             oracle_scores = scores
@@ -134,6 +139,45 @@ def chain_sets(
     return sets
 
 
+def add_chain_heads(
+    sets: ChainSets,
+    layout: StudyLayout,
+    strategy: str,
+    names: Sequence[str],
+    heads: Sequence[str],
+    device: Any,
+) -> list[tuple[str, str]]:
+    """The chain's heads among ``heads`` (``<strategy>/gen<i>/<head>``), each between generation
+    i − 1 and i, added to ``sets``: a forward head's ψ(gallery of gen i − 1) as the gallery set
+    ``<head>(gen<i-1>)``, a reverse head's ψ_rev(queries of gen i) as the query set
+    ``<head>(gen<i>)``; returns the pairs that search through them (the registry reads such a
+    set as a path between the two generations)."""
+    pairs = []
+    for name in heads:
+        between, _, head = name.rpartition("/")
+        generation = next(
+            (i for i in range(1, len(names)) if between == chain_model_name(strategy, i)), None
+        )
+        if generation is None:
+            continue  # another chain's head, or a generation not evaluated
+        old, new = names[generation - 1], names[generation]
+        direction, vectors = head_outputs(
+            layout.head(SEQUENTIAL, name),
+            layout.head_outputs(SEQUENTIAL, name),
+            sets.galleries[old],
+            sets.queries[new],
+            device,
+            old_query=sets.queries[old],
+        )
+        if direction == "forward":
+            sets.galleries[f"{head}({old})"] = vectors
+            pairs.append((new, f"{head}({old})"))
+        else:
+            sets.queries[f"{head}({new})"] = vectors
+            pairs.append((f"{head}({new})", old))
+    return pairs
+
+
 def evaluate_chain(
     params: Params,
     layout: StudyLayout,
@@ -142,14 +186,21 @@ def evaluate_chain(
     names: Sequence[str],
     oracle: str | None,
     oracle_scores: dict[str, float],
+    heads: Sequence[str] = (),
 ) -> tuple[ChainEvaluation, dict[str, float]]:
     """One chain's compatibility matrices, Δ↓ against ``oracle_scores`` (the oracle chain's
     self-tests) and gallery refreshes, written under ``<metrics>/sequential/<strategy>/``; returns
     its summary and its generations' self-test scores."""
     ev = params.evaluation
     sets = chain_sets(params, layout, strategy, names)
+    device = select_device(params.device)
+    through_heads = add_chain_heads(sets, layout, strategy, names, heads, device)
     result = cross_model.cross_model_matrix(
-        evaluator, sets.queries, sets.galleries, sets.pairs(names), reference=(names[0], names[0])
+        evaluator,
+        sets.queries,
+        sets.galleries,
+        [*sets.pairs(names), *through_heads],
+        reference=(names[0], names[0]),
     )
     scores = cross_model.self_scores(result, names, ev.headline_metric)
     compat = {
@@ -185,8 +236,8 @@ def evaluate_chain(
         layout.metrics(SEQUENTIAL, strategy),
         layout.heatmap(SEQUENTIAL, strategy),
         ev.heatmap_metrics,
-        names,
-        [*names, *sets.states[1:]],
+        [*names, *(q for q, _ in through_heads if q not in names)],
+        [*names, *sets.states[1:], *(g for _, g in through_heads if g not in names)],
         f"sequential / {strategy}: M(gen i, gen j)",
     )
     return summary, scores

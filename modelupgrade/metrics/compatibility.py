@@ -65,7 +65,9 @@ def _check_matrix(matrix: np.ndarray) -> np.ndarray:
 
 
 def average_compatibility(matrix: np.ndarray, violation: ViolationRule = "lt") -> float:
-    """AC: fraction of generation pairs i > j that are compatible, over T(T−1)/2 pairs.
+    """AC: fraction of generation pairs i > j that are compatible, over the T(T−1)/2 pairs (over
+    those measured: a NaN cell, e.g. a newer model of another dimension that reaches the older
+    gallery only through a head, is no pair; none measured: NaN).
 
     ``violation="lt"`` (CoReS / CL2R): a pair is incompatible only if M[i, j] < M[j, j], so ties
     count as compatible. ``violation="le"`` (iamcl2r): M[i, j] ≤ M[j, j] is already a violation.
@@ -80,8 +82,11 @@ def average_compatibility(matrix: np.ndarray, violation: ViolationRule = "lt") -
         return float("nan")
     rows, cols = np.tril_indices(t, k=-1)
     cross, reference = matrix[rows, cols], np.diag(matrix)[cols]
+    measured = ~(np.isnan(cross) | np.isnan(reference))
+    if not measured.any():
+        return float("nan")
     violated = cross < reference if violation == "lt" else cross <= reference
-    return float((~violated).sum() / (t * (t - 1) / 2))
+    return float((~violated & measured).sum() / measured.sum())
 
 
 def average_multimodel_accuracy(matrix: np.ndarray) -> float:

@@ -102,18 +102,33 @@ def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
     import pandas as pd
 
     table = pd.read_parquet(chain.metrics_dir / f"{CROSS_MODEL}.parquet")
-    mine = table[table.query_set == f"gen{generation}"]
+    own = f"gen{generation}"
+    # Its own queries, and its queries through a reverse head (``<head>(gen<i>)``); a gallery
+    # through a forward head is ``<head>(gen<j>)``: the path to an older gallery of another
+    # dimension.
+    mine = table[(table.query_set == own) | table.query_set.str.endswith(f"({own})")]
     rows = []
-    for gallery in sorted(set(mine.gallery_set), key=lambda g: int(g[3:])):
-        values = mine[mine.gallery_set == gallery].set_index("metric").value
+    for query, gallery in sorted(
+        set(zip(mine.query_set, mine.gallery_set, strict=True)), key=_generation_order
+    ):
+        pair = mine[(mine.query_set == query) & (mine.gallery_set == gallery)]
+        values = pair.set_index("metric").value
         rows.append(
             {
-                "query": f"gen{generation}",
+                "query": query,
                 "gallery": gallery,
                 **{metric: json_number(v) for metric, v in values.items()},
             }
         )
     return rows
+
+
+def _generation_order(pair: tuple[str, str]) -> tuple[int, str, str]:
+    """Rows by the gallery's generation (``gen2`` and ``bict(gen2)`` are generation 2), then by
+    name."""
+    query, gallery = pair
+    model = gallery[:-1].split("(", 1)[1] if gallery.endswith(")") else gallery
+    return int(model[3:]), gallery, query
 
 
 def write_upgrade_report(

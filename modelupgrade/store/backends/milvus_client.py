@@ -178,7 +178,7 @@ def load_collection(client: MilvusCalls, uri: str, name: str) -> None:
     fails every later load ("No data left in file"). Index files are a cache of the segments'
     vectors: on a Milvus Lite file a failed load drops the collection's and loads again, and Lite
     builds them anew."""
-    loggers = [logging.getLogger(name) for name in _LOAD_ERROR_LOGGERS]
+    loggers = [logging.getLogger(logger) for logger in _LOAD_ERROR_LOGGERS]
     held = _HeldErrors()  # a load the retry mends is no error: its tracebacks stay off stderr
     for logger in loggers:
         logger.addFilter(held)
