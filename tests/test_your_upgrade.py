@@ -5,13 +5,15 @@ here with torchvision and timm directly and placed where params/your-upgrade.yam
 profile runs as the walk-through says (``modelupgrade experiments --overlay
 params/your-upgrade.yaml --target upgrade``) in a git and DVC copy of the project; the upgrade's
 report must lead with the plan, cell for cell, name the adopted models and the team's data, and
-the stage must depend on its own entry only. Then the plan's commands carry the upgrade out on a
-store of the production model's own vectors (the ``item_id + embedding`` parquet a team exports).
+the stage must depend on its own entry only. The production model is worn out (its embedding cut
+to rank 2) so that the plan recommends re-embedding; then the commands the plan printed, run as
+printed, carry the upgrade out on the store they name, ingested with the production model's own
+vectors (the ``item_id + embedding`` parquet a team exports): a dry run, the backfill, and the
+cutover gate on the held-out queries.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -26,8 +28,6 @@ import torch
 import yaml
 
 from modelupgrade.cli import main
-from modelupgrade.plan import Recommendation
-from modelupgrade.plan.steps import PlanContext, next_steps
 from modelupgrade.plan.table import read_plan
 from modelupgrade.store import GalleryStore
 from tests.byo_fixtures import (
@@ -65,12 +65,23 @@ def _write_team_inputs(profile: dict, project: Path) -> pd.DataFrame:
     upgrade = profile["upgrades"]["mine"]
     inputs = project / upgrade["inputs"]
     rows = write_jpeg_folder(inputs / "images", per_class=12)
-    write_old_state_dict(project / profile["adopted"]["production"]["options"]["path"])
+    production = project / profile["adopted"]["production"]["options"]["path"]
+    write_old_state_dict(production)
+    _wear_out(production)
     write_new_torchscript(project / profile["adopted"]["candidate"]["options"]["path"])
     n = rows.index.to_numpy()
     for role, keep in (("sample", n % 2 == 0), ("query", n % 4 == 1), ("gallery", n % 4 == 3)):
         write_plain_table(project / upgrade[role], rows[keep])
     return rows
+
+
+def _wear_out(state_dict: Path) -> None:
+    """The production model as an old, weak one: its 16-d embedding (fc) cut to rank 2, so the
+    candidate is worth an upgrade and the plan recommends one whose commands the test runs."""
+    weights = torch.load(state_dict)
+    u, s, vh = torch.linalg.svd(weights["fc.weight"], full_matrices=False)
+    weights["fc.weight"] = (u[:, :2] * s[:2]) @ vh[:2]
+    torch.save(weights, state_dict)
 
 
 @pytest.fixture(scope="module")
@@ -209,45 +220,27 @@ def test_the_plans_commands_carry_the_upgrade_out_on_a_store_of_the_teams_vector
     project, monkeypatch
 ):
     monkeypatch.chdir(project)
-    out = Path("upgrades/mine")
     params = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
-    entry = params["upgrades"]["mine"]
+    entry, store = params["upgrades"]["mine"], params["store"]["path"]
+    saved = json.loads(Path("upgrades/mine/plan/plan.json").read_text(encoding="utf-8"))
+    # The worn-out production model makes the candidate worth re-embedding the gallery for.
+    assert saved["recommendation"]["option"] == "reembed"
+    commands = saved["next_commands"]
+    assert [shlex.split(c)[1] for c in commands] == ["backfill", "backfill", "cutover"]
+    # The store the commands name, holding the gallery with the production model's vectors as the
+    # team exports them (item_id + embedding, looked up by id).
     gallery = pd.read_parquet(entry["gallery"])
     vectors = _production_vectors(project, gallery)
     main(
         [
             "store-ingest", "--params", "params.yaml", "--items", entry["gallery"],
-            "--model", str(out / "models/old"), "--vectors", str(vectors),
-            "--store", "stores/team", "--score",
+            "--model", "upgrades/mine/models/old", "--vectors", str(vectors),
+            "--store", store, "--score",
         ]
     )  # fmt: skip
-    saved = json.loads((out / "plan" / "plan.json").read_text(encoding="utf-8"))
-    commands = saved["next_commands"]
-    if not commands:
-        # The random networks here make keep-old the likely pick: carry out the re-embedding the
-        # plan costed, with the commands it prints for it.
-        commands = _commands_for(project, out, entry, "reembed")
-    for command in commands:
-        argv = shlex.split(command.replace(str(Path(params["store"]["path"])), "stores/team"))
-        assert argv[0] == "modelupgrade"
-        main(argv[1:])
-    with GalleryStore.open("stores/team") as store:
-        status = store.status()
-    assert status.serving_space == "new"
-
-
-def _commands_for(project: Path, out: Path, entry: dict, option: str) -> list[str]:
-    from modelupgrade.commands.upgrade import UpgradeLayout
-
-    plan = read_plan(out / "plan")
-    chosen = dataclasses.replace(plan, recommendation=Recommendation(option, "the test's pick"))
-    layout = UpgradeLayout(out)
-    context = PlanContext(
-        Path("params.yaml"),
-        layout.old_model,
-        layout.new_model,
-        Path(entry["query"]),
-        Path("stores/team"),
-        layout.plan,
-    )
-    return [step.command for step in next_steps(chosen, context)]
+    for command in commands:  # as the plan printed them: dry run, backfill, the cutover gate
+        main(shlex.split(command)[1:])
+    with GalleryStore.open(store) as opened:
+        status = opened.status()
+    assert status.serving_space == "new" and status.backfill.status == "complete"
+    assert status.items_by_space == {"new": len(gallery)}
