@@ -27,6 +27,7 @@ def setup_logging(level: str | int | None = None) -> None:
     for noisy in (
         *("urllib3", "alembic", "git", "matplotlib", "PIL", "filelock", "httpx", "faiss"),
         "milvus_lite",  # an engine start, stop and index build per command
+        "great_expectations",  # ~60 lines of its own decorator registrations per context
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

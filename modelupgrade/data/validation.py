@@ -143,9 +143,14 @@ class Validator:
         self._tables += 1
         asset = self.source.add_dataframe_asset(name=f"table{self._tables}")
         batch = asset.add_batch_definition_whole_dataframe("whole")
-        suite = self.context.suites.add(self.gx.ExpectationSuite(name=f"suite{self._tables}"))
+        # Filled before the context holds it: a suite already in the context stores itself again
+        # (deep copies, serialisation) on each expectation added. add_expectation drops an
+        # expectation equal to one the suite has (e.g. a query's labels checked against the
+        # gallery's classes when those are every class).
+        suite = self.gx.ExpectationSuite(name=f"suite{self._tables}")
         for expectation in expectations:
             suite.add_expectation(expectation)
+        suite = self.context.suites.add(suite)
         definition = self.context.validation_definitions.add(
             self.gx.ValidationDefinition(data=batch, suite=suite, name=f"validation{self._tables}")
         )
