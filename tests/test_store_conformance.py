@@ -38,6 +38,7 @@ from modelupgrade.store import (
 )
 from modelupgrade.store.backends.base import VectorRows
 from modelupgrade.store.backends.milvus import MilvusVectors
+from modelupgrade.store.steps import StepDetail
 from modelupgrade.store.vectors import vector_checksums
 from tests.store_helpers import (
     NEW,
@@ -495,8 +496,8 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
 
         first = cutover(store, "TICKET-1: shadow mAP up", window, shadow)
         assert first.step == "cutover" and first.reason == "TICKET-1: shadow mAP up"
-        evaluation = first.detail["shadow_evaluation"]
-        assert evaluation["passed"] and evaluation["metric"] == "mAP"
+        evaluation = first.detail.shadow_evaluation
+        assert evaluation is not None and evaluation["passed"] and evaluation["metric"] == "mAP"
         assert evaluation["new_metrics"]["mAP"] >= evaluation["old_metrics"]["mAP"]
         assert store.serving_space() == NEW.name and _served_spaces(store) == {NEW.name}
         if backend.kind == "milvus":
@@ -507,7 +508,7 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
             cleanup(store, "tidy")
 
         back = rollback(store, "TICKET-2: complaints")
-        assert back.detail["items_moved"] == len(ids)
+        assert back.detail.items_moved == len(ids)
         assert store.serving_space() == OLD.name and _served_spaces(store) == {OLD.name}
         assert {s["space"] for s in store.backfills.item_states()} == {OLD.name}
         np.testing.assert_array_equal(
@@ -521,18 +522,16 @@ def test_cutover_rollback_cutover_then_cleanup(backend: BackendSettings, tmp_pat
             cleanup(store, "tidy", force=True)
 
         again = cutover(store, "TICKET-3: fixed", window, shadow)
-        assert again.detail["items_moved"] == len(ids)
+        assert again.detail.items_moved == len(ids)
         assert _served_spaces(store) == {NEW.name}
         np.testing.assert_array_equal(
             store.read_vectors(NEW.name, np.arange(len(ids))), new_vectors
         )
         # Past the window no --force is needed.
         done = cleanup(store, "window over", now=again.at + window * 3600 + 1)
-        assert done.detail == {
-            "dropped_space": OLD.name,
-            "forced": False,
-            "window_ended_at": again.at + window * 3600,
-        }
+        assert done.detail == StepDetail(
+            dropped_space=OLD.name, forced=False, window_ended_at=again.at + window * 3600
+        )
         with pytest.raises(UserError, match="vectors were dropped by the cleanup"):
             rollback(store, "too late")
         with pytest.raises(UserError, match="is final"):

@@ -47,7 +47,8 @@ from modelupgrade.store import (
     TransformStored,
     abort_backfill,
 )
-from modelupgrade.store.lock import HOLDER_FILE, WriterLock, pid_alive
+from modelupgrade.store.ledger import AbortRecord
+from modelupgrade.store.lock import HOLDER_FILE, LockHolder, WriterLock, pid_alive
 from tests.model_fixtures import tiny_model
 from tests.store_helpers import (
     NEW,
@@ -251,8 +252,9 @@ def test_the_lock_of_a_killed_writer_is_taken_over(
     path, process = _backfill_running(tmp_path, backend, 1)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
-    record = json.loads((path / HOLDER_FILE).read_text())
-    assert record["pid"] == process.pid and record["operation"] == "backfill into 'gen1'"
+    record = LockHolder.read(path / HOLDER_FILE)
+    assert record is not None and record.on_this_host
+    assert (record.pid, record.operation) == (process.pid, "backfill into 'gen1'")
     assert not pid_alive(process.pid)
     with GalleryStore.open(path) as store, caplog.at_level(logging.WARNING):
         assert psi_job(store, chunk=CHUNK).run().status == "complete"
@@ -331,7 +333,7 @@ def test_abort_returns_the_store_to_its_state_before_the_backfill(
     with GalleryStore.open(path) as store:
         _assert_as_before_any_backfill(store)
         np.testing.assert_array_equal(store.read_vectors("gen0", np.arange(100)), stored)
-        assert store.backfills.last_aborted()["backfill_id"] == undone["backfill_id"]
+        assert store.backfills.last_aborted() == AbortRecord(**undone)
         hits = Searcher(store, build_serving_mode("mixed")).search(stored[:3], 1)
         assert hits.item_ids[:, 0].tolist() == ["item-00000", "item-00001", "item-00002"]
         # Free for another backfill, even into a space of the same name and another size.

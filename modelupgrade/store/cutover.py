@@ -32,16 +32,22 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.faults import boundary
-from modelupgrade.store.intents import complete_intents, complete_serving_step, record_intent
+from modelupgrade.store.intents import (
+    DiscardIntent,
+    ServingIntent,
+    complete_intents,
+    complete_serving_step,
+    record_intent,
+)
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill
-from modelupgrade.store.steps import ServingStep, actor, steps_in, window_ends
+from modelupgrade.store.steps import ServingStep, StepDetail, actor, steps_in, window_ends
 
 if TYPE_CHECKING:
     from modelupgrade.store.gallery import GalleryStore
@@ -87,12 +93,21 @@ def _record(
     from_space: str,
     to_space: str,
     reason: str,
-    detail: dict[str, Any],
+    detail: StepDetail,
 ) -> ServingStep:
     db.execute(
         "INSERT INTO serving_steps (backfill_id, step, from_space, to_space, actor, at, reason, "
         "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (backfill.id, step, from_space, to_space, actor(), time.time(), reason, json.dumps(detail)),
+        (
+            backfill.id,
+            step,
+            from_space,
+            to_space,
+            actor(),
+            time.time(),
+            reason,
+            json.dumps(detail.as_dict()),
+        ),
     )
     return steps_in(db, backfill.id)[-1]
 
@@ -103,21 +118,21 @@ def _serve(
     step: str,
     space: str,
     reason: str,
-    detail: dict[str, Any],
+    detail: StepDetail,
 ) -> ServingStep:
     """Serve ``space``, one of ``backfill``'s two, as one recoverable step (see the module),
     recorded as ``step`` with ``detail`` (and the items moved and what the backend did)."""
     other = backfill.source_space if space == backfill.target_space else backfill.target_space
-    intent = {
-        "step": step,
-        "backfill_id": backfill.id,
-        "from_space": other,
-        "to_space": space,
-        "reason": reason,
-        "actor": actor(),
-        "at": time.time(),
-        "detail": detail,
-    }
+    intent = ServingIntent(
+        step=step,
+        backfill_id=backfill.id,
+        from_space=other,
+        to_space=space,
+        reason=reason,
+        actor=actor(),
+        at=time.time(),
+        detail=detail,
+    )
     with store.committing(step):
         with store.db.write() as db:
             intent_id = record_intent(db, step, intent)
@@ -175,10 +190,10 @@ def cutover(
             "cutover",
             backfill.target_space,
             reason,
-            {
-                "shadow_evaluation": evaluation.as_dict(),
-                "rollback_window_hours": float(rollback_window_hours),
-            },
+            StepDetail(
+                shadow_evaluation=evaluation.as_dict(),
+                rollback_window_hours=float(rollback_window_hours),
+            ),
         )
 
 
@@ -210,7 +225,7 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
             ]
         # The old vectors are what queries will meet: they must be whole before anything moves.
         store.verify_vectors(backfill.source_space, np.asarray(slots, dtype=np.int64))
-        return _serve(store, backfill, "rollback", backfill.source_space, reason, {})
+        return _serve(store, backfill, "rollback", backfill.source_space, reason, StepDetail())
 
 
 def cleanup(
@@ -264,13 +279,13 @@ def cleanup(
                     backfill.source_space,
                     backfill.target_space,
                     reason,
-                    {
-                        "dropped_space": backfill.source_space,
-                        "forced": bool(force and current < ends),
-                        "window_ended_at": ends,
-                    },
+                    StepDetail(
+                        dropped_space=backfill.source_space,
+                        forced=bool(force and current < ends),
+                        window_ended_at=ends,
+                    ),
                 )
-                record_intent(db, "cleanup", {"storage": storage})
+                record_intent(db, "cleanup", DiscardIntent(storage))
             boundary("cleanup:recorded")
             complete_intents(store.db, store.vectors, store.spaces())
         return step

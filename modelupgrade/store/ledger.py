@@ -457,12 +457,11 @@ class BackfillLedger:
             Database.set_meta(db, _LAST_ABORTED, json.dumps(record.as_dict()))
         return record
 
-    def last_aborted(self) -> dict[str, Any] | None:
-        """The JSON record of what the store's last abort undid (None before any), as written by
-        whichever version made it."""
+    def last_aborted(self) -> AbortRecord | None:
+        """What the store's last abort undid (None before any)."""
         with self.db.lock:
             found = Database.meta(self.db.connection, _LAST_ABORTED)
-        return None if found is None else json.loads(found)
+        return None if found is None else AbortRecord(**json.loads(found))
 
     # ----- audit --------------------------------------------------------------------------------
     def settled(self, backfill: Backfill) -> int:

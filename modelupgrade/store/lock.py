@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,17 +73,52 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def describe_holder(record: dict[str, Any] | None) -> str:
-    """A holder record as a person reads it: pid, host, command, operation, since when."""
-    if not record:
+@dataclass(frozen=True)
+class LockHolder:
+    """Who took a lock: its record in the holder file (``writer.json`` or ``commit.json``)."""
+
+    pid: int
+    host: str
+    command: str
+    operation: str
+    since: float  # seconds since the epoch
+
+    @classmethod
+    def read(cls, path: Path) -> LockHolder | None:
+        """The record at ``path``; None when there is none, or it is unreadable or half-written
+        (its writer died before the rename, or it predates a field)."""
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                pid=int(raw["pid"]),
+                host=str(raw["host"]),
+                command=str(raw["command"]),
+                operation=str(raw["operation"]),
+                since=float(raw["since"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, path: Path) -> None:
+        """Write the record whole (a reader finds the old one or this one, never a torn one)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(self)), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @property
+    def on_this_host(self) -> bool:
+        return self.host == socket.gethostname()
+
+
+def describe_holder(holder: LockHolder | None) -> str:
+    """A holder as a person reads it: pid, host, command, operation, since when."""
+    if holder is None:
         return "another process (it has not recorded itself yet)"
-    since = float(record.get("since", 0.0))
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-    host = record.get("host", "?")
-    where = "" if host == socket.gethostname() else f" on host {host}"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.since))
+    where = "" if holder.on_this_host else f" on host {holder.host}"
     return (
-        f"pid {record.get('pid', '?')}{where} ({record.get('operation', '?')}: "
-        f"`{record.get('command', '?')}`), since {stamp} ({time.time() - since:.0f} s ago)"
+        f"pid {holder.pid}{where} ({holder.operation}: `{holder.command}`), since {stamp} "
+        f"({time.time() - holder.since:.0f} s ago)"
     )
 
 
@@ -108,12 +144,9 @@ class WriterLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def holder(self) -> dict[str, Any] | None:
+    def holder(self) -> LockHolder | None:
         """The record of the last writer that took the lock (None if there is none)."""
-        try:
-            return json.loads((self.directory / self.holder_file).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        return LockHolder.read(self.directory / self.holder_file)
 
     @contextlib.contextmanager
     def hold(self, operation: str, wait: float = 0.0) -> Iterator[None]:
@@ -177,20 +210,13 @@ class WriterLock:
     def _busy(self, operation: str, waited: float = 0.0) -> UserError:
         record = self.holder()
         holder = describe_holder(record)
-        pid = record.get("pid") if record else None
-        dead = (
-            isinstance(pid, int)
-            # record is not None where pid is an int
-            and record.get("host") == socket.gethostname()  # type: ignore[union-attr]
-            and not pid_alive(pid)
-        )
-        if dead:
+        if record is not None and record.on_this_host and not pid_alive(record.pid):
             # A child that inherited the lock outlives the process that took it.
             holder += "; that pid has exited, a process it started still holds the lock"
         stop = (
-            f"stop it (`kill -TERM {pid}`: a backfill stops at a chunk boundary and resumes when "
-            "run again)"
-            if isinstance(pid, int)
+            f"stop it (`kill -TERM {record.pid}`: a backfill stops at a chunk boundary and "
+            "resumes when run again)"
+            if record is not None
             else "stop it"
         )
         after = f" (waited {waited:.0f} s)" if waited else ""
@@ -210,16 +236,13 @@ class WriterLock:
                 "taking it over",
                 describe_holder(stale),
             )
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": self.command or _command_line(),
-            "operation": operation,
-            "since": time.time(),
-        }
-        tmp = self.directory / f".{self.holder_file}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, self.directory / self.holder_file)
+        LockHolder(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            command=self.command or _command_line(),
+            operation=operation,
+            since=time.time(),
+        ).write(self.directory / self.holder_file)
 
 
 def writes(operation: str) -> Callable[[F], F]:

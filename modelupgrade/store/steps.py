@@ -9,10 +9,35 @@ import getpass
 import json
 import socket
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from modelupgrade.store.shown import labelled, utc
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """What a serving step recorded beside itself; each step fills the fields that concern it."""
+
+    # cutover: the shadow evaluation it passed (``ShadowEvaluation.as_dict``), its window
+    shadow_evaluation: dict[str, Any] | None = None
+    rollback_window_hours: float | None = None
+    # cutover and rollback: the items moved, and what the backend now points where
+    items_moved: int | None = None
+    backend: str | None = None
+    # cleanup: the space whose vectors it dropped, and whether before its window ended
+    dropped_space: str | None = None
+    forced: bool | None = None
+    window_ended_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields the step filled (the JSON recorded in ``serving_steps.detail``)."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> StepDetail:
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: value for name, value in raw.items() if name in known})
 
 
 @dataclass(frozen=True)
@@ -25,10 +50,10 @@ class ServingStep:
     actor: str
     at: float
     reason: str
-    detail: dict[str, Any]
+    detail: StepDetail
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "at_utc": utc(self.at)}
+        return {**asdict(self), "detail": self.detail.as_dict(), "at_utc": utc(self.at)}
 
     def headline(self) -> str:
         """The step in one line: what, when, who and why."""
@@ -44,18 +69,19 @@ class ServingStep:
             labelled("by", f"{self.actor} at {utc(self.at)}"),
             labelled("reason", self.reason),
         ]
-        if "items_moved" in self.detail:
-            lines.append(labelled("items moved", f"{self.detail['items_moved']:,}"))
-        if "shadow_evaluation" in self.detail:
-            lines.append(labelled("shadow evaluation", _shadow(self.detail["shadow_evaluation"])))
-        if "rollback_window_hours" in self.detail:
-            hours = float(self.detail["rollback_window_hours"])
+        detail = self.detail
+        if detail.items_moved is not None:
+            lines.append(labelled("items moved", f"{detail.items_moved:,}"))
+        if detail.shadow_evaluation is not None:
+            lines.append(labelled("shadow evaluation", _shadow(detail.shadow_evaluation)))
+        if detail.rollback_window_hours is not None:
+            hours = detail.rollback_window_hours
             lines.append(
                 labelled("rollback window", f"{hours:g} h, until {utc(window_ends(self))}")
             )
-        if "dropped_space" in self.detail:
-            forced = " (--force: before its rollback window ended)" if self.detail["forced"] else ""
-            lines.append(labelled("vectors dropped", f"{self.detail['dropped_space']}{forced}"))
+        if detail.dropped_space is not None:
+            forced = " (--force: before its rollback window ended)" if detail.forced else ""
+            lines.append(labelled("vectors dropped", f"{detail.dropped_space}{forced}"))
         return "\n".join(lines)
 
 
@@ -102,14 +128,25 @@ def _step(
 ) -> ServingStep:
     """The record of one row of ``serving_steps`` (its columns in the table's order)."""
     return ServingStep(
-        id, backfill_id, step, from_space, to_space, actor, at, reason, json.loads(detail)
+        id,
+        backfill_id,
+        step,
+        from_space,
+        to_space,
+        actor,
+        at,
+        reason,
+        StepDetail.from_dict(json.loads(detail)),
     )
 
 
 def window_ends(cut: ServingStep) -> float:
     """When the rollback window that cutover step ``cut`` opened closes (epoch seconds); the
     window's length is recorded with the step, so a later change of params moves no deadline."""
-    return cut.at + float(cut.detail["rollback_window_hours"]) * 3600.0
+    hours = cut.detail.rollback_window_hours
+    if hours is None:
+        raise ValueError(f"serving step {cut.id} ({cut.step}) opened no rollback window")
+    return cut.at + hours * 3600.0
 
 
 def actor() -> str:
