@@ -131,12 +131,13 @@ def test_two_ingests_into_a_new_store_both_land_in_it(
 
 
 def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_meanwhile(
-    tmp_path: Path,
+    backend: BackendSettings, tmp_path: Path
 ) -> None:
     """The race of the test above, made certain: while one process holds the commit lock of a
     store it is creating, another that finds no store creates nothing (no database appears); once
     the lock is let go it looks again, opens the first one's store and ingests into it (before:
     creation took no lock, and a second creator wrote its own store over the first)."""
+    from modelupgrade.store.backends import VECTOR_BACKENDS
     from modelupgrade.store.lock import COMMIT_HOLDER_FILE, COMMIT_LOCK_FILE, WriterLock
     from modelupgrade.store.schema import DATABASE_FILE
 
@@ -145,10 +146,11 @@ def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_mean
     second = textwrap.dedent(
         f"""
         import numpy as np
-        from modelupgrade.store import GalleryStore
+        from modelupgrade.store import BackendSettings, GalleryStore
         from tests.store_helpers import OLD
         print("started", flush=True)
-        store, created = GalleryStore.open_or_create({str(path)!r})
+        backend = BackendSettings(kind={backend.kind!r}, uri={backend.uri!r})
+        store, created = GalleryStore.open_or_create({str(path)!r}, backend)
         with store:
             store.ingest(["b-0"], np.ones((1, OLD.dim), np.float32), OLD)
         print("created" if created else "opened", flush=True)
@@ -163,7 +165,8 @@ def test_a_second_creator_waits_for_the_first_ones_lock_and_creates_nothing_mean
             pass
         assert creator.poll() is None, "the second creator did not wait for the lock"
         assert not (path / DATABASE_FILE).exists()
-        GalleryStore._created(path, BackendSettings()).close()  # the first creator's work
+        first = VECTOR_BACKENDS.get(backend.kind).prepared(path, backend)
+        GalleryStore._created(path, first).close()  # the first creator's work
     out, err = creator.communicate(timeout=120)
     # it looked again under the lock, and opened the first creator's store
     assert creator.returncode == 0 and out.strip() == "opened", err
