@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.faults import damaged
@@ -217,7 +217,7 @@ class Database:
                     with contextlib.suppress(sqlite3.Error):
                         self.connection.execute("ROLLBACK")
                 if _is_damage(failure):
-                    raise damaged(self.path, failure) from None  # type: ignore[arg-type]
+                    raise damaged(self.path, failure) from None
                 raise
 
     def query(self, sql: str, arguments: Sequence[object] = ()) -> list[tuple[Any, ...]]:
@@ -255,7 +255,7 @@ class Database:
         return first
 
 
-def _is_damage(err: BaseException) -> bool:
+def _is_damage(err: BaseException) -> TypeGuard[sqlite3.DatabaseError]:
     """An SQLite failure of the database itself (damage, a full disk, a lock held too long), not
     a statement's own (a constraint, a misuse: a bug to see with its traceback)."""
     return isinstance(err, sqlite3.DatabaseError) and not isinstance(

@@ -115,6 +115,14 @@ class BackfillLedger:
         ).fetchone()
         return None if row is None else Backfill(*row)
 
+    @classmethod
+    def running_in(cls, db: sqlite3.Connection) -> Backfill:
+        """The running backfill, inside the transaction that has just started (or restarted) it."""
+        backfill = cls.active_in(db)
+        if backfill is None:
+            raise RuntimeError("no running backfill in the transaction that started one")
+        return backfill
+
     @staticmethod
     def last_in(db: sqlite3.Connection) -> Backfill | None:
         row = db.execute("SELECT * FROM backfills ORDER BY id DESC LIMIT 1").fetchone()
@@ -224,7 +232,7 @@ class BackfillLedger:
             db.execute("UPDATE items SET state = 'idle' WHERE space = ?", (target.name,))
             Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.running_in(db)
 
     @staticmethod
     def queue(db: sqlite3.Connection, backfill: Backfill, slots: np.ndarray) -> None:
@@ -277,7 +285,7 @@ class BackfillLedger:
                 "UPDATE backfills SET status = 'running', finished_at = NULL WHERE id = ?",
                 (backfill.id,),
             )
-            return self.active_in(db)  # type: ignore[return-value]
+            return self.running_in(db)
 
     # ----- chunks -------------------------------------------------------------------------------
     def next_chunks(

@@ -63,6 +63,13 @@ class QueryVectors:
     old: np.ndarray | None = None
 
 
+def _loaded(transform: TransformFn | None, name: str) -> TransformFn:
+    """A head's transform that a serving plan asks for (it asks only for the heads loaded)."""
+    if transform is None:
+        raise RuntimeError(f"the serving plan asked for the {name} head, which is not loaded")
+    return transform
+
+
 class HitRecord(TypedDict):
     """One hit as JSON carries it: the item, its distance, the space it was matched in."""
 
@@ -226,9 +233,9 @@ class Searcher:
             producers: dict[str, Callable[[], np.ndarray]] = {
                 "new": lambda: queries.new,
                 "old": old_queries,
-                "reverse": lambda: heads.reverse(queries.new),  # type: ignore[misc]
-                "rho": lambda: heads.rho(queries.new),  # type: ignore[misc]
-                "rho_reverse": lambda: heads.rho_reverse(queries.new),  # type: ignore[misc]
+                "reverse": lambda: _loaded(heads.reverse, "reverse")(queries.new),
+                "rho": lambda: _loaded(heads.rho, "rho")(queries.new),
+                "rho_reverse": lambda: _loaded(heads.rho_reverse, "rho_reverse")(queries.new),
             }
             made[form] = vector_rows(producers[form](), f"{form} query vectors", rows=rows)
         return made[form]

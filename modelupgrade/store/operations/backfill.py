@@ -22,7 +22,7 @@ from modelupgrade.store.operations.requests import BackfillRequest, Chunking
 from modelupgrade.store.preview import BackfillPreview, preview_backfill
 from modelupgrade.store.report import BackfillReport
 from modelupgrade.store.serving_check import ServingCheck
-from modelupgrade.store.sources import VectorSource
+from modelupgrade.store.sources import TransformFn, VectorSource
 from modelupgrade.store.spaces import SpaceSpec
 
 if TYPE_CHECKING:
@@ -137,7 +137,8 @@ def new_vector_source(
             dim, ref = card.out_dim, str(wanted.transform_head)
             source = TransformStored(transform)
         else:
-            source, dim, ref = _table_source(wanted.table, wanted.items, rho)  # type: ignore[arg-type]
+            assert wanted.table is not None, "NewVectors holds exactly one source"
+            source, dim, ref = _table_source(wanted.table, wanted.items, rho)
         spec = SpaceSpec(request.space, dim, parents, backward_compatible=True, model_ref=ref)
     if rho is not None:
         spec = SpaceSpec(
@@ -151,7 +152,9 @@ def new_vector_source(
     return spec, source
 
 
-def _table_source(table: Path, items: Path | None, rho: object) -> tuple[VectorSource, int, str]:
+def _table_source(
+    table: Path, items: Path | None, rho: TransformFn | None
+) -> tuple[VectorSource, int, str]:
     from modelupgrade.data.vector_table import is_vector_table, read_vector_table
     from modelupgrade.store.ingest import read_item_table
     from modelupgrade.store.sources import TableVectors
@@ -166,7 +169,7 @@ def _table_source(table: Path, items: Path | None, rho: object) -> tuple[VectorS
         if "item_id" not in frame.columns:
             raise UserError(f"{items} has no item_id column")
         item_ids = frame["item_id"].astype(str).tolist()
-    source = TableVectors(item_ids, vectors if rho is None else rho(vectors))  # type: ignore[operator]
+    source = TableVectors(item_ids, vectors if rho is None else rho(vectors))
     return source, vectors.shape[1], str(table)
 
 
