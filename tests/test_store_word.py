@@ -772,3 +772,24 @@ def test_a_disk_that_fills_mid_backfill_is_one_error_line_and_resumes_bit_identi
         states, vectors, chunks = final_state(store)
     assert states == expected[0] and chunks == expected[2]
     np.testing.assert_array_equal(vectors, expected[1])
+
+
+def test_a_vector_file_that_cannot_grow_on_a_full_disk_says_so_and_keeps_its_rows(
+    small_disk: Path,
+) -> None:
+    """The preallocation of a vector file's new rows (the backstop behind the journal, which meets
+    a full disk first in a backfill) on a disk with no room: a disk-full error naming what it needed
+    and what is free, and the file still holds exactly the rows it had (its room is not claimed
+    half-way, nor its rows lost)."""
+    from modelupgrade.store.faults import DiskFull
+    from modelupgrade.store.vectors import VectorFile
+
+    vectors = VectorFile(small_disk / "gen1.f32", NEW.dim)
+    vectors.ensure_rows(100)
+    before = (small_disk / "gen1.f32").read_bytes()
+    stats = os.statvfs(small_disk)
+    (small_disk / "filler").write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize))
+    with pytest.raises(DiskFull, match=r"no room to store .* MiB of vectors .*MiB free"):
+        vectors.ensure_rows(100_000)
+    assert vectors.rows_on_disk() == 100
+    assert (small_disk / "gen1.f32").read_bytes() == before
