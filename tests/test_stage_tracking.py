@@ -300,3 +300,21 @@ def test_one_lingering_writer_writes_the_records_of_the_stages_that_follow(
     assert not first.exists() and not second.exists()
     assert len(opened) == 1  # MLflow opened once for both records
     assert {"first", "second"} <= set(runs_by_stage(store))
+
+
+def test_a_stage_starts_no_writer_while_one_is_alive(
+    store: Tracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipeline's lingering writer writes the next stage's record: the stage does not start a
+    process (0.3–0.5 s of CPU a stage) only to find it alive; with none alive it starts one."""
+    from modelupgrade.registry import spool_writer
+
+    started: list[object] = []
+    monkeypatch.setattr(spool_writer, "start_spool_writer", started.append)
+    store.config.spool_dir.mkdir(parents=True, exist_ok=True)
+    with spool_writer._sole_writer(store.config) as sole:  # a writer at work
+        assert sole
+        assert spool_writer.ensure_spool_writer(store.config) is None
+    assert started == []
+    spool_writer.ensure_spool_writer(store.config)
+    assert started == [store.config]

@@ -18,7 +18,7 @@ from typing import Any
 from modelupgrade.config import Params, params_hash
 from modelupgrade.registry.execution import execution_key
 from modelupgrade.registry.spool import spool_record
-from modelupgrade.registry.spool_writer import start_spool_writer
+from modelupgrade.registry.spool_writer import ensure_spool_writer
 from modelupgrade.registry.stage_log import StageRecord
 from modelupgrade.registry.tracker import Tracker
 from modelupgrade.registry.tracking_config import TrackingConfig
@@ -81,7 +81,7 @@ def _write(record: StageRecord, config: TrackingConfig, params: Params) -> None:
         return
     try:
         spool_record(record, config)
-        start_spool_writer(config)
+        ensure_spool_writer(config)
     except OSError as err:
         log.warning(
             "could not leave stage %s for MLflow in %s: %s", record.run_name, config.spool_dir, err
