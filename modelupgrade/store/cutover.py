@@ -38,13 +38,8 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.faults import boundary
-from modelupgrade.store.intents import (
-    DiscardIntent,
-    ServingIntent,
-    complete_intents,
-    complete_serving_step,
-    record_intent,
-)
+from modelupgrade.store.intent_records import DiscardIntent, ServingIntent, record_intent
+from modelupgrade.store.intents import complete_intents, complete_serving_step
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill
 from modelupgrade.store.steps import ServingStep, StepDetail, actor, steps_in, window_ends

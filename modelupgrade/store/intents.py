@@ -10,57 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import time
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from modelupgrade.store.backends.base import VectorBackend
 from modelupgrade.store.database import Database
 from modelupgrade.store.faults import boundary
+from modelupgrade.store.intent_records import DiscardIntent, ServingIntent
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.spaces import SpaceSpec
-from modelupgrade.store.steps import ServingStep, StepDetail, steps_in
+from modelupgrade.store.steps import ServingStep, steps_in
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServingIntent:
-    """A serving step (cutover, rollback) about to move the backend and the database: what the
-    step will record once both are done."""
-
-    step: str
-    backfill_id: int
-    from_space: str
-    to_space: str
-    reason: str
-    actor: str
-    at: float
-    detail: StepDetail
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "detail": self.detail.as_dict()}
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> ServingIntent:
-        return cls(**{**raw, "detail": StepDetail.from_dict(raw["detail"])})
-
-
-@dataclass(frozen=True)
-class DiscardIntent:
-    """A space's vectors about to be dropped (a cleanup, or an abort's discarded space)."""
-
-    storage: str
-
-
-def record_intent(db: sqlite3.Connection, kind: str, intent: ServingIntent | DiscardIntent) -> int:
-    """Record an intent inside the caller's write transaction; returns its id."""
-    detail = intent.as_dict() if isinstance(intent, ServingIntent) else asdict(intent)
-    cursor = db.execute(
-        "INSERT INTO intents (kind, detail, at) VALUES (?, ?, ?)",
-        (kind, json.dumps(detail), time.time()),
-    )
-    return int(cursor.lastrowid or 0)
 
 
 def point_items(db: sqlite3.Connection, backfill_id: int, from_space: str, to_space: str) -> int:

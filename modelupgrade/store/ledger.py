@@ -26,6 +26,7 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.store.database import Database
+from modelupgrade.store.intent_records import DiscardIntent, record_intent
 from modelupgrade.store.schema import (
     ITEM_COLUMNS,
     Backfill,
@@ -446,10 +447,7 @@ class BackfillLedger:
                 db.execute("DELETE FROM spaces WHERE name = ?", (backfill.target_space,))
                 if storage is not None:
                     # its vectors are dropped next; a writer killed first leaves this for the next
-                    db.execute(
-                        "INSERT INTO intents (kind, detail, at) VALUES ('discard', ?, ?)",
-                        (json.dumps({"storage": storage[0]}), time.time()),
-                    )
+                    record_intent(db, "discard", DiscardIntent(storage[0]))
             record = AbortRecord(
                 backfill_id=backfill.id,
                 source_space=backfill.source_space,

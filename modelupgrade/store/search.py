@@ -38,9 +38,7 @@ from modelupgrade.store.backends.base import candidate_count
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import Snapshot
-from modelupgrade.store.spaces import SpaceSpec
-
-TransformFn = Callable[[np.ndarray], np.ndarray]
+from modelupgrade.store.spaces import SpaceSpec, TransformFn
 
 
 @dataclass(frozen=True)

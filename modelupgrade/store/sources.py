@@ -22,11 +22,10 @@ from modelupgrade.errors import UserError
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.images import ImageSource
 from modelupgrade.store.schema import Chunk, ChunkCommit
-from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.spaces import SpaceSpec, TransformFn
 from modelupgrade.store.vectors import UNRECORDED, content_hashes
 
 EmbedFn = Callable[[np.ndarray], np.ndarray]
-TransformFn = Callable[[np.ndarray], np.ndarray]
 ChangedSources = Literal["refuse", "accept"]
 
 

@@ -15,10 +15,16 @@ none.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from modelupgrade.errors import UserError
+
+# A map of vector rows from one space to another: a head's ψ, ψ_rev or ρ, applied to (N, d) rows.
+TransformFn = Callable[[np.ndarray], np.ndarray]
 
 _SPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
