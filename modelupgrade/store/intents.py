@@ -11,9 +11,10 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.backends.base import VectorBackend
 from modelupgrade.store.database import Database
 from modelupgrade.store.faults import boundary
@@ -38,8 +39,8 @@ class ServingIntent:
     at: float
     detail: StepDetail
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "detail": self.detail.as_dict()}
+    def as_dict(self) -> JsonObject:
+        return {**json_record(self), "detail": self.detail.as_dict()}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ServingIntent:
@@ -55,7 +56,7 @@ class DiscardIntent:
 
 def record_intent(db: sqlite3.Connection, kind: str, intent: ServingIntent | DiscardIntent) -> int:
     """Record an intent inside the caller's write transaction; returns its id."""
-    detail = intent.as_dict() if isinstance(intent, ServingIntent) else asdict(intent)
+    detail = intent.as_dict() if isinstance(intent, ServingIntent) else json_record(intent)
     cursor = db.execute(
         "INSERT INTO intents (kind, detail, at) VALUES (?, ?, ?)",
         (kind, json.dumps(detail), time.time()),

@@ -4,9 +4,10 @@ edge."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import SCHEMA_VERSION, Backfill, ItemFailure
@@ -85,8 +86,8 @@ class StoreStatus:
     # What a write-ahead intent left for the next writer (an interrupted cutover or rollback).
     pending_intents: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        found = asdict(self)
+    def as_dict(self) -> JsonObject:
+        found = json_record(self)
         found["serving_steps"] = [step.as_dict() for step in self.serving_steps]
         return found
 

@@ -1,0 +1,57 @@
+"""JSON data, typed: the one codec from the library's records to the JSON they are written as.
+
+Typed records (frozen dataclasses, pydantic models) cross module boundaries; where one leaves the
+library (a ``--json`` result, a JSON file, an SQLite column holding JSON) it becomes ``JsonObject``
+here, through ``json_record``. ``JsonValue`` is what ``json.loads`` returns, so mypy checks every
+value a record writes, and its readers read nothing but JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING, TypeAlias
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+JsonValue: TypeAlias = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+JsonObject: TypeAlias = dict[str, JsonValue]
+
+
+def json_value(value: object) -> JsonValue:
+    """``value`` as the JSON data ``json.dumps(value, default=io.json_default)`` writes, so a file
+    written from either is byte-identical: records (dataclasses) as objects of their fields, in
+    field order; tuples as lists; numpy scalars and arrays as Python numbers and lists; paths as
+    strings; integer keys as strings. Anything else is a TypeError, as it is for ``json.dumps``."""
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
+    if isinstance(value, Mapping):
+        return {_json_key(key): json_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(item) for item in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return json_record(value)
+    if isinstance(value, np.generic | np.ndarray):
+        return json_value(value.tolist())  # a scalar's tolist() is its Python number
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
+
+
+def json_record(record: DataclassInstance) -> JsonObject:
+    """A record's fields as a JSON object, in field order: what ``dataclasses.asdict`` gives, with
+    each value made JSON data by ``json_value``."""
+    return {field.name: json_value(getattr(record, field.name)) for field in fields(record)}
+
+
+def _json_key(key: object) -> str:
+    # json.dumps writes an integer key as its digits; any other key but a string is refused there.
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    raise TypeError(f"cannot serialise a {type(key).__name__} key to JSON")
