@@ -11,15 +11,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, Union
 
 import numpy as np
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-JsonValue: TypeAlias = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
-JsonObject: TypeAlias = dict[str, JsonValue]
+    JsonValue: TypeAlias = (
+        str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+    )
+    JsonObject: TypeAlias = dict[str, JsonValue]
+else:
+    # The same types, as the objects ``typing.get_type_hints`` (the command line's options, a
+    # Prefect task's parameters) and pydantic read at run time. A plain recursive alias names
+    # "JsonValue" as a string, which they look up in the annotating module, where it is not
+    # defined; a TypeAliasType carries its own definition. (mypy reads the branch above: it
+    # cannot resolve a recursive TypeAliasType.)
+    from typing_extensions import TypeAliasType
+
+    JsonValue = TypeAliasType(
+        "JsonValue",
+        Union[str, int, float, bool, None, list["JsonValue"], dict[str, "JsonValue"]],  # noqa: UP007
+    )
+    JsonObject = TypeAliasType("JsonObject", dict[str, JsonValue])
 
 
 def json_value(value: object) -> JsonValue:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.commands.results import SavedWithCard
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.heads.card import HeadCard
+from modelupgrade.json_data import JsonObject
 
 # A saved head: its directory, its card, and the outputs written on the evaluation splits.
 TrainedHead = SavedWithCard[HeadCard]
@@ -166,7 +166,7 @@ class FittedAdapters:
     scenario: str
     adapters: list[tuple[Path, HeadCard]]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "scenario": self.scenario,
             "adapters": [
