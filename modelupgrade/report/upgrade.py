@@ -10,12 +10,12 @@ registered model and the paths of its files. ``CycleOutcome``, ``LineageOutcome`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.evaluation.summary import ChainEvaluation
+from modelupgrade.evaluation.summary import ChainEvaluation, Compatibility
 from modelupgrade.io import write_json, write_text
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
@@ -43,6 +43,10 @@ COMPATIBILITY_NUMBERS = (
     ("FC", "fc"),
 )
 
+# A row of a report's metrics table: its labels (query, gallery) and its numbers, None where
+# nothing was measured. The flows publish these rows as Prefect table artifacts.
+TableRow = dict[str, str | float | None]
+
 
 @dataclass(frozen=True)
 class Chain:
@@ -63,7 +67,7 @@ class WrittenReport:
     markdown: str
     path: Path
     record: Any
-    rows: list[dict[str, Any]] = field(default_factory=list)  # its metrics table, if any
+    rows: list[TableRow] = field(default_factory=list)  # its metrics table, if any
     title: str = ""  # one line: what the report is about
     rows_title: str = ""  # one line: what its metrics table holds
 
@@ -76,20 +80,20 @@ def json_number(value: Any) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
 
-def chain_compatibility(chain: Chain) -> dict[str, Any]:
+def chain_compatibility(chain: Chain) -> Compatibility:
     """The chain's compatibility matrix and its summary numbers in the headline metric."""
     summary = ChainEvaluation.read(chain.metrics_dir / f"{SUMMARY}.json")
-    return {**summary.compatibility[chain.metric].model_dump(), "metric": chain.metric}
+    return summary.compatibility[chain.metric].model_copy(update={"metric": chain.metric})
 
 
-def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
+def matrix_rows(compat: Compatibility) -> list[TableRow]:
     """One row per query generation, one column per gallery generation (None above the diagonal)."""
-    generations = compat["generations"]
+    generations = compat.generations
     return [
         {
             "query": q,
             **{
-                g: (json_number(compat["matrix"][i][j]) if j <= i else None)
+                g: (json_number(compat.matrix[i][j]) if j <= i else None)
                 for j, g in enumerate(generations)
             },
         }
@@ -97,7 +101,7 @@ def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
+def generation_rows(chain: Chain, generation: int) -> list[TableRow]:
     """The generation's queries against every gallery of the chain, one row per gallery."""
     import pandas as pd
 
@@ -107,7 +111,7 @@ def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
     # through a forward head is ``<head>(gen<j>)``: the path to an older gallery of another
     # dimension.
     mine = table[(table.query_set == own) | table.query_set.str.endswith(f"({own})")]
-    rows = []
+    rows: list[TableRow] = []
     for query, gallery in sorted(
         set(zip(mine.query_set, mine.gallery_set, strict=True)), key=_generation_order
     ):
@@ -263,7 +267,7 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     registry = chain.registry
     versions = registry.versions()
     compat = chain_compatibility(chain)
-    generations = len(compat["generations"])
+    generations = len(compat.generations)
     markdown = render_markdown(
         f"Lineage of `{registry.name}`: {generations} generations ({chain.strategy})",
         [
@@ -277,7 +281,7 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     matrix = matrix_rows(compat)
     numbers = {
         k: (json_number(v) if isinstance(v, float) else v)
-        for k, v in compat.items()
+        for k, v in compat.model_dump().items()
         if k != "matrix"
     }
     record = {
@@ -342,7 +346,7 @@ def _write(
     markdown: str,
     path: Path,
     record: Any,
-    rows: list[dict[str, Any]] | None = None,
+    rows: list[TableRow] | None = None,
     title: str = "",
     rows_title: str = "",
 ) -> WrittenReport:
@@ -441,21 +445,22 @@ def _facts(facts: Sequence[tuple[str, str]]) -> Table:
     return Table(["", ""], facts)
 
 
-def _rows_table(rows: Sequence[dict[str, Any]]) -> Block:
+def _rows_table(rows: Sequence[Mapping[str, object]]) -> Block:
     if not rows:
         return Paragraph("_(none)_")
     return Table(list(rows[0]), [list(row.values()) for row in rows])
 
 
-def _matrix_blocks(compat: dict[str, Any]) -> list[Block]:
+def _matrix_blocks(compat: Compatibility) -> list[Block]:
     # Above the diagonal nothing was measured on purpose: blank, not "missing".
     rows = [{k: ("" if v is None else v) for k, v in row.items()} for row in matrix_rows(compat)]
     numbers = ", ".join(
-        f"{name} {format_cell(json_number(compat.get(key)))}" for name, key in COMPATIBILITY_NUMBERS
+        f"{name} {format_cell(json_number(getattr(compat, key)))}"
+        for name, key in COMPATIBILITY_NUMBERS
     )
     return [
         Paragraph(
-            f"M(query generation, gallery generation) in {compat['metric']}; lower triangle: a "
+            f"M(query generation, gallery generation) in {compat.metric}; lower triangle: a "
             "newer model searching an older gallery."
         ),
         _rows_table(rows),
