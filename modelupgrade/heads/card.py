@@ -40,7 +40,7 @@ class HeadCard(Card):
     input_momentum: float = 0.0
     previous_heads: list[str] = Field(default_factory=list)
     training: dict[str, Any] = Field(default_factory=dict)
-    sources: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    sources: dict[str, dict[str, str] | None] = Field(default_factory=dict)
 
     @field_validator("weights_sha256", mode="before")
     @classmethod
