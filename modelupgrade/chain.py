@@ -39,6 +39,7 @@ from modelupgrade.data import read_manifest, read_splits, with_supplied_snapshot
 from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layout import (
     EVALUATION_SPLITS,
     GALLERY_SPLIT,
@@ -380,7 +381,7 @@ class ChampionStore:
     champion: ChainChampion | None
     followed: FollowedModel | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         if self.champion is None or self.followed is None:
             return {
                 "store": str(self.store),

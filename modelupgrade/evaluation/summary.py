@@ -18,6 +18,7 @@ from typing import Any, Literal, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 
 R = TypeVar("R", bound="_Summary")
 
@@ -35,7 +36,7 @@ class _Record(BaseModel):
 
 
 class _Summary(_Record):
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
