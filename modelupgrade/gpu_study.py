@@ -43,7 +43,7 @@ import yaml
 from modelupgrade.config import Params, parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.io import read_json, write_json
-from modelupgrade.json_data import JsonObject, json_record
+from modelupgrade.json_data import JsonObject, json_record, number_at
 from modelupgrade.layout import OLD_MODEL, StudyLayout, head_name, model_name
 from modelupgrade.overrides import merge
 from modelupgrade.params import check_params
@@ -215,7 +215,7 @@ def trained_on(params: Params, layout: StudyLayout) -> tuple[list[TrainedModel],
                 TrainedModel(
                     scenario=scenario,
                     model=name,
-                    images=int(card.data.get("images", 0)),
+                    images=int(number_at(card.data, "images", 0)),
                     steps=int(card.fit["steps"]) if card.fit else len(card.history),
                     train_seconds=card.train_seconds or math.nan,
                     images_per_second=card.train_images_per_second or math.nan,
@@ -227,8 +227,8 @@ def trained_on(params: Params, layout: StudyLayout) -> tuple[list[TrainedModel],
                 TrainedHead(
                     scenario=scenario,
                     head=head_name(head, strategy),
-                    steps=int(training.get("steps", 0)),
-                    seconds=float(training.get("seconds", math.nan)),
+                    steps=int(number_at(training, "steps", 0)),
+                    seconds=float(number_at(training, "seconds", math.nan)),
                 )
             )
     return models, heads

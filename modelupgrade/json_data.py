@@ -70,3 +70,31 @@ def _json_key(key: object) -> str:
     if isinstance(key, int) and not isinstance(key, bool):
         return str(key)
     raise TypeError(f"cannot serialise a {type(key).__name__} key to JSON")
+
+
+def number_at(record: JsonObject, key: str, default: float | None = None) -> float:
+    """The number ``record`` holds at ``key`` (an int stays an int), or ``default`` where it holds
+    none; a KeyError where it holds none and there is no default, a TypeError where it holds
+    something else than a number."""
+    if key not in record:
+        if default is None:
+            raise KeyError(key)
+        return default
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{key!r} is {value!r}, not a number")
+    return value
+
+
+def numbers_at(record: JsonObject, key: str) -> list[float]:
+    """The list of numbers ``record`` holds at ``key``, empty where it holds none; a TypeError
+    where it holds something else."""
+    values = record.get(key, [])
+    if not isinstance(values, list):
+        raise TypeError(f"{key!r} is {values!r}, not a list of numbers")
+    numbers = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{key!r} holds {value!r}, not a number")
+        numbers.append(value)
+    return numbers
