@@ -76,7 +76,7 @@ class StoreStatus:
     vectors: dict[str, str] = field(default_factory=dict)
     # How each space is searched (store.index) and, from `store-status`, the index's recall@10
     # against an exact scan per space (``modelupgrade.store.search.index_recall``).
-    index: dict[str, Any] = field(default_factory=dict)
+    index: JsonObject = field(default_factory=dict)
     # The last backfill's cutover, rollback and cleanup steps (``modelupgrade.store.cutover``),
     # oldest first, each with who took it, when and why; and where that leaves it.
     serving_steps: list[ServingStep] = field(default_factory=list)
@@ -116,7 +116,11 @@ class StoreStatus:
             lines.append(labelled("vectors", ", ".join([self.vectors.get("backend", "?"), *shown])))
         if self.index:
             recall = self.index.get("recall_at_10", {})
-            measured = ", ".join(f"{space} {value:.3f}" for space, value in recall.items())
+            measured = (
+                ", ".join(f"{space} {value:.3f}" for space, value in recall.items())
+                if isinstance(recall, dict)
+                else ""
+            )
             lines.append(
                 labelled(
                     "index",
