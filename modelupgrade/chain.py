@@ -344,7 +344,7 @@ class UpgradeChain:
 
         return write_lineage_report(self.report_chain())
 
-    def backfill_report(self, outcome: dict[str, Any]) -> WrittenReport:
+    def backfill_report(self, outcome: JsonObject) -> WrittenReport:
         """The report of ``follow_champion``'s ``outcome`` (its ``as_dict()``)."""
 
         return write_backfill_report(outcome, self.layout.reports)

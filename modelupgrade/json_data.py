@@ -98,3 +98,32 @@ def numbers_at(record: JsonObject, key: str) -> list[float]:
             raise TypeError(f"{key!r} holds {value!r}, not a number")
         numbers.append(value)
     return numbers
+
+
+def object_at(record: JsonObject, key: str) -> JsonObject:
+    """The object ``record`` holds at ``key``, empty where it holds none (or null); a TypeError
+    where it holds something else."""
+    value = record.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{key!r} is {value!r}, not an object")
+    return value
+
+
+def objects_at(record: JsonObject, key: str) -> list[JsonObject]:
+    """The list of objects ``record`` holds at ``key``, empty where it holds none; a TypeError
+    where it holds something else."""
+    values = record.get(key) or []
+    if not isinstance(values, list) or not all(isinstance(value, dict) for value in values):
+        raise TypeError(f"{key!r} is {values!r}, not a list of objects")
+    return [value for value in values if isinstance(value, dict)]
+
+
+def strings_at(record: JsonObject, key: str) -> list[str]:
+    """The list of strings ``record`` holds at ``key``, empty where it holds none; a TypeError
+    where it holds something else."""
+    values = record.get(key) or []
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise TypeError(f"{key!r} is {values!r}, not a list of strings")
+    return [value for value in values if isinstance(value, str)]

@@ -17,6 +17,7 @@ from typing import Any
 
 from modelupgrade.evaluation.summary import ChainEvaluation, Compatibility
 from modelupgrade.io import write_json, write_text
+from modelupgrade.json_data import JsonObject, object_at, objects_at, strings_at
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
 from modelupgrade.registry.forms import ADOPTED_STRATEGY
@@ -303,17 +304,17 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     )
 
 
-def backfill_report(summary: dict[str, Any]) -> str:
+def backfill_report(summary: JsonObject) -> str:
     """What a backfill run of the gallery store did (``summary``: the backfill flow's outcome)."""
-    status = summary.get("store_status") or {}
+    status = object_at(summary, "store_status")
     blocks: list[Block] = []
-    backfill = summary.get("backfill")
+    backfill = object_at(summary, "backfill")
     if backfill:
         blocks.append(
             _facts(
                 [
                     ("from → to", f"{summary['source_space']} → {backfill['target_space']}"),
-                    ("status", backfill["status"]),
+                    ("status", str(backfill["status"])),
                     ("items written", str(backfill["items_written"])),
                     ("items failed", str(backfill["items_failed"])),
                     ("seconds", f"{backfill['seconds']:.1f}"),
@@ -328,8 +329,8 @@ def backfill_report(summary: dict[str, Any]) -> str:
             f"({summary['champion_key']})."
         )
     )
-    if status.get("failed"):
-        failed = [{"item": f["item_id"], "reason": f["reason"]} for f in status["failed"]]
+    failed = [{"item": f["item_id"], "reason": f["reason"]} for f in objects_at(status, "failed")]
+    if failed:
         blocks += [
             Paragraph("Failed items (still served from the old space):"),
             _rows_table(failed),
@@ -337,9 +338,9 @@ def backfill_report(summary: dict[str, Any]) -> str:
     return render_markdown(f"Gallery store `{summary['store']}`: {summary['outcome']}", blocks)
 
 
-def write_backfill_report(summary: dict[str, Any], reports_dir: Path) -> WrittenReport:
+def write_backfill_report(summary: JsonObject, reports_dir: Path) -> WrittenReport:
     path = reports_dir / "backfill.md"
-    return _write(backfill_report(summary), path, summary, title=summary["store"])
+    return _write(backfill_report(summary), path, summary, title=str(summary["store"]))
 
 
 def _write(
@@ -360,9 +361,9 @@ class RecordedOutcome:
     """What a flow did, as the record of its report: ``as_dict`` is the record, ``describe`` what a
     person reads of it."""
 
-    record: dict[str, Any]
+    record: JsonObject
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.record
 
     def describe(self) -> str:
@@ -376,8 +377,9 @@ class CycleOutcome(RecordedOutcome):
         r = self.record
         if r["status"] == "skipped":
             return f"gen{r['generation']}: no new data snapshot, nothing trained or registered"
-        failed = f", failed: {', '.join(r['failed_gates'])}" if r["failed_gates"] else ""
-        aliases = ", ".join(r["aliases"]) or "none"
+        failed_gates = strings_at(r, "failed_gates")
+        failed = f", failed: {', '.join(failed_gates)}" if failed_gates else ""
+        aliases = ", ".join(strings_at(r, "aliases")) or "none"
         registered = f"{r['model_key']} as {r['registered_model']} v{r['version']}"
         lineage = f"modelupgrade lineage --model {r['registered_model']}"
         return "\n".join(
@@ -394,21 +396,21 @@ class LineageOutcome(RecordedOutcome):
 
     def describe(self) -> str:
         r = self.record
-        rows = r["lineage"]
+        rows = objects_at(r, "lineage")
         lines = [f"{r['registered_model']} ({r['tracking_uri']}): {len(rows)} versions"]
         lines += [
             f"  v{row['version']} {row['model']}  parent={row['parent']}  gates={row['gates']}  "
             f"compatible_with={row['compatible_with']}  aliases={row['aliases']}"
             for row in rows
         ]
-        compat = r["compatibility"]
-        generations = compat["generations"]
+        compat = object_at(r, "compatibility")
+        generations = strings_at(compat, "generations")
         lines.append(
             f"compatibility matrix, {compat['metric']} "
             "(rows: query generation, columns: gallery generation):"
         )
         lines.append("        " + "".join(f"{g:>8}" for g in generations))
-        for row in compat["matrix"]:
+        for row in objects_at(compat, "matrix"):
             cells = "".join(
                 f"{row[g]:8.4f}" if row[g] is not None else " " * 8 for g in generations
             )

@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass, fields
 from typing import Any
 
-from modelupgrade.json_data import JsonObject, json_record
+from modelupgrade.json_data import JsonObject, json_record, object_at, objects_at
 from modelupgrade.store.shown import labelled, utc
 
 
@@ -86,10 +86,10 @@ class ServingStep:
         return "\n".join(lines)
 
 
-def _shadow(evaluation: dict[str, Any]) -> str:
+def _shadow(evaluation: JsonObject) -> str:
     """A recorded shadow evaluation (``ShadowEvaluation.as_dict``) in one line."""
-    metric = evaluation.get("metric", "")
-    new, old = evaluation.get("new_metrics", {}), evaluation.get("old_metrics", {})
+    metric = str(evaluation.get("metric", ""))
+    new, old = object_at(evaluation, "new_metrics"), object_at(evaluation, "old_metrics")
     scores = (
         f"; {metric} {new[metric]:.4f} new vs {old[metric]:.4f} old"
         if metric in new and metric in old
@@ -97,7 +97,7 @@ def _shadow(evaluation: dict[str, Any]) -> str:
     )
     checks = "; ".join(
         f"{c['name']}: {'pass' if c['passed'] else 'FAIL'} ({c['detail']})"
-        for c in evaluation.get("checks", [])
+        for c in objects_at(evaluation, "checks")
     )
     verdict = "passed" if evaluation.get("passed") else "failed"
     return f"{verdict} on {evaluation.get('queries', 0)} queries{scores}" + (
