@@ -3,7 +3,8 @@
 Typed records (frozen dataclasses, pydantic models) cross module boundaries; where one leaves the
 library (a ``--json`` result, a JSON file, an SQLite column holding JSON) it becomes ``JsonObject``
 here, through ``json_record``. ``JsonValue`` is what ``json.loads`` returns, so mypy checks every
-value a record writes, and its readers read nothing but JSON.
+value a record writes; ``number_at``, ``numbers_at``, ``object_at``, ``objects_at`` and
+``strings_at`` give a reader of such an object the type it expects, or a TypeError.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def json_record(record: DataclassInstance) -> JsonObject:
 
 
 def _json_key(key: object) -> str:
-    # json.dumps writes an integer key as its digits; any other key but a string is refused there.
+    # json.dumps writes an integer key as its digits. It would write a float, bool or None key in
+    # its own spelling too, but no record has one: refused here, as a sign of a wrong value.
     if isinstance(key, str):
         return key
     if isinstance(key, int) and not isinstance(key, bool):
