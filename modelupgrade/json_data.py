@@ -42,7 +42,8 @@ def json_value(value: object) -> JsonValue:
     """``value`` as the JSON data ``json.dumps(value, default=io.json_default)`` writes, so a file
     written from either is byte-identical: records (dataclasses) as objects of their fields, in
     field order; tuples as lists; numpy scalars and arrays as Python numbers and lists; paths as
-    strings; integer keys as strings. Anything else is a TypeError, as it is for ``json.dumps``."""
+    strings; integer keys as strings. Any other value is a TypeError, as it is for ``json.dumps``;
+    so is any other key than a string or an integer (``_json_key``)."""
     if value is None or isinstance(value, str | int | float):  # bool is an int
         return value
     if isinstance(value, Mapping):
