@@ -15,13 +15,14 @@ import re
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from modelupgrade.errors import UserError, not_valid
 from modelupgrade.io import atomic_path, file_sha256, write_json
+from modelupgrade.json_data import JsonObject
 
 CARD_FILE = "card.json"
 C = TypeVar("C", bound="Card")
@@ -47,7 +48,7 @@ class Card(BaseModel):
             raise ValueError(f"is {value!r}, this modelupgrade reads {cls.FORMAT!r}")
         return value
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.model_dump(mode="json")
 
 

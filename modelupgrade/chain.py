@@ -39,6 +39,7 @@ from modelupgrade.data import read_manifest, read_splits, with_supplied_snapshot
 from modelupgrade.data.split_files import INFO_FILE
 from modelupgrade.errors import UserError
 from modelupgrade.io import atomic_path
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layout import (
     EVALUATION_SPLITS,
     GALLERY_SPLIT,
@@ -343,7 +344,7 @@ class UpgradeChain:
 
         return write_lineage_report(self.report_chain())
 
-    def backfill_report(self, outcome: dict[str, Any]) -> WrittenReport:
+    def backfill_report(self, outcome: JsonObject) -> WrittenReport:
         """The report of ``follow_champion``'s ``outcome`` (its ``as_dict()``)."""
 
         return write_backfill_report(outcome, self.layout.reports)
@@ -380,7 +381,7 @@ class ChampionStore:
     champion: ChainChampion | None
     followed: FollowedModel | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         if self.champion is None or self.followed is None:
             return {
                 "store": str(self.store),

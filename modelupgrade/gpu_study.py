@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -43,6 +43,7 @@ import yaml
 from modelupgrade.config import Params, parse_params
 from modelupgrade.errors import UserError
 from modelupgrade.io import read_json, write_json
+from modelupgrade.json_data import JsonObject, json_record, number_at
 from modelupgrade.layout import OLD_MODEL, StudyLayout, head_name, model_name
 from modelupgrade.overrides import merge
 from modelupgrade.params import check_params
@@ -112,8 +113,8 @@ class GpuStudyRun:
     def seeds_finished(self) -> list[int]:
         return [run.seed for run in self.seeds]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seeds_finished": self.seeds_finished}
+    def as_dict(self) -> JsonObject:
+        return {**json_record(self), "seeds_finished": [*self.seeds_finished]}
 
     @classmethod
     def read(cls, path: Path) -> GpuStudyRun:
@@ -214,7 +215,7 @@ def trained_on(params: Params, layout: StudyLayout) -> tuple[list[TrainedModel],
                 TrainedModel(
                     scenario=scenario,
                     model=name,
-                    images=int(card.data.get("images", 0)),
+                    images=int(number_at(card.data, "images", 0)),
                     steps=int(card.fit["steps"]) if card.fit else len(card.history),
                     train_seconds=card.train_seconds or math.nan,
                     images_per_second=card.train_images_per_second or math.nan,
@@ -226,8 +227,8 @@ def trained_on(params: Params, layout: StudyLayout) -> tuple[list[TrainedModel],
                 TrainedHead(
                     scenario=scenario,
                     head=head_name(head, strategy),
-                    steps=int(training.get("steps", 0)),
-                    seconds=float(training.get("seconds", math.nan)),
+                    steps=int(number_at(training, "steps", 0)),
+                    seconds=float(number_at(training, "seconds", math.nan)),
                 )
             )
     return models, heads

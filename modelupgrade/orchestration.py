@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+from uuid import UUID
 
 from prefect import Flow, Task, task
 from prefect.cache_policies import NO_CACHE
@@ -60,15 +61,16 @@ def progress_artifact(key: str) -> Callable[[str, float], None]:
     it hears of as a Prefect progress artifact under ``key``, updated as the work goes on."""
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-    shown: dict[str, Any] = {}
+    # Each piece of work described so far with its artifact, the one shown now last.
+    shown: list[tuple[str, UUID]] = []
 
     def report(described: str, fraction: float) -> None:
-        if shown.get("described") != described:
-            shown.update(
-                described=described,
-                artifact=create_progress_artifact(0.0, key=key, description=described),
-            )
-        update_progress_artifact(shown["artifact"], 100.0 * fraction)
+        if not shown or shown[-1][0] != described:
+            artifact = create_progress_artifact(0.0, key=key, description=described)
+            # Called synchronously, Prefect's sync-or-async wrapper returns the id, not a coroutine.
+            assert isinstance(artifact, UUID)
+            shown.append((described, artifact))
+        update_progress_artifact(shown[-1][1], 100.0 * fraction)
 
     return report
 

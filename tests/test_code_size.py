@@ -21,7 +21,7 @@ from modelupgrade.tools.code_size import (
 # The ratchet: the ``dict[str, Any]`` annotations the library may still have (148 when it was set).
 # Typed records cross module boundaries; dicts stay at the JSON/MLflow/Prefect edges. Lower it as
 # they go, never raise it.
-DICT_STR_ANY_CEILING = 139
+DICT_STR_ANY_CEILING = 38
 
 
 def write(path: Path, text: str) -> Path:

@@ -10,13 +10,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.layout import SEQUENTIAL, StudyLayout
+
+if TYPE_CHECKING:
+    from modelupgrade.data.validation import ValidationReport
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +34,8 @@ class Manifest:
     classes: int
     images_per_split: dict[str, int]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "path": str(self.path)}
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
     def describe(self) -> str:
         return (
@@ -86,8 +90,8 @@ class SplitFiles:
     path: Path
     sizes: dict[str, dict[str, int]]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": str(self.path), "sizes": self.sizes}
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
     def describe(self) -> str:
         lines = [f"{self.name} -> {self.path}:"]
@@ -168,10 +172,10 @@ def split(
 class Validation:
     """The validation reports written, one per table."""
 
-    reports: list[Any]  # modelupgrade.data.validation.ValidationReport
+    reports: list[ValidationReport]
     out_dir: Path
 
-    def as_dict(self) -> list[dict[str, Any]]:
+    def as_dict(self) -> list[JsonObject]:
         return [r.to_dict() for r in self.reports]
 
     def describe(self) -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.commands.results import SavedWithCard
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.heads.card import HeadCard
+from modelupgrade.json_data import JsonObject, number_at
 
 # A saved head: its directory, its card, and the outputs written on the evaluation splits.
 TrainedHead = SavedWithCard[HeadCard]
@@ -166,7 +166,7 @@ class FittedAdapters:
     scenario: str
     adapters: list[tuple[Path, HeadCard]]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "scenario": self.scenario,
             "adapters": [
@@ -230,7 +230,7 @@ def fit_adapters(
         fitted = fit_adapter_study(params, scenario, layout, select_device(params.device))
         stage.log_metrics(
             {
-                f"{a.card.name}.{key}": float(a.card.training[key])
+                f"{a.card.name}.{key}": float(number_at(a.card.training, key))
                 for a in fitted
                 for key in ("fit_cosine", "seconds")
             }

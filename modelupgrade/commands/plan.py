@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from modelupgrade.config import Params
+from modelupgrade.json_data import JsonObject
 from modelupgrade.plan import DEFAULT_ADAPTERS, PlanMeasurements, UpgradePlan
 from modelupgrade.plan.steps import NextStep, PlanContext
 
@@ -27,7 +28,7 @@ class PlanWritten:
     steps: list[NextStep] = field(default_factory=list)
     steps_text: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             **self.plan.as_dict(),
             "next_commands": [step.command for step in self.steps],

@@ -10,6 +10,7 @@ from typing import Any
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_value
 from modelupgrade.layout import StudyLayout
 from modelupgrade.registry.study import RegistrationSummary
 
@@ -21,7 +22,7 @@ class Registration:
     summary: RegistrationSummary
     out: Path
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.summary.as_dict()
 
     def describe(self) -> str:
@@ -131,7 +132,7 @@ class Promotion:
     model: str
     result: Any  # modelupgrade.registry.PromotionResult
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         r = self.result
         return {
             "registered_model": self.model,
@@ -186,10 +187,12 @@ class Lineage:
 
     versions: dict[str, list[Any]]  # registered model → modelupgrade.registry.VersionInfo
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         from modelupgrade.registry import lineage_rows
 
-        return {name: lineage_rows(versions) for name, versions in self.versions.items()}
+        return {
+            name: json_value(lineage_rows(versions)) for name, versions in self.versions.items()
+        }
 
     def describe(self) -> str:
         from modelupgrade.registry import format_lineage

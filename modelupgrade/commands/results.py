@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from modelupgrade.json_data import JsonObject
+
 
 class Recorded(Protocol):
     """A card or summary: the record itself (``as_dict``) and its headline numbers."""
@@ -56,7 +58,7 @@ class SavedWithCard(Generic[RecordT]):
     names: tuple[str, str]
     heading: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         saved, written = self.names
         return {
             saved: str(self.out),

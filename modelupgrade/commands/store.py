@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from modelupgrade.commands.store_backfill import BackfillFlags
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.retrieval.distance import check_distance
 from modelupgrade.store import operations
 from modelupgrade.store.ledger import AbortRecord
@@ -452,7 +453,7 @@ def demo_store(
     old_embeddings: Path | None = None,
     head: Path | None = None,
     progress: bool = False,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Build the demo gallery store and backfill it with the new model to completion.
 
     The gallery is ingested with its old-model vectors and every ordering score the old model's

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from modelupgrade.data.manifest import (
 from modelupgrade.data.scenarios import EVALUATION_SPLITS, Splits
 from modelupgrade.data.split_files import read_splits
 from modelupgrade.errors import DataValidationError
+from modelupgrade.json_data import JsonObject, json_record
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class ExpectationOutcome:
     column: str
     success: bool
     unexpected_count: int = 0
-    examples: list[dict[str, Any]] = field(default_factory=list)
+    examples: list[JsonObject] = field(default_factory=list)
     detail: str = ""
 
     def describe(self) -> str:
@@ -73,14 +74,14 @@ class ValidationReport:
     def failures(self) -> list[ExpectationOutcome]:
         return [o for o in self.outcomes if not o.success]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "success": self.success,
             "expectations": len(self.outcomes),
             "failed": len(self.failures),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-            "results": [asdict(o) for o in self.outcomes],
+            "results": [json_record(o) for o in self.outcomes],
         }
 
     def raise_if_failed(self) -> None:
@@ -465,13 +466,10 @@ def validate_study_files(
         validator.seconds["gx_import"],
         validator.seconds["gx_context"],
     )
-    shared: dict[str, Any] = {
-        "root": dataset.root,
-        "min_images_per_class": dataset.min_images_per_class,
-        "train_split": dataset.train_split,
-    }
-    reports = [validate_manifest(validator, manifest, name=dataset.name, **shared)]
-    reports += [validate_splits(validator, manifest, s, name=name, **shared) for name, s in splits]
+    # What every table is checked against: the image root, the class minimum, the training split.
+    shared = (dataset.root, dataset.min_images_per_class, dataset.train_split)
+    reports = [validate_manifest(validator, manifest, *shared, name=dataset.name)]
+    reports += [validate_splits(validator, manifest, s, name, *shared) for name, s in splits]
     return reports
 
 

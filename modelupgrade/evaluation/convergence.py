@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.config.evaluation import ConvergenceGateParams
 from modelupgrade.evaluation.summary import Convergence
 from modelupgrade.io import read_json
+from modelupgrade.json_data import JsonObject, number_at, numbers_at
 from modelupgrade.training.convergence import FIT_FILE, TrainingFit, judge_fit
 
 
@@ -33,7 +33,7 @@ def model_convergence(embeddings_dir: Path, gate: ConvergenceGateParams) -> Conv
 
 
 def head_convergence(
-    training: dict[str, Any], gate: ConvergenceGateParams, training_free: bool, aligns: bool
+    training: JsonObject, gate: ConvergenceGateParams, training_free: bool, aligns: bool
 ) -> Convergence:
     """The gate's verdict on a head from its card's training record, by what its kind trains for:
 
@@ -49,8 +49,8 @@ def head_convergence(
       ground on where it started.
 
     Every loss must stay finite."""
-    alignment = float(training.get("fit_cosine", math.nan))
-    losses = [float(x) for x in training.get("epoch_losses", [])]
+    alignment = float(number_at(training, "fit_cosine", math.nan))
+    losses = [float(x) for x in numbers_at(training, "epoch_losses")]
     statistics = {"alignment": alignment, "epochs": float(len(losses))}
     if losses:
         statistics.update(loss_start=losses[0], loss_end=losses[-1])

@@ -23,6 +23,7 @@ from modelupgrade.evaluation.study_files import (
 )
 from modelupgrade.evaluation.summary import Convergence
 from modelupgrade.heads.card import HEAD_WEIGHTS_FILE, HeadCard
+from modelupgrade.json_data import JsonObject, json_value
 from modelupgrade.layout import (
     GALLERY_SPLIT,
     OLD_MODEL,
@@ -101,7 +102,7 @@ class EvaluationSets:
 
     queries: dict[str, np.ndarray] = field(default_factory=dict)
     galleries: dict[str, np.ndarray] = field(default_factory=dict)
-    sources: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, JsonObject] = field(default_factory=dict)
     convergence: dict[str, Convergence] = field(default_factory=dict)
 
 
@@ -199,14 +200,14 @@ def add_heads(
     return heads_of
 
 
-def _head_sources(head_dir: Path, card: HeadCard, direction: str) -> dict[str, Any]:
+def _head_sources(head_dir: Path, card: HeadCard, direction: str) -> JsonObject:
     """A head's card and weights files with their hashes, its direction, and for a training-free
     adapter its kind and how many pairs it was fitted on (the report's adapter table)."""
     from modelupgrade.heads import HEADS
 
-    sources: dict[str, Any] = {
-        "card": source_entry(head_dir / "card.json"),
-        "weights": source_entry(head_dir / HEAD_WEIGHTS_FILE),
+    sources: JsonObject = {
+        "card": json_value(source_entry(head_dir / "card.json")),
+        "weights": json_value(source_entry(head_dir / HEAD_WEIGHTS_FILE)),
         "direction": direction,
     }
     if HEADS.get(card.kind).training_free:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 from modelupgrade.config.evaluation import EvaluationParams
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation.revisited import EvaluationGroundTruth, rows_of
+from modelupgrade.json_data import JsonObject
 from modelupgrade.metrics import (
     PerQueryRanking,
     TarAtFarAccumulator,
@@ -52,7 +53,7 @@ class PairResult:
     metrics: dict[str, float]
     # Per query: a positive within the first ``flip_k`` results (negative-flip bookkeeping).
     correct: np.ndarray
-    info: dict[str, Any] = field(default_factory=dict)
+    info: JsonObject = field(default_factory=dict)
     # Per query: its step AP, whose mean over the queries with a positive is mAP (NaN for a query
     # without positives or not scored by label); None where mAP is not computed.
     average_precision: np.ndarray | None = None
@@ -166,7 +167,7 @@ class RetrievalEvaluator:
                 hint=f"pick one of: {', '.join(names)}",
             )
 
-    def protocol_description(self) -> dict[str, Any]:
+    def protocol_description(self) -> JsonObject:
         p = self.params
         revisited = self.ground_truth.describe()
         return {
@@ -194,7 +195,7 @@ class RetrievalEvaluator:
 
     def _topk_from_search(
         self, query: np.ndarray, gallery: np.ndarray
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    ) -> tuple[np.ndarray, JsonObject]:
         """Gallery ids of the ``max_k`` best results per query (self excluded
         under leave-one-out)."""
         searcher = GallerySearcher(gallery, self.search_options)
@@ -226,7 +227,7 @@ class RetrievalEvaluator:
             )
         metrics: dict[str, float] = {}
         correct = np.zeros(len(query), dtype=bool)
-        info: dict[str, Any] = {}
+        info: JsonObject = {}
         average_precision = None
         if self.scores_labels:
             labelled = self._evaluate_labels(query[self.label_queries], gallery[self.label_gallery])
@@ -253,7 +254,7 @@ class RetrievalEvaluator:
     def _evaluate_labels(self, query: np.ndarray, gallery: np.ndarray) -> PairResult:
         """The label-scored queries against the label-scored gallery."""
         p = self.params
-        info: dict[str, Any] = {}
+        info: JsonObject = {}
         full: PerQueryRanking | None = None
         if p.full_map or p.similarity != "cosine":
             full = rank_features(

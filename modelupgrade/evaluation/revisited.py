@@ -32,6 +32,7 @@ import torch
 
 from modelupgrade.data.manifest import GROUND_TRUTH_COLUMNS, REVISITED_SET_COLUMN
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.metrics import REVISITOP_PROTOCOLS, revisitop_ground_truth, revisitop_map
 from modelupgrade.metrics.benchmarks import RevisitopProtocol
 from modelupgrade.metrics.ranking import query_block_size
@@ -194,7 +195,7 @@ class EvaluationGroundTruth:
     def metric_names(self) -> list[str]:
         return [name for s in self.revisited for name in s.metric_names()]
 
-    def describe(self) -> dict[str, object] | None:
+    def describe(self) -> JsonObject | None:
         if not self.revisited:
             return None
         return {

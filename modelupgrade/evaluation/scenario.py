@@ -54,6 +54,7 @@ from modelupgrade.evaluation.study_files import (
     write_outputs,
 )
 from modelupgrade.evaluation.summary import ScenarioEvaluation, SequentialEvaluation
+from modelupgrade.json_data import json_value
 from modelupgrade.layout import (
     CROSS_MODEL,
     GALLERY_SPLIT,
@@ -82,7 +83,7 @@ def model_sets(
             layout.embeddings(scenario, model), model
         )
         sets.sources[model] = {
-            split: source_entry(layout.embedding_file(scenario, model, split))
+            split: json_value(source_entry(layout.embedding_file(scenario, model, split)))
             for split in (QUERY_SPLIT, GALLERY_SPLIT)
         }
     sets.convergence = {

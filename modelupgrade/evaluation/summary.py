@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 
 R = TypeVar("R", bound="_Summary")
 
@@ -35,7 +36,7 @@ class _Record(BaseModel):
 
 
 class _Summary(_Record):
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
@@ -101,7 +102,7 @@ class ScenarioEvaluation(_Summary):
     """The cross-model evaluation of a two-model scenario (old gen0, new gen1-<strategy>)."""
 
     scenario: str
-    protocol: dict[str, Any]
+    protocol: JsonObject
     headline_metric: str
     old_model: str
     oracle: str | None
@@ -111,7 +112,7 @@ class ScenarioEvaluation(_Summary):
     oracle_self: float | None
     # Δ↓ per new model against the oracle strategy's model: what the registry's gates read.
     delta_down_pct: dict[str, float] = {}
-    sources: dict[str, Any] = {}
+    sources: dict[str, JsonObject] = {}
     # Every model (gen0, gen1-<strategy>) and trained head (by directory name) that was measured:
     # did it train? A claim resting on one that did not is not tested.
     convergence: dict[str, Convergence] = {}
@@ -190,7 +191,7 @@ class ChainEvaluation(_Summary):
 
     scenario: Literal["sequential"] = "sequential"
     strategy: str
-    protocol: dict[str, Any]
+    protocol: JsonObject
     headline_metric: str
     compatibility: dict[str, Compatibility]
     oracle: str | None
@@ -208,7 +209,7 @@ class SequentialEvaluation(_Summary):
     """Every chain's headline compatibility (``metrics/sequential/summary.json``)."""
 
     scenario: Literal["sequential"] = "sequential"
-    protocol: dict[str, Any]
+    protocol: JsonObject
     strategies: dict[str, Compatibility | None] = Field(default_factory=dict)
 
     def headline_metrics(self) -> dict[str, float]:

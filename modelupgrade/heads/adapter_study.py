@@ -112,7 +112,7 @@ def fit_adapter_study(
     old = load_embeddings(old_path, "old embeddings")
     new = load_embeddings(new_path, "new embeddings")
     data = EmbeddingPairs(old, new, load_labels(labels_path))
-    sources: dict[str, dict[str, Any] | None] = {
+    sources: dict[str, dict[str, str] | None] = {
         "old_embeddings": source_entry(old_path),
         "new_embeddings": source_entry(new_path),
         "labels": source_entry(labels_path),
@@ -160,7 +160,7 @@ def _fit_one(
     entry: Any,
     sample: EmbeddingPairs,
     out: Path,
-    sources: dict[str, dict[str, Any] | None],
+    sources: dict[str, dict[str, str] | None],
     device: torch.device | str,
 ) -> HeadCard:
     training = resolve_training(entry)

@@ -31,6 +31,7 @@ from torch import nn
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layers import MLP, MarginClassifier, Transform
 from modelupgrade.plugins import Registry
 
@@ -203,7 +204,7 @@ class Head(nn.Module):
     def target(self, batch: HeadBatch) -> torch.Tensor:
         return batch.new if self.direction == "forward" else batch.old
 
-    def architecture(self) -> dict[str, Any]:
+    def architecture(self) -> JsonObject:
         """What ``build_head`` needs to rebuild this head (goes into the model card)."""
         return {
             "kind": self.registry_name,

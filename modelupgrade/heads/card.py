@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from modelupgrade.cards import Card
+from modelupgrade.json_data import JsonObject
 
 HEAD_WEIGHTS_FILE = "head.pt"
 
@@ -39,8 +40,8 @@ class HeadCard(Card):
     name: str | None = None
     input_momentum: float = 0.0
     previous_heads: list[str] = Field(default_factory=list)
-    training: dict[str, Any] = Field(default_factory=dict)
-    sources: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    training: JsonObject = Field(default_factory=dict)
+    sources: dict[str, dict[str, str] | None] = Field(default_factory=dict)
 
     @field_validator("weights_sha256", mode="before")
     @classmethod
@@ -53,7 +54,7 @@ class HeadCard(Card):
         record = {
             k: v
             for k, v in self.training.items()
-            if k in ("final_loss", "steps", "seconds", "fit_cosine")
+            if k in ("final_loss", "steps", "seconds", "fit_cosine") and isinstance(v, int | float)
         }
         return {**record, "macs_per_embedding": self.macs_per_embedding}
 

@@ -18,6 +18,7 @@ from modelupgrade.cards import CARD_FILE, load_weights, read_card, save_card_dir
 from modelupgrade.errors import UserError
 from modelupgrade.heads.base import Head, build_head
 from modelupgrade.heads.card import HEAD_WEIGHTS_FILE, HeadCard
+from modelupgrade.json_data import JsonObject
 
 CARD_FORMAT = HeadCard.FORMAT
 WEIGHTS_FILE = HEAD_WEIGHTS_FILE
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-def head_card(head: Head, **extra: Any) -> dict[str, Any]:
+def head_card(head: Head, **extra: Any) -> JsonObject:
     """The fields of ``head``'s card that the head itself knows."""
     macs = head.macs_per_embedding()
     return {

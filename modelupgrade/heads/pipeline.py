@@ -30,6 +30,7 @@ from modelupgrade.heads.inference import apply
 from modelupgrade.heads.persistence import load_head, read_head_card, save_head
 from modelupgrade.heads.training import TrainingResult, fit_head, resolve_training
 from modelupgrade.io import file_sha256
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layers import MarginClassifier
 from modelupgrade.runtime import describe_device, seed_everything, select_device
 
@@ -68,7 +69,7 @@ def load_new_classifier(model_dir: str | Path) -> MarginClassifier:
     return load_model(model_dir).classifier
 
 
-def source_entry(path: str | Path | None) -> dict[str, Any] | None:
+def source_entry(path: str | Path | None) -> dict[str, str] | None:
     """A training input as the head's card records it: its path and, where it is a file (or a
     model directory), a hash."""
     if path is None:
@@ -93,13 +94,17 @@ def fit_cosine(
 
 def training_record(
     head: Head, training: HeadTraining, result: TrainingResult, device: Any, seed: int
-) -> dict[str, Any]:
+) -> JsonObject:
     """How a head was fitted, as its card records it: closed form (the fit's loss and time), or
     the resolved training settings and the loss history of its epochs."""
     if not head.iterative:
-        fitted: dict[str, Any] = {"mode": "closed-form"}
+        fitted: JsonObject = {"mode": "closed-form"}
     else:
-        fitted = {"mode": "standalone", **training.as_dict(), "epoch_losses": result.epoch_losses}
+        fitted = {
+            "mode": "standalone",
+            **training.as_dict(),
+            "epoch_losses": [*result.epoch_losses],
+        }
     return {
         **fitted,
         "final_loss": result.final_loss,
@@ -140,7 +145,7 @@ def train_and_save_head(
     joint = joint_head(name, head_params, new_model, in_dim, out_dim)
     if joint is not None:
         head: Head = joint
-        record: dict[str, Any] = {"mode": "joint", "trained_with": str(new_model)}
+        record: JsonObject = {"mode": "joint", "trained_with": str(new_model)}
     else:
         head, record = standalone_head(
             params, head_params, training, data, (in_dim, out_dim), new_model, chain.inputs
@@ -245,7 +250,7 @@ def standalone_head(
     dims: tuple[int, int],
     new_model: str | Path | None,
     inputs: np.ndarray | None,
-) -> tuple[Head, dict[str, Any]]:
+) -> tuple[Head, JsonObject]:
     """A new head of ``dims`` (input, output) trained on ``data`` (its input replaced by
     ``inputs`` where given), through the new model's classifier where its kind needs it; returns
     it on the CPU with its training record."""

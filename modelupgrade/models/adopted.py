@@ -136,8 +136,9 @@ def adopt_model(
     source = build_source(kind, options)
     path, digest = checked_file(source.options.path, source.options.sha256, f"{kind} source")
     adoption = source.adopt(path, required or {})
-    adopted = dict(adoption.card)
-    checked = adopted.pop("checked_splits", None)
+    entries = adoption.card
+    checked = entries.get("checked_splits")
+    adopted = {key: value for key, value in entries.items() if key != "checked_splits"}
     module = adoption.module.eval()
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
@@ -146,7 +147,7 @@ def adopt_model(
         for name, write in adoption.files.items():
             write(tmp / name)
         hashes = {name: file_sha256(tmp / name) for name in [MODEL_WEIGHTS_FILE, *adoption.files]}
-        preprocessing = adopted.get("preprocessing")
+        preprocessing = entries.get("preprocessing")
         card = ModelCard.model_validate(
             {
                 "format": ModelCard.FORMAT,
@@ -174,7 +175,7 @@ def adopt_model(
                     "unknown": [
                         "training data and training run",
                         "classifier (strategies that need one synthesise class means)",
-                        *adopted.get("unknown", []),
+                        *entries.get("unknown", []),
                     ],
                 },
             }

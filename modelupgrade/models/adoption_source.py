@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from pydantic import ValidationError
@@ -22,6 +22,18 @@ from modelupgrade.plugins import Registry
 PROBE_IMAGES = 2
 
 
+class AdoptedEntries(TypedDict, total=False):
+    """What an adoption knows of the model beyond its module: entries of the card's ``adopted``
+    (``AdoptedCard``), and the splits whose vectors it checked (the card's ``data``)."""
+
+    preprocessing: PreprocessingCard
+    ignored_keys: list[str]
+    files: dict[str, str]
+    runs_on_images: bool
+    unknown: list[str]
+    checked_splits: dict[str, int]
+
+
 @dataclass
 class Adoption:
     """What adopting a source gives: the module, its card entries and the files to write, and in
@@ -29,7 +41,7 @@ class Adoption:
 
     module: nn.Module
     embedding_dim: int
-    card: dict[str, Any]
+    card: AdoptedEntries
     # File name in the model directory → writes that file at the given path.
     files: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     embedding_from: str = "the network's output"

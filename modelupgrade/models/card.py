@@ -20,6 +20,7 @@ from pydantic import (
 
 from modelupgrade.cards import Card
 from modelupgrade.config.training import ArchitectureParams
+from modelupgrade.json_data import JsonObject, number_at
 
 MODEL_WEIGHTS_FILE = "checkpoint.pt"
 
@@ -113,8 +114,8 @@ class ModelCard(Card):
     strategy: StrategyCard | None = None
     parent: ParentCard | None = None
     seed: int | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
-    training: dict[str, Any] = Field(default_factory=dict)
+    data: JsonObject = Field(default_factory=dict)
+    training: JsonObject = Field(default_factory=dict)
     history: list[dict[str, float]] = Field(default_factory=list)
     # The trained model's fit to its own training images (``modelupgrade.training.convergence``).
     fit: dict[str, float] | None = None
@@ -126,7 +127,7 @@ class ModelCard(Card):
     versions: dict[str, str] = Field(default_factory=dict)
     forward_head: JointHeadCard | None = None
     # The local weights file the backbone started from (``architectures.<name>.pretrained``).
-    initialised_from: dict[str, Any] | None = None
+    initialised_from: JsonObject | None = None
     adopted: AdoptedCard | None = None
 
     @model_validator(mode="after")
@@ -154,7 +155,7 @@ class ModelCard(Card):
             if getattr(self, name) is not None:
                 metrics[name] = getattr(self, name)
         if "images" in self.data:
-            metrics["images"] = self.data["images"]
+            metrics["images"] = number_at(self.data, "images")
         if self.history:
             last = self.history[-1]
             metrics["final_loss"] = last.get("loss", float("nan"))

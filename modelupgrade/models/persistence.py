@@ -18,6 +18,7 @@ import torch
 
 from modelupgrade.cards import CARD_FILE, load_weights, read_card, save_card_directory
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_value
 from modelupgrade.models.card import MODEL_WEIGHTS_FILE, ModelCard
 from modelupgrade.models.embedding import EmbeddingModel
 
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-def model_description(model: EmbeddingModel) -> dict[str, Any]:
+def model_description(model: EmbeddingModel) -> JsonObject:
     """The part of the card that ``load_model`` needs to rebuild the network."""
     return {
         "format": CARD_FORMAT,
@@ -51,7 +52,7 @@ def model_description(model: EmbeddingModel) -> dict[str, Any]:
             "scale": model.classifier.scale,
             "margin": model.classifier.margin,
         },
-        "trained_classes": model.trained_classes,
+        "trained_classes": json_value(model.trained_classes),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
 

@@ -13,6 +13,7 @@ import torch
 from modelupgrade.config import Params
 from modelupgrade.config.heads import HeadParams
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.plan.sample import SampleEmbeddings
 
 # Drift-Adapter's three, their local (per-cluster) forms, query drift compensation and SLERP (its
@@ -55,7 +56,7 @@ class FittedAdapter:
 
     head: Any
     seconds: float
-    record: dict[str, Any]
+    record: JsonObject
 
 
 def fit_adapter(

@@ -3,11 +3,11 @@ sample, under one serving mode and ordering policy."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.plan.sample import PlanSample
 from modelupgrade.retrieval.distance import Distance
 
@@ -27,9 +27,9 @@ class CurveSettings:
     seed: int
     topk: tuple[int, ...]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """The settings that shape the curve (the seed and top-k do not)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("seed", "topk")}
+        return {k: v for k, v in json_record(self).items() if k not in ("seed", "topk")}
 
 
 def backfill_curve_of(

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from modelupgrade.json_data import JsonObject, json_record
+
 # Timing rounds whose slowest is more than this factor of the fastest make a cost unstable.
 UNSTABLE_SPREAD = 1.5
 
@@ -69,8 +71,8 @@ class PlanMeasurements:
     metric: str
     options: list[OptionMeasure]
     device: str
-    protocol: dict[str, Any]
-    backfill: dict[str, Any]
+    protocol: JsonObject
+    backfill: JsonObject
     models: dict[str, str]
     machine: MachineLoad | None = None
 
@@ -154,15 +156,15 @@ class UpgradePlan:
             measurements=measurements,
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "gallery_size": self.gallery_size,
             "tolerance_pct": self.tolerance_pct,
             "metric": self.metric,
             "device": self.measurements.device,
-            "recommendation": asdict(self.recommendation),
-            "rows": [asdict(row) for row in self.rows],
-            "measurements": asdict(self.measurements),
+            "recommendation": json_record(self.recommendation),
+            "rows": [json_record(row) for row in self.rows],
+            "measurements": json_record(self.measurements),
         }
 
     def table_columns(self) -> list[str]:

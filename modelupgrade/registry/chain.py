@@ -9,11 +9,11 @@ their embeddings.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.layout import SEQUENTIAL, StudyLayout, chain_generation
 from modelupgrade.models.persistence import WEIGHTS_FILE
 from modelupgrade.registry.versions import TAG_CHECKPOINT, ModelRegistry, VersionInfo
@@ -27,8 +27,8 @@ class ChainChampion:
     model_key: str
     generation: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class ChainState:
     def next_generation(self) -> int:
         return len(self.generations)
 
-    def as_dict(self) -> dict[str, Any]:
-        fields = asdict(self)  # the champion too, as its own as_dict
+    def as_dict(self) -> JsonObject:
+        fields = json_record(self)  # the champion too, as its own as_dict
         champion = fields.pop("champion")
         return {**fields, "next_generation": self.next_generation, "champion": champion}
 

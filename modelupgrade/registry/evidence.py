@@ -124,7 +124,9 @@ class GateEvidence:
             (r.query_set, r.gallery_set): float(r.value)
             for r in table[table.metric == NEGATIVE_FLIP_METRIC].itertuples()
         }
-        raw: dict[str, Any] = {"metric": metric, "models": {}, "cross": []}
+        # The gate metrics file's shape (``from_dict``): per model its numbers, and the cross rows.
+        models: dict[str, dict[str, float]] = {}
+        cross: list[dict[str, str | float]] = []
         for r in table[table.metric == metric].itertuples():
             if isinstance(r.value, float) and math.isnan(r.value):
                 continue
@@ -132,17 +134,23 @@ class GateEvidence:
             g_model, g_head = _split_set_name(r.gallery_set)
             q_key, g_key = model_key(q_model), model_key(g_model)
             if r.query_set == r.gallery_set:
-                raw["models"].setdefault(q_key, {})["self"] = float(r.value)
+                models.setdefault(q_key, {})["self"] = float(r.value)
             elif q_key != g_key:
                 via = q_head or g_head or "direct"
-                row = {"query": q_key, "gallery": g_key, "value": float(r.value), "via": via}
+                row: dict[str, str | float] = {
+                    "query": q_key,
+                    "gallery": g_key,
+                    "value": float(r.value),
+                    "via": via,
+                }
                 nfr = flips.get((r.query_set, r.gallery_set))
                 if nfr is not None and not math.isnan(nfr):
                     row["negative_flip_rate"] = nfr
-                raw["cross"].append(row)
+                cross.append(row)
         for name, value in (degradation_pct or {}).items():
             if value is not None and not math.isnan(value):
-                raw["models"].setdefault(model_key(name), {})["degradation_pct"] = float(value)
+                models.setdefault(model_key(name), {})["degradation_pct"] = float(value)
+        raw = {"metric": metric, "models": models, "cross": cross}
         return cls.from_dict(raw, "cross-model table")
 
     def merged(self, other: GateEvidence) -> GateEvidence:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modelupgrade.config import GateParams
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.registry.evidence import GateEvidence
 from modelupgrade.registry.forms import PYTORCH
 from modelupgrade.registry.promotion import gate_version
@@ -40,8 +41,8 @@ class RegistrationOutcome:
     compatible_with: list[int] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RegistrationOutcome:
@@ -65,8 +66,8 @@ class RegistrationSummary:
         """What happened to the generation registered as ``model_key``."""
         return next(o for o in self.generations if o.model_key == model_key)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "generations": [o.as_dict() for o in self.generations]}
+    def as_dict(self) -> JsonObject:
+        return {**json_record(self), "generations": [o.as_dict() for o in self.generations]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RegistrationSummary:

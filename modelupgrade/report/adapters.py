@@ -113,16 +113,17 @@ def _adapter_rows(
     def fitted(item: tuple[str, ComparisonRow]) -> tuple[str, str, float]:
         strategy, row = item
         name = (row.head_set or "").split("(")[0]
-        size = sources.get(name, {}).get("sample_size")
-        return (name.split(".")[0], strategy, math.inf if size is None else float(size))
+        size = sources.get(name, {}).get("sample_size")  # recorded for a training-free adapter
+        return (name.split(".")[0], strategy, size if isinstance(size, int) else math.inf)
 
     rows = []
     for strategy, row in sorted(adapters, key=fitted):
         name = (row.head_set or "").split("(")[0]
         info = sources.get(name, {})
         side = "query" if row.comparison == REVERSE_ADAPTER else "gallery (vectors)"
-        kind = info.get("kind", "–")
-        rows.append(_adapter_line(sc, name, kind, side, info.get("sample_size"), strategy, row))
+        kind = info.get("kind")
+        shown = kind if isinstance(kind, str) else "–"
+        rows.append(_adapter_line(sc, name, shown, side, info.get("sample_size"), strategy, row))
     return rows
 
 

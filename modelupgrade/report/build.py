@@ -14,7 +14,6 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from modelupgrade.backfill.summary import BackfillSummary
 from modelupgrade.config import Params, params_hash
@@ -383,7 +382,7 @@ def claim_blocks(
     return blocks
 
 
-def metadata_blocks(metadata: dict[str, Any], stage_seconds: dict[str, float]) -> list[Block]:
+def metadata_blocks(metadata: dict[str, str], stage_seconds: dict[str, float]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Run metadata", 2),
         Table(["item", "value"], [[k, v] for k, v in metadata.items()]),
@@ -419,7 +418,7 @@ def run_metadata(params: Params, study: StudyResults) -> dict[str, str]:
 
 def write_report(
     study: StudyResults,
-    metadata: dict[str, Any],
+    metadata: dict[str, str],
     stage_seconds: dict[str, float],
     out_dir: str | Path,
     title: str = "modelupgrade study",

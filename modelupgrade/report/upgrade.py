@@ -10,13 +10,14 @@ registered model and the paths of its files. ``CycleOutcome``, ``LineageOutcome`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelupgrade.evaluation.summary import ChainEvaluation
+from modelupgrade.evaluation.summary import ChainEvaluation, Compatibility
 from modelupgrade.io import write_json, write_text
+from modelupgrade.json_data import JsonObject, object_at, objects_at, strings_at
 from modelupgrade.layout import CROSS_MODEL, SUMMARY
 from modelupgrade.registry import ModelRegistry, format_lineage, lineage_rows
 from modelupgrade.registry.forms import ADOPTED_STRATEGY
@@ -43,6 +44,10 @@ COMPATIBILITY_NUMBERS = (
     ("FC", "fc"),
 )
 
+# A row of a report's metrics table: its labels (query, gallery) and its numbers, None where
+# nothing was measured. The flows publish these rows as Prefect table artifacts.
+TableRow = dict[str, str | float | None]
+
 
 @dataclass(frozen=True)
 class Chain:
@@ -63,7 +68,7 @@ class WrittenReport:
     markdown: str
     path: Path
     record: Any
-    rows: list[dict[str, Any]] = field(default_factory=list)  # its metrics table, if any
+    rows: list[TableRow] = field(default_factory=list)  # its metrics table, if any
     title: str = ""  # one line: what the report is about
     rows_title: str = ""  # one line: what its metrics table holds
 
@@ -76,20 +81,20 @@ def json_number(value: Any) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
 
-def chain_compatibility(chain: Chain) -> dict[str, Any]:
+def chain_compatibility(chain: Chain) -> Compatibility:
     """The chain's compatibility matrix and its summary numbers in the headline metric."""
     summary = ChainEvaluation.read(chain.metrics_dir / f"{SUMMARY}.json")
-    return {**summary.compatibility[chain.metric].model_dump(), "metric": chain.metric}
+    return summary.compatibility[chain.metric].model_copy(update={"metric": chain.metric})
 
 
-def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
+def matrix_rows(compat: Compatibility) -> list[TableRow]:
     """One row per query generation, one column per gallery generation (None above the diagonal)."""
-    generations = compat["generations"]
+    generations = compat.generations
     return [
         {
             "query": q,
             **{
-                g: (json_number(compat["matrix"][i][j]) if j <= i else None)
+                g: (json_number(compat.matrix[i][j]) if j <= i else None)
                 for j, g in enumerate(generations)
             },
         }
@@ -97,7 +102,7 @@ def matrix_rows(compat: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
+def generation_rows(chain: Chain, generation: int) -> list[TableRow]:
     """The generation's queries against every gallery of the chain, one row per gallery."""
     import pandas as pd
 
@@ -107,7 +112,7 @@ def generation_rows(chain: Chain, generation: int) -> list[dict[str, Any]]:
     # through a forward head is ``<head>(gen<j>)``: the path to an older gallery of another
     # dimension.
     mine = table[(table.query_set == own) | table.query_set.str.endswith(f"({own})")]
-    rows = []
+    rows: list[TableRow] = []
     for query, gallery in sorted(
         set(zip(mine.query_set, mine.gallery_set, strict=True)), key=_generation_order
     ):
@@ -263,7 +268,7 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     registry = chain.registry
     versions = registry.versions()
     compat = chain_compatibility(chain)
-    generations = len(compat["generations"])
+    generations = len(compat.generations)
     markdown = render_markdown(
         f"Lineage of `{registry.name}`: {generations} generations ({chain.strategy})",
         [
@@ -277,7 +282,7 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     matrix = matrix_rows(compat)
     numbers = {
         k: (json_number(v) if isinstance(v, float) else v)
-        for k, v in compat.items()
+        for k, v in compat.model_dump().items()
         if k != "matrix"
     }
     record = {
@@ -299,17 +304,17 @@ def write_lineage_report(chain: Chain) -> WrittenReport:
     )
 
 
-def backfill_report(summary: dict[str, Any]) -> str:
+def backfill_report(summary: JsonObject) -> str:
     """What a backfill run of the gallery store did (``summary``: the backfill flow's outcome)."""
-    status = summary.get("store_status") or {}
+    status = object_at(summary, "store_status")
     blocks: list[Block] = []
-    backfill = summary.get("backfill")
+    backfill = object_at(summary, "backfill")
     if backfill:
         blocks.append(
             _facts(
                 [
                     ("from → to", f"{summary['source_space']} → {backfill['target_space']}"),
-                    ("status", backfill["status"]),
+                    ("status", str(backfill["status"])),
                     ("items written", str(backfill["items_written"])),
                     ("items failed", str(backfill["items_failed"])),
                     ("seconds", f"{backfill['seconds']:.1f}"),
@@ -324,8 +329,8 @@ def backfill_report(summary: dict[str, Any]) -> str:
             f"({summary['champion_key']})."
         )
     )
-    if status.get("failed"):
-        failed = [{"item": f["item_id"], "reason": f["reason"]} for f in status["failed"]]
+    failed = [{"item": f["item_id"], "reason": f["reason"]} for f in objects_at(status, "failed")]
+    if failed:
         blocks += [
             Paragraph("Failed items (still served from the old space):"),
             _rows_table(failed),
@@ -333,16 +338,16 @@ def backfill_report(summary: dict[str, Any]) -> str:
     return render_markdown(f"Gallery store `{summary['store']}`: {summary['outcome']}", blocks)
 
 
-def write_backfill_report(summary: dict[str, Any], reports_dir: Path) -> WrittenReport:
+def write_backfill_report(summary: JsonObject, reports_dir: Path) -> WrittenReport:
     path = reports_dir / "backfill.md"
-    return _write(backfill_report(summary), path, summary, title=summary["store"])
+    return _write(backfill_report(summary), path, summary, title=str(summary["store"]))
 
 
 def _write(
     markdown: str,
     path: Path,
     record: Any,
-    rows: list[dict[str, Any]] | None = None,
+    rows: list[TableRow] | None = None,
     title: str = "",
     rows_title: str = "",
 ) -> WrittenReport:
@@ -356,9 +361,9 @@ class RecordedOutcome:
     """What a flow did, as the record of its report: ``as_dict`` is the record, ``describe`` what a
     person reads of it."""
 
-    record: dict[str, Any]
+    record: JsonObject
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return self.record
 
     def describe(self) -> str:
@@ -372,8 +377,9 @@ class CycleOutcome(RecordedOutcome):
         r = self.record
         if r["status"] == "skipped":
             return f"gen{r['generation']}: no new data snapshot, nothing trained or registered"
-        failed = f", failed: {', '.join(r['failed_gates'])}" if r["failed_gates"] else ""
-        aliases = ", ".join(r["aliases"]) or "none"
+        failed_gates = strings_at(r, "failed_gates")
+        failed = f", failed: {', '.join(failed_gates)}" if failed_gates else ""
+        aliases = ", ".join(strings_at(r, "aliases")) or "none"
         registered = f"{r['model_key']} as {r['registered_model']} v{r['version']}"
         lineage = f"modelupgrade lineage --model {r['registered_model']}"
         return "\n".join(
@@ -390,21 +396,21 @@ class LineageOutcome(RecordedOutcome):
 
     def describe(self) -> str:
         r = self.record
-        rows = r["lineage"]
+        rows = objects_at(r, "lineage")
         lines = [f"{r['registered_model']} ({r['tracking_uri']}): {len(rows)} versions"]
         lines += [
             f"  v{row['version']} {row['model']}  parent={row['parent']}  gates={row['gates']}  "
             f"compatible_with={row['compatible_with']}  aliases={row['aliases']}"
             for row in rows
         ]
-        compat = r["compatibility"]
-        generations = compat["generations"]
+        compat = object_at(r, "compatibility")
+        generations = strings_at(compat, "generations")
         lines.append(
             f"compatibility matrix, {compat['metric']} "
             "(rows: query generation, columns: gallery generation):"
         )
         lines.append("        " + "".join(f"{g:>8}" for g in generations))
-        for row in compat["matrix"]:
+        for row in objects_at(compat, "matrix"):
             cells = "".join(
                 f"{row[g]:8.4f}" if row[g] is not None else " " * 8 for g in generations
             )
@@ -441,21 +447,22 @@ def _facts(facts: Sequence[tuple[str, str]]) -> Table:
     return Table(["", ""], facts)
 
 
-def _rows_table(rows: Sequence[dict[str, Any]]) -> Block:
+def _rows_table(rows: Sequence[Mapping[str, object]]) -> Block:
     if not rows:
         return Paragraph("_(none)_")
     return Table(list(rows[0]), [list(row.values()) for row in rows])
 
 
-def _matrix_blocks(compat: dict[str, Any]) -> list[Block]:
+def _matrix_blocks(compat: Compatibility) -> list[Block]:
     # Above the diagonal nothing was measured on purpose: blank, not "missing".
     rows = [{k: ("" if v is None else v) for k, v in row.items()} for row in matrix_rows(compat)]
     numbers = ", ".join(
-        f"{name} {format_cell(json_number(compat.get(key)))}" for name, key in COMPATIBILITY_NUMBERS
+        f"{name} {format_cell(json_number(getattr(compat, key)))}"
+        for name, key in COMPATIBILITY_NUMBERS
     )
     return [
         Paragraph(
-            f"M(query generation, gallery generation) in {compat['metric']}; lower triangle: a "
+            f"M(query generation, gallery generation) in {compat.metric}; lower triangle: a "
             "newer model searching an older gallery."
         ),
         _rows_table(rows),

@@ -31,6 +31,7 @@ import torch
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.plugins import Registry
 
 log = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ class GallerySearcher:
             )
         return available
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "index": self.options.index,
             "engine": self.engine,

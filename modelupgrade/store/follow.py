@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from modelupgrade.config import Params
+from modelupgrade.json_data import JsonObject
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.report import BackfillReport
 from modelupgrade.store.schema import DATABASE_FILE
@@ -57,8 +58,8 @@ class FollowedModel:
             return f"backfilled {self.source_space} → {self.space}"
         return f"backfill to {self.space} {ended}; the next run resumes it"
 
-    def as_dict(self) -> dict[str, Any]:
-        found: dict[str, Any] = {
+    def as_dict(self) -> JsonObject:
+        found: JsonObject = {
             "store": str(self.store),
             "outcome": self.outcome,
             "store_status": self.status.as_dict(),

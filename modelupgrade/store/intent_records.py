@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.steps import StepDetail
 
 
@@ -28,8 +29,8 @@ class ServingIntent:
     at: float
     detail: StepDetail
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "detail": self.detail.as_dict()}
+    def as_dict(self) -> JsonObject:
+        return {**json_record(self), "detail": self.detail.as_dict()}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ServingIntent:
@@ -45,7 +46,7 @@ class DiscardIntent:
 
 def record_intent(db: sqlite3.Connection, kind: str, intent: ServingIntent | DiscardIntent) -> int:
     """Record an intent inside the caller's write transaction; returns its id."""
-    detail = intent.as_dict() if isinstance(intent, ServingIntent) else asdict(intent)
+    detail = intent.as_dict() if isinstance(intent, ServingIntent) else json_record(intent)
     cursor = db.execute(
         "INSERT INTO intents (kind, detail, at) VALUES (?, ?, ?)",
         (kind, json.dumps(detail), time.time()),

@@ -19,12 +19,13 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.database import Database
 from modelupgrade.store.intent_records import DiscardIntent, record_intent
 from modelupgrade.store.schema import (
@@ -58,8 +59,8 @@ class AbortRecord:
     started_at: float
     aborted_at: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
     def describe(self) -> str:
         target = (

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.ordering.base import OrderingPolicy
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.job import PROBE_ITEMS, backfill_order, spread
@@ -33,8 +33,8 @@ class BackfillPreview:
     items_per_second: float
     estimated_seconds: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JsonObject:
+        return json_record(self)
 
     def describe(self) -> str:
         hours, rest = divmod(self.estimated_seconds, 3600)

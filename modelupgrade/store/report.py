@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from modelupgrade.errors import EXIT_INCOMPLETE, EXIT_STOPPED, UserError
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.schema import ItemFailure
 from modelupgrade.store.shown import after_failures, item_lines, labelled
 from modelupgrade.store.status import StoreStatus
@@ -58,9 +58,9 @@ class BackfillReport:
             )
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
-            **asdict(self),
+            **json_record(self),
             "items_per_second": self.items_per_second,
             "exit_code": self.exit_code,
         }

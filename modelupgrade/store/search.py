@@ -25,6 +25,7 @@ import numpy as np
 
 from modelupgrade.arrays import vector_rows
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_value
 from modelupgrade.retrieval.distance import (
     Distance,
     DistanceBlock,
@@ -325,7 +326,7 @@ def search(
     return Searcher(store, mode, distance, heads).search(queries, k)
 
 
-def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int = 0) -> dict:
+def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int = 0) -> JsonObject:
     """recall@``k`` of the store's index against an exact scan, per space of the current snapshot:
     ``queries`` stored vectors of each part, drawn with ``seed``, searched in that part both ways
     and ranked by the shared kernel. Cheap next to the index (a few dozen queries), and on the
@@ -354,6 +355,6 @@ def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int 
     return {
         **settings.index.model_dump(),
         "engine": store.vectors.describe().get("backend", settings.kind),
-        f"recall_at_{k}": recall,
+        f"recall_at_{k}": json_value(recall),
         "recall_queries_per_space": queries,
     }

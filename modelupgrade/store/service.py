@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field, StrictFloat, StrictInt
 
 from modelupgrade.config.store import StoreParams
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.retrieval.distance import Distance
 from modelupgrade.serving.base import ServingMode
 from modelupgrade.store.backends.base import VectorsUnavailable, without_credentials
@@ -372,7 +373,7 @@ class ServedStore:
             problem = err.message if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         if problem is not None:
             log.warning("health probe failed: %s", problem)
-            body: dict[str, Any] = {
+            body: JsonObject = {
                 "status": "unavailable",
                 "mode": self.mode.registry_name,
                 "error": public_text(problem.splitlines()[0]),
@@ -388,10 +389,12 @@ class ServedStore:
             }
         )
 
+    # The annotation is FastAPI's response model of the route (its OpenAPI schema): kept as it was.
     def backfill_status(self) -> dict[str, Any]:
-        status = self.store.status().as_dict()
-        status["path"] = Path(status["path"]).name
-        return public(status)
+        status = self.store.status()
+        shown = status.as_dict()
+        shown["path"] = Path(status.path).name
+        return public(shown)
 
     def search(self, request: SearchRequest) -> SearchResponse:
         k = request.k or self.top_k

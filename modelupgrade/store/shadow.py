@@ -26,13 +26,14 @@ space's answers against the new space's.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.metrics import negative_flip_rate
 from modelupgrade.registry.gates import GATES, GateCheck, GateInputs, GateReport
 from modelupgrade.store.gallery import GalleryStore
@@ -101,8 +102,8 @@ class ShadowEvaluation:
     def summary(self) -> str:
         return GateReport(self.checks).summary()
 
-    def as_dict(self) -> dict[str, Any]:
-        fields = asdict(self)  # each check too, as a dict of its fields
+    def as_dict(self) -> JsonObject:
+        fields = json_record(self)  # each check too, as a dict of its fields
         checks, source = fields.pop("checks"), fields.pop("source")
         return {**fields, "passed": self.passed, "checks": checks, "source": source}
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from modelupgrade.json_data import JsonObject
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill, Snapshot
@@ -173,7 +174,7 @@ def read_snapshot(database: Database, cached: ItemTable | None) -> tuple[Snapsho
     return snapshot, table
 
 
-def serving_state(database: Database, spaces: dict[str, SpaceSpec], vectors: Any) -> dict[str, Any]:
+def serving_state(database: Database, spaces: dict[str, SpaceSpec], vectors: Any) -> JsonObject:
     """What a reader that knows only the vector database needs to search the store as its own
     readers do (docs/store.md, "Serving replicas"): per space its collection, dimension, form
     and the filter of its part; which space serves (its part is the new side of a rank merge,

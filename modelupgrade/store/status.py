@@ -4,9 +4,10 @@ edge."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from modelupgrade.json_data import JsonObject, json_record
 from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import SCHEMA_VERSION, Backfill, ItemFailure
@@ -75,7 +76,7 @@ class StoreStatus:
     vectors: dict[str, str] = field(default_factory=dict)
     # How each space is searched (store.index) and, from `store-status`, the index's recall@10
     # against an exact scan per space (``modelupgrade.store.search.index_recall``).
-    index: dict[str, Any] = field(default_factory=dict)
+    index: JsonObject = field(default_factory=dict)
     # The last backfill's cutover, rollback and cleanup steps (``modelupgrade.store.cutover``),
     # oldest first, each with who took it, when and why; and where that leaves it.
     serving_steps: list[ServingStep] = field(default_factory=list)
@@ -85,8 +86,8 @@ class StoreStatus:
     # What a write-ahead intent left for the next writer (an interrupted cutover or rollback).
     pending_intents: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        found = asdict(self)
+    def as_dict(self) -> JsonObject:
+        found = json_record(self)
         found["serving_steps"] = [step.as_dict() for step in self.serving_steps]
         return found
 
@@ -115,7 +116,11 @@ class StoreStatus:
             lines.append(labelled("vectors", ", ".join([self.vectors.get("backend", "?"), *shown])))
         if self.index:
             recall = self.index.get("recall_at_10", {})
-            measured = ", ".join(f"{space} {value:.3f}" for space, value in recall.items())
+            measured = (
+                ", ".join(f"{space} {value:.3f}" for space, value in recall.items())
+                if isinstance(recall, dict)
+                else ""
+            )
             lines.append(
                 labelled(
                     "index",

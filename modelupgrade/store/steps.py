@@ -9,9 +9,10 @@ import getpass
 import json
 import socket
 import sqlite3
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
+from modelupgrade.json_data import JsonObject, json_record, object_at, objects_at
 from modelupgrade.store.shown import labelled, utc
 
 
@@ -20,7 +21,7 @@ class StepDetail:
     """What a serving step recorded beside itself; each step fills the fields that concern it."""
 
     # cutover: the shadow evaluation it passed (``ShadowEvaluation.as_dict``), its window
-    shadow_evaluation: dict[str, Any] | None = None
+    shadow_evaluation: JsonObject | None = None
     rollback_window_hours: float | None = None
     # cutover and rollback: the items moved, and what the backend now points where
     items_moved: int | None = None
@@ -30,9 +31,9 @@ class StepDetail:
     forced: bool | None = None
     window_ended_at: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The fields the step filled (the JSON recorded in ``serving_steps.detail``)."""
-        return {name: value for name, value in asdict(self).items() if value is not None}
+        return {name: value for name, value in json_record(self).items() if value is not None}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> StepDetail:
@@ -52,8 +53,8 @@ class ServingStep:
     reason: str
     detail: StepDetail
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "detail": self.detail.as_dict(), "at_utc": utc(self.at)}
+    def as_dict(self) -> JsonObject:
+        return {**json_record(self), "detail": self.detail.as_dict(), "at_utc": utc(self.at)}
 
     def headline(self) -> str:
         """The step in one line: what, when, who and why."""
@@ -85,10 +86,10 @@ class ServingStep:
         return "\n".join(lines)
 
 
-def _shadow(evaluation: dict[str, Any]) -> str:
+def _shadow(evaluation: JsonObject) -> str:
     """A recorded shadow evaluation (``ShadowEvaluation.as_dict``) in one line."""
-    metric = evaluation.get("metric", "")
-    new, old = evaluation.get("new_metrics", {}), evaluation.get("old_metrics", {})
+    metric = str(evaluation.get("metric", ""))
+    new, old = object_at(evaluation, "new_metrics"), object_at(evaluation, "old_metrics")
     scores = (
         f"; {metric} {new[metric]:.4f} new vs {old[metric]:.4f} old"
         if metric in new and metric in old
@@ -96,7 +97,7 @@ def _shadow(evaluation: dict[str, Any]) -> str:
     )
     checks = "; ".join(
         f"{c['name']}: {'pass' if c['passed'] else 'FAIL'} ({c['detail']})"
-        for c in evaluation.get("checks", [])
+        for c in objects_at(evaluation, "checks")
     )
     verdict = "passed" if evaluation.get("passed") else "failed"
     return f"{verdict} on {evaluation.get('queries', 0)} queries{scores}" + (

@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from modelupgrade.json_data import JsonObject
 from modelupgrade.store.backends.base import VectorsUnavailable
 from modelupgrade.store.faults import StoreDamaged
 from modelupgrade.store.spaces import SpaceSpec
@@ -82,7 +83,7 @@ class VerifyReport:
             "again; the database: ingest into a new store)"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "store": self.store,
             "inconsistencies": self.inconsistencies,
@@ -95,7 +96,7 @@ class VerifyReport:
                 }
                 for c in self.checks
             ],
-            "pending": self.pending,
+            "pending": list(self.pending),
         }
 
     def describe(self) -> str:

@@ -21,6 +21,7 @@ from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layers import MarginClassifier
 from modelupgrade.models import EmbeddingModel, runs_on_images
 from modelupgrade.plugins import Registry
@@ -160,11 +161,11 @@ class CompatibilityStrategy(nn.Module):
         """Extra weight files to save next to the model: file name → state dict."""
         return {}
 
-    def card_entries(self) -> dict[str, Any]:
+    def card_entries(self) -> JsonObject:
         """Extra fields for the model card."""
         return {}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {"kind": self.registry_name, "options": self.options.model_dump(mode="json")}
 
 

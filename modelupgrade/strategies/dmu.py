@@ -19,12 +19,13 @@ its loss also moves the new classifier. ``regression`` replaces ℓ_arc by 1 −
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from modelupgrade.json_data import JsonObject
 from modelupgrade.layers import MLP
 from modelupgrade.models import EmbeddingModel
 from modelupgrade.strategies.base import (
@@ -131,7 +132,7 @@ class DMU(OldClassifierStrategy):
             }
         }
 
-    def card_entries(self) -> dict[str, Any]:
+    def card_entries(self) -> JsonObject:
         if self.psi is None:
             return {}
         return {

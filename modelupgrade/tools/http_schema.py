@@ -81,9 +81,16 @@ def _held(annotation: object) -> list[type]:
 def _type_name(annotation: object) -> str:
     """``annotation`` as its source spells it, ``or`` for ``|`` (a markdown table's separator):
     ``dict[str, SpaceState] or None``."""
+    from modelupgrade.json_data import JsonObject, JsonValue
+
     args = typing.get_args(annotation)
     if annotation is type(None):
         return "None"
+    # The library's JSON types by what they hold, not by their names in the library.
+    if annotation is JsonValue:
+        return "JSON"
+    if annotation is JsonObject:
+        return "dict[str, JSON]"
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return " or ".join(_type_name(arg) for arg in args)
     origin = typing.get_origin(annotation)
@@ -106,6 +113,7 @@ def generated() -> str:
     lines += ["", "### `GET /backfill/status`: the answer (200)", ""]
     lines += ["The store's status (`StoreStatus`, what `modelupgrade store-status --json` prints):"]
     lines += _record_tables(StoreStatus)
+    lines += ["", "`JSON`: any JSON value (an object, array, string, number, boolean or null)."]
     lines += ["", END]
     return "\n".join(lines) + "\n"
 

@@ -15,6 +15,7 @@ import torch
 from modelupgrade.config.training import ArchitectureParams, StrategyParams, TrainingParams
 from modelupgrade.errors import UserError
 from modelupgrade.io import file_sha256
+from modelupgrade.json_data import JsonObject, json_value
 from modelupgrade.models import (
     CARD_FILE,
     EmbeddingModel,
@@ -223,12 +224,12 @@ def looked_up_old_features(
     return features
 
 
-def run_entries(result: TrainingResult, fit: TrainingFit, device: torch.device) -> dict[str, Any]:
+def run_entries(result: TrainingResult, fit: TrainingFit, device: torch.device) -> JsonObject:
     """How the run went, as the card records it: the history and fit, its time and speed, where
     it resumed, the device and processes, the library versions."""
     return {
-        "history": result.history,
-        "fit": fit.as_dict(),
+        "history": json_value(result.history),
+        "fit": json_value(fit.as_dict()),
         "train_seconds": round(result.seconds, 3),
         "train_images_per_second": round(result.images_per_second, 1),
         "resumed_from_epoch": result.resumed_from_epoch,

@@ -7,10 +7,11 @@ import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from modelupgrade.json_data import JsonObject
 from modelupgrade.report.results import ScenarioResults, StudyResults
 from modelupgrade.report.statistics import (
     FAILS,
@@ -175,7 +176,7 @@ class SeededCheck:
             f"{self.verdict}{left_out}. The study's own seed: {own}"
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         numbers, test = self.numbers(), self.test
         return {
             "check": self.key,
@@ -260,7 +261,7 @@ class Scope:
     protocol: str
     elsewhere: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "scenarios": list(self.scenarios),
             "metric": self.metric,
@@ -307,7 +308,7 @@ class Claim:
             )
         return text
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The claim as claims.json holds it (``holds`` kept beside ``verdict`` for old readers)."""
         return {
             "statement": self.statement,

@@ -78,10 +78,9 @@ def query_adapters(sc: ScenarioResults, kinds: Sequence[str]) -> list[FittedAdap
                 continue
             name = row.head_set.split("(")[0]
             info = sc.evaluation.sources.get(name, {})
-            if info.get("kind") in kinds and info.get("sample_size") is not None:
-                found.append(
-                    FittedAdapter(strategy, name, info["kind"], int(info["sample_size"]), row)
-                )
+            kind, size = info.get("kind"), info.get("sample_size")
+            if isinstance(kind, str) and kind in kinds and isinstance(size, int):
+                found.append(FittedAdapter(strategy, name, kind, size, row))
     largest = {
         s: max(a.sample_size for a in found if a.strategy == s) for s in {a.strategy for a in found}
     }

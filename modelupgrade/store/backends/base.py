@@ -30,6 +30,7 @@ import numpy as np
 from modelupgrade.config import StoreParams
 from modelupgrade.config.store import StoreIndexParams
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.plugins import Registry
 from modelupgrade.retrieval.distance import Distance, check_distance
 from modelupgrade.store.spaces import SpaceSpec
@@ -273,7 +274,7 @@ class VectorBackend(ABC):
     # store's database (``publish``).
     publishes: bool = False
 
-    def publish(self, state: dict[str, object]) -> None:
+    def publish(self, state: JsonObject) -> None:
         """Keep ``state`` (``snapshots.serving_state``) where the backend's own readers find it."""
 
     def mark_moved(self, spec: SpaceSpec, slots: np.ndarray, by: tuple[int, int]) -> None:

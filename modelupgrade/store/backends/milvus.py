@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from modelupgrade.errors import UserError
+from modelupgrade.json_data import JsonObject
 from modelupgrade.retrieval.distance import Distance
 from modelupgrade.store.backends.base import (
     VECTOR_BACKENDS,
@@ -519,7 +520,7 @@ class MilvusVectors(VectorBackend):
             if name.startswith(prefix) and not name.startswith(prefix + "_")
         }
 
-    def publish(self, state: dict[str, object]) -> None:
+    def publish(self, state: JsonObject) -> None:
         import json
 
         client, name = self.client(), self.state_collection
@@ -527,7 +528,7 @@ class MilvusVectors(VectorBackend):
             create_state_collection(client, name)
         client.upsert(name, [{"key": 0, "state": json.dumps(state), "vector": [0.0, 0.0]}])
 
-    def serving_state(self) -> dict[str, object] | None:
+    def serving_state(self) -> JsonObject | None:
         """The serving state the store published last (None before any)."""
         import json
 

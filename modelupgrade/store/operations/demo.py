@@ -14,6 +14,7 @@ from modelupgrade.arrays import load_array
 from modelupgrade.config import Params
 from modelupgrade.errors import UserError
 from modelupgrade.io import write_json
+from modelupgrade.json_data import JsonObject
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store.backends import BackendSettings
 from modelupgrade.store.gallery import GalleryStore
@@ -40,7 +41,7 @@ class DemoRequest:
 
 def build_demo_store(
     params: Params, request: DemoRequest, device: str
-) -> tuple[dict[str, Any], BackfillReport]:
+) -> tuple[JsonObject, BackfillReport]:
     """Build the store at ``request.out`` (absent or empty: DVC removes a stage's output before
     it runs) in place, under its lock, and backfill it; returns its summary and the backfill."""
     from modelupgrade.store.images import ManifestImageSource
@@ -84,7 +85,7 @@ def build_demo_store(
             raise UserError(
                 f"the demo backfill ended with status {report.status!r}", hint="run the stage again"
             )
-        summary = {
+        summary: JsonObject = {
             "store": str(request.out),
             "items": store.item_count(),
             "old_space": old_space.name,

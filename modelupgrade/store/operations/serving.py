@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -16,7 +16,13 @@ from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import Distance
 from modelupgrade.serving import build_serving_mode
 from modelupgrade.store.gallery import GalleryStore
-from modelupgrade.store.search import HeadTransforms, QueryVectors, Searcher, SearchHits
+from modelupgrade.store.search import (
+    HeadTransforms,
+    HitRecord,
+    QueryVectors,
+    Searcher,
+    SearchHits,
+)
 from modelupgrade.store.steps import ServingStep
 
 
@@ -35,6 +41,13 @@ class SearchRequest:
     item_ids: tuple[str, ...] = ()
 
 
+class QueryHits(TypedDict):
+    """One query's hits as ``--json`` shows them."""
+
+    query: str
+    hits: list[HitRecord]
+
+
 @dataclass
 class SearchResult:
     """Hits of each query, labelled as the command line named the queries."""
@@ -42,7 +55,7 @@ class SearchResult:
     queries: list[str]
     hits: SearchHits
 
-    def as_dict(self) -> list[dict[str, Any]]:
+    def as_dict(self) -> list[QueryHits]:
         return [
             {"query": q, "hits": r} for q, r in zip(self.queries, self.hits.records(), strict=True)
         ]
