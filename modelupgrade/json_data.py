@@ -117,16 +117,17 @@ def object_at(record: JsonObject, key: str) -> JsonObject:
 def objects_at(record: JsonObject, key: str) -> list[JsonObject]:
     """The list of objects ``record`` holds at ``key``, empty where it holds none; a TypeError
     where it holds something else."""
-    values = record.get(key) or []
-    if not isinstance(values, list) or not all(isinstance(value, dict) for value in values):
-        raise TypeError(f"{key!r} is {values!r}, not a list of objects")
-    return [value for value in values if isinstance(value, dict)]
+    return [value for value in _list_at(record, key, dict, "objects") if isinstance(value, dict)]
 
 
 def strings_at(record: JsonObject, key: str) -> list[str]:
     """The list of strings ``record`` holds at ``key``, empty where it holds none; a TypeError
     where it holds something else."""
+    return [value for value in _list_at(record, key, str, "strings") if isinstance(value, str)]
+
+
+def _list_at(record: JsonObject, key: str, kind: type, what: str) -> list[JsonValue]:
     values = record.get(key) or []
-    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
-        raise TypeError(f"{key!r} is {values!r}, not a list of strings")
-    return [value for value in values if isinstance(value, str)]
+    if not isinstance(values, list) or not all(isinstance(value, kind) for value in values):
+        raise TypeError(f"{key!r} is {values!r}, not a list of {what}")
+    return values
