@@ -2,7 +2,8 @@
 serving modes, gates, classifiers, search indexes, dataset loaders, model sources, vector
 backends). ``modelupgrade.params`` checks every name params.yaml gives against them.
 
-Adding a method is one file with a decorated class; nothing else in the code branches on its name.
+Adding a method is one file with a decorated class (a head names its kind in its class statement:
+``modelupgrade.heads.base.Head``); nothing else in the code branches on its name.
 """
 
 from __future__ import annotations

@@ -284,3 +284,29 @@ def test_fastfill_aligns_with_eq3_and_the_mean_reduction_does_not():
     eq3 = alignment("fastfill")
     assert alignment("fct") > eq3 > 0.9
     assert alignment("fastfill", {"alignment_reduction": "mean"}) < eq3 - 0.05
+
+
+def test_a_kind_is_declared_by_its_class_statement() -> None:
+    """Options from the type argument, name, direction and traits from the class keywords; a
+    trait that does not exist is refused when the class is made (a typo would silently default)."""
+    from modelupgrade.config.base import Section
+    from modelupgrade.heads.base import HEADS as REGISTRY
+    from modelupgrade.heads.base import Head
+
+    class WidthOptions(Section):
+        width: int = 3
+
+    class Declared(Head[WidthOptions], kind="test_declared", direction="reverse", aligns=False):
+        pass
+
+    try:
+        assert REGISTRY.get("test_declared") is Declared
+        assert (Declared.registry_name, Declared.direction) == ("test_declared", "reverse")
+        assert Declared.Options is WidthOptions and not Declared.aligns
+        assert Declared(4, 2, hidden_dim=8, depth=2).options.width == 3
+    finally:
+        REGISTRY._entries.pop("test_declared")
+    with pytest.raises(TypeError, match="'align' is not a head trait"):
+
+        class Misspelt(Head[WidthOptions], direction="forward", align=False):
+            pass

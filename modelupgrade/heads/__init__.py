@@ -1,10 +1,11 @@
 """Transformation heads: forward adapters for the stored gallery, reverse transforms for the query.
 
-One base class (``Head``), one file per method, one registry (``HEADS``). Importing this package
-registers every head kind: the trained heads (FCT, FastFill, BiCT, DMU, RQT, MCL, RM full method)
-and the training-free adapters (Procrustes, low-rank affine, residual MLP and their local,
-per-cluster forms, each in both directions; SLERP and query drift compensation on the query side;
-``modelupgrade.heads.alignment``).
+One base class (``Head``), one file per method, one registry (``HEADS``); a kind is declared by its
+class statement (``class FCTAdapter(Head[FCTOptions], kind="fct", direction="forward")``). Importing
+this package registers every head kind: the trained heads (FCT, FastFill, BiCT, DMU, RQT, MCL,
+RM full method) and the training-free adapters (Procrustes, low-rank affine, residual MLP and
+their local, per-cluster forms, each in both directions; SLERP and query drift compensation on the
+query side; ``modelupgrade.heads.alignment``).
 """
 
 from modelupgrade.config.heads import HeadTraining

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from modelupgrade.config.heads import HeadTraining
-from modelupgrade.heads.base import Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch, OptionsT
 from modelupgrade.heads.losses import squared_error
 from modelupgrade.layers import Transform
 
@@ -134,7 +134,7 @@ class LowRankMap(Transform):
         return self.down.shape[1] * (self.down.shape[0] + self.up.shape[1])
 
 
-class ClosedFormAdapter(Head):
+class ClosedFormAdapter(Head[OptionsT]):
     """Base of the training-free adapters that are fitted in closed form (no epochs).
 
     The fit's record is the mean squared error of the map on the fitting pairs (what the closed

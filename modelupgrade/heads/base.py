@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast, get_args
 
 import numpy as np
 import torch
@@ -38,6 +38,18 @@ from modelupgrade.plugins import Registry
 Direction = Literal["forward", "reverse"]
 
 HEADS: Registry[Head] = Registry("head")
+# What a kind may declare in its class statement besides kind and direction (see ``Head``).
+TRAITS = (
+    "needs_classifier",
+    "accepts_side_info",
+    "class_balanced_batches",
+    "output_names",
+    "training_free",
+    "iterative",
+    "takes_old_embedding",
+    "aligns",
+)
+OptionsT = TypeVar("OptionsT", bound=Section)
 
 
 class NoOptions(Section):
@@ -97,15 +109,21 @@ class HeadBatch:
     classifier: MarginClassifier | None = None
 
 
-class Head(nn.Module):
-    """Base of every head; a subclass sets the class attributes and implements ``loss``."""
+class Head(nn.Module, Generic[OptionsT]):
+    """Base of every head. A kind is declared by its class statement alone: its options as the
+    type argument, its name, direction and traits (the class variables below) as class keywords,
+
+        class FCTAdapter(Head[FCTOptions], kind="fct", direction="forward", accepts_side_info=True):
+
+    which registers it in ``HEADS``; the class then implements ``loss`` (or, training-free,
+    ``fit_closed_form``)."""
 
     registry_name: ClassVar[str]
     direction: ClassVar[Direction]
     # The settings of the paper that defines the kind; params.yaml overrides any of them.
     TRAINING_DEFAULTS: ClassVar[HeadTraining]
     Options: ClassVar[type[Section]] = NoOptions
-    options: Section
+    options: OptionsT
     psi: Transform  # the head's main transform (``build_transform``)
     needs_classifier: ClassVar[bool] = False
     accepts_side_info: ClassVar[bool] = False
@@ -126,6 +144,22 @@ class Head(nn.Module):
     # meet their targets one by one.
     aligns: ClassVar[bool] = True
 
+    def __init_subclass__(
+        cls, kind: str | None = None, direction: Direction | None = None, **traits: Any
+    ) -> None:
+        super().__init_subclass__()
+        options = _options_argument(cls)
+        if options is not None:
+            cls.Options = options
+        if direction is not None:
+            cls.direction = direction
+        for trait, value in traits.items():
+            if trait not in TRAITS:
+                raise TypeError(f"{cls.__name__}: {trait!r} is not a head trait ({TRAITS})")
+            setattr(cls, trait, value)
+        if kind is not None:
+            HEADS.register(kind)(cls)
+
     def __init__(
         self,
         in_dim: int,
@@ -145,7 +179,8 @@ class Head(nn.Module):
             )
         if in_dim < 1 or out_dim < 1:
             raise UserError(f"head dimensions must be positive, got in={in_dim}, out={out_dim}")
-        self.options = self.Options.model_validate(options or {})
+        # Options is the class OptionsT names (__init_subclass__ took it from the type argument).
+        self.options = cast(OptionsT, self.Options.model_validate(options or {}))
         self.in_dim, self.out_dim, self.side_info_dim = (
             int(in_dim),
             int(out_dim),
@@ -245,6 +280,16 @@ class Head(nn.Module):
                 raise UserError(f"head {self.registry_name!r} needs its side-information input")
             return torch.cat([x, side_info.to(x.dtype)], dim=1)
         return x
+
+
+def _options_argument(cls: type) -> type[Section] | None:
+    """The options class a head class names as its own type argument (``Head[FCTOptions]``);
+    None where it names none (it inherits its parent's)."""
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        for argument in get_args(base):
+            if isinstance(argument, type) and issubclass(argument, Section):
+                return argument
+    return None
 
 
 def build_head(kind: str, *args: Any, **kwargs: Any) -> Head:

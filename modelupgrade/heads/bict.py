@@ -11,13 +11,11 @@ from __future__ import annotations
 import torch
 
 from modelupgrade.config.heads import HeadTraining
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch, NoOptions
 from modelupgrade.heads.losses import paired_distance
 
 
-@HEADS.register("bict")
-class BiCTUpgradeModule(Head):
-    direction = "forward"
+class BiCTUpgradeModule(Head[NoOptions], kind="bict", direction="forward"):
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=4096, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=1.0
     )

@@ -18,7 +18,7 @@ import torch
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 
 
 class DMUOptions(Section):
@@ -26,13 +26,9 @@ class DMUOptions(Section):
     use_joint_head: bool = True
 
 
-@HEADS.register("dmu")
-class DMUForwardAdapter(Head):
-    direction = "forward"
-    Options = DMUOptions
-    options: DMUOptions
-    needs_classifier = True
-    aligns = False
+class DMUForwardAdapter(
+    Head[DMUOptions], kind="dmu", direction="forward", needs_classifier=True, aligns=False
+):
     TRAINING_DEFAULTS = HeadTraining(
         hidden_dim=1024, depth=4, epochs=30, batch_size=512, optimizer="sgd", lr=0.1
     )

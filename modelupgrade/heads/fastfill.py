@@ -20,7 +20,7 @@ from torch import nn
 
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.fct import FCTAdapter
 from modelupgrade.heads.losses import Reduction, squared_error
 
@@ -35,13 +35,13 @@ class FastFillOptions(Section):
     use_discriminative: bool = True
 
 
-@HEADS.register("fastfill")
-class FastFillAdapter(Head):
-    direction = "forward"
-    Options = FastFillOptions
-    options: FastFillOptions
-    needs_classifier = True
-    output_names = ("transform", "log_variance")
+class FastFillAdapter(
+    Head[FastFillOptions],
+    kind="fastfill",
+    direction="forward",
+    needs_classifier=True,
+    output_names=("transform", "log_variance"),
+):
     TRAINING_DEFAULTS = FCTAdapter.TRAINING_DEFAULTS  # the FCT recipe, which FastFill re-used
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.losses import Reduction, squared_error
 
 
@@ -22,12 +22,7 @@ class FCTOptions(Section):
     reduction: Reduction = "mean"
 
 
-@HEADS.register("fct")
-class FCTAdapter(Head):
-    direction = "forward"
-    Options = FCTOptions
-    options: FCTOptions
-    accepts_side_info = True
+class FCTAdapter(Head[FCTOptions], kind="fct", direction="forward", accepts_side_info=True):
     # The official FCT code's recipe; FastFill trains its adapter the same way.
     TRAINING_DEFAULTS = HeadTraining.adam(
         hidden_dim=2048,

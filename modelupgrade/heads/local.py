@@ -23,7 +23,7 @@ space (query side). Each costs K maps a vector (K · in · out MACs) plus the ro
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,6 @@ from modelupgrade.heads.alignment import (
     orthogonal_procrustes,
     reduced_rank_regression,
 )
-from modelupgrade.heads.base import HEADS, Direction
 from modelupgrade.layers import Transform
 
 
@@ -120,11 +119,12 @@ class LocalMaps(Transform):
         return clusters * in_dim * (out_dim + 1)
 
 
-class _LocalAdapter(ClosedFormAdapter):
+LocalOptionsT = TypeVar("LocalOptionsT", bound=LocalOptions)
+
+
+class _LocalAdapter(ClosedFormAdapter[LocalOptionsT]):
     """K closed-form maps fitted per cluster of the inputs, blended by the router."""
 
-    Options: ClassVar[type[Section]] = LocalOptions
-    options: LocalOptions
     psi: LocalMaps
 
     def build_transform(self) -> LocalMaps:
@@ -153,32 +153,28 @@ class _LocalAdapter(ClosedFormAdapter):
         )
 
 
-@HEADS.register("local_procrustes")
-class LocalProcrustesAdapter(_LocalAdapter):
-    direction: ClassVar[Direction] = "forward"
-
+class LocalProcrustesAdapter(
+    _LocalAdapter[LocalOptions], kind="local_procrustes", direction="forward"
+):
     def fit_map(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
         weight = orthogonal_procrustes(source, target)
         return weight, torch.zeros(weight.shape[1], dtype=weight.dtype)
 
 
-@HEADS.register("local_procrustes_query")
-class LocalProcrustesQueryAdapter(LocalProcrustesAdapter):
-    direction = "reverse"
+class LocalProcrustesQueryAdapter(
+    LocalProcrustesAdapter, kind="local_procrustes_query", direction="reverse"
+):
+    pass
 
 
-@HEADS.register("local_affine")
-class LocalAffineAdapter(_LocalAdapter):
-    direction: ClassVar[Direction] = "forward"
-    Options = LocalAffineOptions
-    options: LocalAffineOptions
-
+class LocalAffineAdapter(
+    _LocalAdapter[LocalAffineOptions], kind="local_affine", direction="forward"
+):
     def fit_map(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, ...]:
         rank = min(self.options.rank, self.in_dim, self.out_dim)
         down, up, bias = reduced_rank_regression(source, target, rank, self.options.ridge)
         return down @ up, bias
 
 
-@HEADS.register("local_affine_query")
-class LocalAffineQueryAdapter(LocalAffineAdapter):
-    direction = "reverse"
+class LocalAffineQueryAdapter(LocalAffineAdapter, kind="local_affine_query", direction="reverse"):
+    pass

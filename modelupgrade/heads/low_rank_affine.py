@@ -11,14 +11,11 @@ new-model queries into the old space (query side).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from pydantic import Field
 
 from modelupgrade.config.base import Section
 from modelupgrade.heads.alignment import ClosedFormAdapter, LowRankMap, reduced_rank_regression
-from modelupgrade.heads.base import HEADS, Direction
 
 
 class LowRankAffineOptions(Section):
@@ -28,11 +25,9 @@ class LowRankAffineOptions(Section):
     ridge: float = Field(default=1e-3, ge=0)
 
 
-@HEADS.register("affine")
-class LowRankAffineAdapter(ClosedFormAdapter):
-    direction: ClassVar[Direction] = "forward"
-    Options = LowRankAffineOptions
-    options: LowRankAffineOptions
+class LowRankAffineAdapter(
+    ClosedFormAdapter[LowRankAffineOptions], kind="affine", direction="forward"
+):
     psi: LowRankMap
 
     @property
@@ -46,6 +41,5 @@ class LowRankAffineAdapter(ClosedFormAdapter):
         self.psi.set(*reduced_rank_regression(source, target, self.rank, self.options.ridge))
 
 
-@HEADS.register("affine_query")
-class LowRankAffineQueryAdapter(LowRankAffineAdapter):
-    direction = "reverse"
+class LowRankAffineQueryAdapter(LowRankAffineAdapter, kind="affine_query", direction="reverse"):
+    pass

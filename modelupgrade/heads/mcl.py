@@ -13,7 +13,7 @@ import torch
 from pydantic import Field
 
 from modelupgrade.config.base import Section
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.losses import (
     Distance,
     metric_compatible_contrastive_loss,
@@ -49,13 +49,9 @@ def mcl_loss(
     )
 
 
-@HEADS.register("mcl")
-class MCLReverseTransform(Head):
-    direction = "reverse"
-    Options = MCLOptions
-    options: MCLOptions
-    class_balanced_batches = True
-    aligns = False
+class MCLReverseTransform(
+    Head[MCLOptions], kind="mcl", direction="reverse", class_balanced_batches=True, aligns=False
+):
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

@@ -15,24 +15,19 @@ backfilled).
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from modelupgrade.config.base import Section
 from modelupgrade.heads.alignment import ClosedFormAdapter, LinearMap, orthogonal_procrustes
-from modelupgrade.heads.base import HEADS, Direction
 
 
 class ProcrustesOptions(Section):
     center: bool = False
 
 
-@HEADS.register("procrustes")
-class ProcrustesAdapter(ClosedFormAdapter):
-    direction: ClassVar[Direction] = "forward"
-    Options = ProcrustesOptions
-    options: ProcrustesOptions
+class ProcrustesAdapter(
+    ClosedFormAdapter[ProcrustesOptions], kind="procrustes", direction="forward"
+):
     psi: LinearMap
 
     def build_transform(self) -> LinearMap:
@@ -47,6 +42,5 @@ class ProcrustesAdapter(ClosedFormAdapter):
         self.psi.set(weight, target_mean - source_mean @ weight)
 
 
-@HEADS.register("procrustes_query")
-class ProcrustesQueryAdapter(ProcrustesAdapter):
-    direction = "reverse"
+class ProcrustesQueryAdapter(ProcrustesAdapter, kind="procrustes_query", direction="reverse"):
+    pass

@@ -20,7 +20,7 @@ beside L: it grows with the anchors, not with the gallery.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,6 @@ from modelupgrade.heads.alignment import (
     frozen_parameter,
     orthogonal_procrustes,
 )
-from modelupgrade.heads.base import HEADS, Direction
 from modelupgrade.layers import Transform
 
 
@@ -79,11 +78,9 @@ class DriftCompensation(Transform):
         return self.base.macs_per_row() + 2 * anchors * out_dim
 
 
-@HEADS.register("qdc_query")
-class QueryDriftCompensation(ClosedFormAdapter):
-    direction: ClassVar[Direction] = "reverse"
-    Options = DriftCompensationOptions
-    options: DriftCompensationOptions
+class QueryDriftCompensation(
+    ClosedFormAdapter[DriftCompensationOptions], kind="qdc_query", direction="reverse"
+):
     psi: DriftCompensation
 
     @property

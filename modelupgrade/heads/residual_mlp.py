@@ -13,7 +13,7 @@ epochs of batches of 256 pairs (seconds on a CPU core for a few thousand pairs).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
 from modelupgrade.errors import UserError
 from modelupgrade.heads.alignment import LinearMap, orthogonal_procrustes
-from modelupgrade.heads.base import HEADS, Direction, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.losses import paired_distance, squared_error
 from modelupgrade.layers import MLP, Transform
 
@@ -55,13 +55,10 @@ class ResidualMap(Transform):
         return self.base.macs_per_row() + self.residual.macs_per_row()
 
 
-@HEADS.register("residual_mlp")
-class ResidualMLPAdapter(Head):
-    direction: ClassVar[Direction] = "forward"
-    Options = ResidualMLPOptions
-    options: ResidualMLPOptions
+class ResidualMLPAdapter(
+    Head[ResidualMLPOptions], kind="residual_mlp", direction="forward", training_free=True
+):
     psi: ResidualMap
-    training_free = True
     TRAINING_DEFAULTS = HeadTraining.adam(
         hidden_dim=128, depth=2, epochs=20, batch_size=256, lr=1e-3
     )
@@ -89,6 +86,5 @@ class ResidualMLPAdapter(Head):
         return squared_error(transformed, target, "mean").mean()
 
 
-@HEADS.register("residual_mlp_query")
-class ResidualMLPQueryAdapter(ResidualMLPAdapter):
-    direction = "reverse"
+class ResidualMLPQueryAdapter(ResidualMLPAdapter, kind="residual_mlp_query", direction="reverse"):
+    pass

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.mcl import MCLOptions, mcl_loss
 from modelupgrade.heads.rqt import REVERSE_DEFAULTS
 from modelupgrade.layers import MLP
@@ -30,14 +30,14 @@ class RMFullOptions(MCLOptions):
         )
 
 
-@HEADS.register("rm_full")
-class RankMergeFullMethod(Head):
-    direction = "reverse"
-    Options = RMFullOptions
-    options: RMFullOptions
-    class_balanced_batches = True
-    output_names = ("transform", "new_embedding")
-    aligns = False
+class RankMergeFullMethod(
+    Head[RMFullOptions],
+    kind="rm_full",
+    direction="reverse",
+    class_balanced_batches=True,
+    output_names=("transform", "new_embedding"),
+    aligns=False,
+):
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from modelupgrade.config.base import Section
 from modelupgrade.config.heads import HeadTraining
-from modelupgrade.heads.base import HEADS, Head, HeadBatch
+from modelupgrade.heads.base import Head, HeadBatch
 from modelupgrade.heads.losses import Distance, paired_distance
 
 REVERSE_DEFAULTS = HeadTraining.adam(hidden_dim=256, depth=2, epochs=50, batch_size=512, lr=1e-4)
@@ -22,11 +22,7 @@ class RQTOptions(Section):
     distance: Distance = "cosine"
 
 
-@HEADS.register("rqt")
-class ReverseQueryTransform(Head):
-    direction = "reverse"
-    Options = RQTOptions
-    options: RQTOptions
+class ReverseQueryTransform(Head[RQTOptions], kind="rqt", direction="reverse"):
     TRAINING_DEFAULTS = REVERSE_DEFAULTS
 
     def loss(self, batch: HeadBatch) -> torch.Tensor:

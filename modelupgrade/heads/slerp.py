@@ -36,7 +36,7 @@ from pydantic import Field
 from modelupgrade.config.base import Section
 from modelupgrade.errors import UserError
 from modelupgrade.heads.alignment import ClosedFormAdapter, LinearMap, orthogonal_procrustes
-from modelupgrade.heads.base import HEADS, HeadBatch
+from modelupgrade.heads.base import HeadBatch
 from modelupgrade.heads.losses import squared_error
 
 
@@ -71,13 +71,13 @@ class SlerpOptions(Section):
     grid_step: float = Field(default=0.05, gt=0, le=0.5)
 
 
-@HEADS.register("slerp_query")
-class SlerpQueryAdapter(ClosedFormAdapter):
-    direction = "reverse"
-    Options = SlerpOptions
-    options: SlerpOptions
+class SlerpQueryAdapter(
+    ClosedFormAdapter[SlerpOptions],
+    kind="slerp_query",
+    direction="reverse",
+    takes_old_embedding=True,
+):
     psi: LinearMap
-    takes_old_embedding = True
 
     alpha: torch.Tensor  # a buffer: the α the support split chose
 
