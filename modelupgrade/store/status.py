@@ -28,25 +28,15 @@ class SpaceState:
 
 
 @dataclass(frozen=True)
-class BackfillState:
-    """The store's last backfill: its plan and how far it is, across every run that worked on it."""
+class BackfillState(Backfill):
+    """The store's last backfill: its plan (``total``: the items still in it) and how far it is,
+    across every run that worked on it."""
 
-    id: int
-    source_space: str
-    target_space: str
-    method: str
-    policy: str
-    seed: int
-    chunk_size: int
-    status: str
-    total: int
     done: int
     failed: int
     pending: int
     fraction_done: float
     chunks_committed: int
-    started_at: float
-    finished_at: float | None
 
 
 @dataclass(frozen=True)
@@ -265,22 +255,12 @@ def _backfill_state(db: Any, backfill: Backfill) -> BackfillState:
     # Items erased after they were planned leave the plan: the total counts what is still in it.
     total = done + failed + int(counts.get("pending", 0))
     return BackfillState(
-        id=backfill.id,
-        source_space=backfill.source_space,
-        target_space=backfill.target_space,
-        method=backfill.method,
-        policy=backfill.policy,
-        seed=backfill.seed,
-        chunk_size=backfill.chunk_size,
-        status=backfill.status,
-        total=total,
+        **vars(backfill) | {"total": total},
         done=done,
         failed=failed,
         pending=total - done - failed,
         fraction_done=float(done / total) if total else 1.0,
         chunks_committed=int(chunks),
-        started_at=backfill.started_at,
-        finished_at=backfill.finished_at,
     )
 
 
