@@ -35,7 +35,6 @@ from modelupgrade.retrieval.distance import (
 from modelupgrade.retrieval.topk import RankedPart, merged_topk
 from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
 from modelupgrade.store.backends import PartGallery
-from modelupgrade.store.backends.base import candidate_count
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import Snapshot
@@ -118,15 +117,10 @@ class _ForwardPart(PartGallery):
         self.matrix, self.slots = matrix, slots
         self.rows = matrix.part(slots)
 
-    def nearest(
-        self, queries: np.ndarray, k: int, distance: Distance
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        limit = candidate_count(k, len(self.slots))
-        found = (
-            self.slots
-            if limit == len(self.slots)
-            else self.matrix.search(queries, limit, self.rows)
-        )
+        found = self.matrix.search(queries, limit, self.rows)
         return found, self.vectors(found)
 
     def vectors(self, slots: np.ndarray) -> np.ndarray:

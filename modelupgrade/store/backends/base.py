@@ -142,7 +142,6 @@ class PartGallery(ABC):
 
     slots: np.ndarray
 
-    @abstractmethod
     def nearest(
         self, queries: np.ndarray, k: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -151,6 +150,21 @@ class PartGallery(ABC):
         candidates the backend's index finds for the queries, a few more than ``k`` each. With a
         flat index every query's exact ``k`` nearest items are among them; with an approximate one
         (``store.index``: hnsw, ivf), those the index finds."""
+        self.check_distance(distance)
+        limit = candidate_count(k, len(self.slots))
+        if limit == len(self.slots):
+            return self.slots, self.vectors(self.slots)
+        return self.candidates(queries, limit, distance)
+
+    def check_distance(self, distance: Distance) -> None:
+        """Refuse a distance the part's index cannot rank by (none, unless a part says so)."""
+
+    @abstractmethod
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Slots and vectors of the part's ``limit`` best rows for each query by the backend's
+        index (``limit`` is fewer than the part holds)."""
 
     @abstractmethod
     def vectors(self, slots: np.ndarray) -> np.ndarray:

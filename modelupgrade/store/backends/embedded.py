@@ -34,7 +34,6 @@ from modelupgrade.store.backends.base import (
     PartGallery,
     VectorBackend,
     VectorRows,
-    candidate_count,
 )
 from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import VECTORS_DIR
@@ -57,12 +56,9 @@ class _FlatPart(PartGallery):
         self.backend, self.spec, self.matrix, self.slots = backend, spec, matrix, slots
         self.rows = matrix.part(slots)
 
-    def nearest(
-        self, queries: np.ndarray, k: int, distance: Distance
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        limit = candidate_count(k, len(self.slots))
-        if limit == len(self.slots):
-            return self.slots, self.vectors(self.slots)
         slots = self.matrix.search(queries, limit, self.rows)
         return slots, self.vectors(slots)
 
@@ -137,9 +133,7 @@ class _IndexedPart(PartGallery):
             self.allowed = np.zeros(index.size, dtype=bool)
             self.allowed[index.rows(slots)] = True
 
-    def nearest(
-        self, queries: np.ndarray, k: int, distance: Distance
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def check_distance(self, distance: Distance) -> None:
         if distance != self.backend.settings.distance:
             raise UserError(
                 f"the store's {self.index.options.index} index ranks by "
@@ -147,9 +141,10 @@ class _IndexedPart(PartGallery):
                 hint=f"search with distance {self.backend.settings.distance} (store.distance), "
                 "or rebuild the store with the other one",
             )
-        limit = candidate_count(k, len(self.slots))
-        if limit == len(self.slots):
-            return self.slots, self.vectors(self.slots)
+
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
         slots = np.sort(self.index.search(queries, limit, self.rows, self.allowed))
         return slots, self.vectors(slots)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 from modelupgrade.retrieval.distance import Distance
-from modelupgrade.store.backends.base import PartGallery, candidate_count
+from modelupgrade.store.backends.base import PartGallery
 from modelupgrade.store.spaces import SpaceSpec
 
 if TYPE_CHECKING:
@@ -38,15 +38,13 @@ class SearchedPart(PartGallery):
     def __init__(self, backend: MilvusSearch, spec: SpaceSpec, slots: np.ndarray, rows: str):
         self.backend, self.spec, self.slots, self.filter = backend, spec, slots, rows
 
-    def nearest(
-        self, queries: np.ndarray, k: int, distance: Distance
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
     ) -> tuple[np.ndarray, np.ndarray]:
-        limit = candidate_count(k, len(self.slots))
-        if limit == len(self.slots):
-            return self.slots, self.vectors(self.slots)
         if limit > MAX_TOPK:
             raise UserError(
-                f"k = {k} is more than Milvus returns per query", hint="ask for k ≤ 8192"
+                f"{limit} candidates a query are more than Milvus returns",
+                hint=f"ask for k ≤ {MAX_TOPK // 2}",
             )
         return self.backend.search(self.spec, queries, limit, distance, self.filter)
 
