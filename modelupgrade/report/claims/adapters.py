@@ -17,10 +17,11 @@ from modelupgrade.report.claims.checks import (
     Scope,
 )
 from modelupgrade.report.claims.helpers import (
-    difference_se,
+    Measured,
     model_of,
     old_pair,
     query_adapters,
+    versus,
 )
 from modelupgrade.report.claims.vocabulary import (
     ALL_SCENARIO_KINDS,
@@ -154,40 +155,20 @@ def slerp_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> It
     old_self = sc.evaluation.old_self
     adapters = query_adapters(sc, (SLERP_KIND, PROCRUSTES_QUERY_KIND))
     for slerp in (a for a in adapters if a.kind == SLERP_KIND):
-        value = slerp.row.value
-        yield Check(
-            key=f"{sc.name}: M({slerp.name}, old) vs M(old, old)",
-            margin=value - old_self,
-            ours=f"{sc.name}: {value:.4f} vs old {old_self:.4f}",
-            evidence=(
-                f"{sc.name}: M({slerp.name}, old) = {value:.4f} vs M(old, old) = {old_self:.4f}"
-            ),
-            compared=(value, old_self),
-            systems=(sc.evaluation.old_model, model_of(slerp.strategy), slerp.name),
-            query_se=difference_se(sc, (slerp.row.query_set, slerp.row.gallery_set), old_pair(sc)),
+        slerp_up = Measured(
+            f"M({slerp.name}, old)", slerp.row.value, (slerp.row.query_set, slerp.row.gallery_set)
         )
+        old_old = Measured("M(old, old)", old_self, old_pair(sc))
+        systems = (sc.evaluation.old_model, model_of(slerp.strategy), slerp.name)
+        yield versus(sc, slerp_up, old_old, systems, shown_as="old ")
         for procrustes in adapters:
             if procrustes.kind != PROCRUSTES_QUERY_KIND or procrustes.strategy != slerp.strategy:
                 continue
-            other = procrustes.row.value
-            yield Check(
-                key=f"{sc.name}: M({slerp.name}, old) vs M({procrustes.name}, old)",
-                margin=value - other,
-                ours=f"{sc.name}: {value:.4f} vs Procrustes {other:.4f}",
-                evidence=(
-                    f"{sc.name}: M({slerp.name}, old) = {value:.4f} vs "
-                    f"M({procrustes.name}, old) = {other:.4f} ({slerp.sample_size} pairs)"
-                ),
-                compared=(value, other),
-                systems=(
-                    sc.evaluation.old_model,
-                    model_of(slerp.strategy),
-                    slerp.name,
-                    procrustes.name,
-                ),
-                query_se=difference_se(
-                    sc,
-                    (slerp.row.query_set, slerp.row.gallery_set),
-                    (procrustes.row.query_set, procrustes.row.gallery_set),
-                ),
+            procrustes_up = Measured(
+                f"M({procrustes.name}, old)",
+                procrustes.row.value,
+                (procrustes.row.query_set, procrustes.row.gallery_set),
             )
+            pairs = f" ({slerp.sample_size} pairs)"
+            systems_both = (*systems, procrustes.name)
+            yield versus(sc, slerp_up, procrustes_up, systems_both, "Procrustes ", pairs)

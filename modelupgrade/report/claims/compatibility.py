@@ -19,11 +19,13 @@ from modelupgrade.report.claims.checks import (
     Scope,
 )
 from modelupgrade.report.claims.helpers import (
+    Measured,
     best_up,
     difference_se,
     label,
     model_of,
     old_pair,
+    versus,
 )
 from modelupgrade.report.claims.vocabulary import (
     BCT_KIND,
@@ -64,17 +66,11 @@ def bct_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> Iter
     for bct in study.strategies_of_kind(BCT_KIND):
         cross = sc.value(bct, BACKWARD)
         if cross is not None and old_self is not None:
-            yield Check(
-                key=f"{sc.name}: M({label(bct)}, old) vs M(old, old)",
-                margin=cross - old_self,
-                ours=f"{sc.name}: {cross:.4f} vs {old_self:.4f}",
-                evidence=(
-                    f"{sc.name}: M({label(bct)}, old) = {cross:.4f} vs M(old, old) = {old_self:.4f}"
-                ),
-                compared=(cross, old_self),
-                systems=(sc.evaluation.old_model, model_of(bct)),
-                query_se=difference_se(sc, (model_of(bct), sc.evaluation.old_model), old_pair(sc)),
+            bct_up = Measured(
+                f"M({label(bct)}, old)", cross, (model_of(bct), sc.evaluation.old_model)
             )
+            old_old = Measured("M(old, old)", old_self, old_pair(sc))
+            yield versus(sc, bct_up, old_old, (sc.evaluation.old_model, model_of(bct)))
 
 
 @claim_entry(

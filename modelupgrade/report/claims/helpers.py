@@ -49,6 +49,39 @@ def difference_se(sc: ScenarioResults, first: tuple[str, str], second: tuple[str
     )
 
 
+class Measured(NamedTuple):
+    """One number of an evaluation as a check names it: ``name`` (e.g. "M(BCT, old)"), its value
+    and the (query set, gallery set) pair it was measured on."""
+
+    name: str
+    value: float
+    pair: tuple[str, str]
+
+
+def versus(
+    sc: ScenarioResults,
+    first: Measured,
+    second: Measured,
+    systems: tuple[str, ...],
+    shown_as: str = "",
+    note: str = "",
+) -> Check:
+    """The check that ``first`` exceeds ``second`` on one scenario: its margin is their difference
+    and its query-bootstrap error that difference's; the table shows "first vs {shown_as}second"."""
+    return Check(
+        key=f"{sc.name}: {first.name} vs {second.name}",
+        margin=first.value - second.value,
+        ours=f"{sc.name}: {first.value:.4f} vs {shown_as}{second.value:.4f}",
+        evidence=(
+            f"{sc.name}: {first.name} = {first.value:.4f} vs {second.name} = "
+            f"{second.value:.4f}{note}"
+        ),
+        compared=(first.value, second.value),
+        systems=systems,
+        query_se=difference_se(sc, first.pair, second.pair),
+    )
+
+
 def label(strategy: str) -> str:
     return strategy.upper()
 
