@@ -120,6 +120,8 @@ def test_status_reports_recall_at_10_against_an_exact_scan(
             store.ingest([f"i{i}" for i in range(N_ITEMS)], vectors.astype(np.float32), OLD)
             report = index_recall(store)
         assert report["kind"] == kind
+        # measured on the index itself: a vector database's built after the flush, waited for
+        assert report["index_settled"] == {OLD.name: True}
         recalls[kind] = report["recall_at_10"][OLD.name]
     assert recalls["flat"] == 1.0
     assert recalls["hnsw"] == 1.0

@@ -325,14 +325,17 @@ def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int 
     ``queries`` stored vectors of each part, drawn with ``seed``, searched in that part both ways
     and ranked by the shared kernel. Cheap next to the index (a few dozen queries), and on the
     store's own vectors, so it needs no query set; a flat index reads 1.0. A query finds itself,
-    which both searches do: it shows what the index loses among the other k − 1."""
+    which both searches do: it shows what the index loses among the other k − 1. Each space's
+    index is given time to settle first (``index_settled``), and whether it had is reported."""
     settings = store.backend_settings
     snapshot = store.snapshot()
     spaces = store.spaces()
     rng = np.random.default_rng(seed)
     recall: dict[str, float] = {}
+    settled: dict[str, bool] = {}
     for space_name, positions in sorted(snapshot.partitions().items()):
         spec, slots = spaces[space_name], snapshot.slots[positions]
+        settled[space_name] = store.vectors.index_settled(spec)
         sample = np.sort(rng.choice(slots, min(queries, len(slots)), replace=False))
         query = store.vectors.read(spec, sample)
         part = store.vectors.part(spec, slots, snapshot.filters.get(space_name, ""))
@@ -350,5 +353,7 @@ def index_recall(store: GalleryStore, k: int = 10, queries: int = 32, seed: int 
         **settings.index.model_dump(),
         "engine": store.vectors.describe().get("backend", settings.kind),
         f"recall_at_{k}": json_value(recall),
+        # False: the index had rows left to build when measured (searched exhaustively meanwhile).
+        "index_settled": json_value(settled),
         "recall_queries_per_space": queries,
     }

@@ -246,6 +246,13 @@ class VectorBackend(ABC):
         rows of ``spec``'s vectors that ``rows`` selects (``snapshots.part_filter``: a vector
         database searches by it, constant in size; the embedded store by the slots)."""
 
+    def index_settled(self, spec: SpaceSpec, timeout_s: float = 30.0) -> bool:
+        """Wait until ``spec``'s index covers every row the space holds (True) or ``timeout_s``
+        passes (False). A backend that indexes each row as it writes it is always settled; a
+        vector database builds its index after a flush and searches what it has not indexed yet
+        exhaustively, so a recall measured before it settles is not the index's."""
+        return True
+
     @abstractmethod
     def describe(self) -> dict[str, str]:
         """Where the vectors live, for a status (never a secret)."""

@@ -31,6 +31,7 @@ import dataclasses
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -385,6 +386,21 @@ class MilvusVectors(VectorBackend):
         client.flush(name)
         if is_server_uri(self.uri):
             client.compact(name)
+
+    def index_settled(self, spec: SpaceSpec, timeout_s: float = 30.0) -> bool:
+        client, name = self.client(), self._ensure(spec)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = [client.describe_index(name, index) for index in client.list_indexes(name)]
+            if all(
+                state.get("pending_index_rows", 0) == 0
+                and state.get("state", "Finished") == "Finished"
+                for state in states
+            ):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
     def provenance(self, spec: SpaceSpec, slots: np.ndarray) -> list[tuple[str, str]]:
         """The (space, model_ref) recorded with each vector of ``slots``."""
