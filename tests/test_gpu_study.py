@@ -39,6 +39,7 @@ from modelupgrade.layout import (
     SUMMARY,
 )
 from modelupgrade.report import write_report
+from modelupgrade.report.claims import CLAIMS
 from modelupgrade.report.document import render_markdown
 from modelupgrade.report.gpu_scale import collect_gpu_scale, gpu_scale_blocks
 
@@ -144,7 +145,7 @@ def test_the_run_writes_each_seeds_metrics_and_its_record(gpu_run: Path) -> None
 
 def test_the_report_sets_the_gpu_run_beside_the_cpu_study(gpu_run: Path) -> None:
     gpu = collect_gpu_scale(gpu_run)
-    assert gpu is not None and len(gpu.seeds) == 2 and len(gpu.claims) == 9
+    assert gpu is not None and len(gpu.seeds) == 2 and len(gpu.claims) == len(CLAIMS)
     # The CPU side: here the same results, so every verdict must agree.
     text = render_markdown("r", gpu_scale_blocks(gpu.seeds, gpu.claims, gpu_run))
     assert "## At GPU scale" in text

@@ -25,6 +25,7 @@ from modelupgrade.report import (
     document,
     write_report,
 )
+from modelupgrade.report.claims import CLAIMS
 from modelupgrade.report.upgrade import (
     BackfillOutcome,
     Chain,
@@ -332,6 +333,7 @@ def write_study(
         curve("rm_full-independent", "old-confidence", "rank-merge-full", 0.58 + shift),
         curve("fastfill-independent", "random", "mixed", 0.52 + shift),
         curve("fastfill-independent", "fastfill-uncertainty", "mixed", 0.60 + shift),
+        curve("fct-independent", "random", "mixed", 0.50 + shift),
         curve(
             "independent", "oracle", "rank-merge", 0.62 + shift, monotone=False, deployable=False
         ),
@@ -432,8 +434,8 @@ def own_seed(claim: Any) -> str:
 def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) -> None:
     write_study(tmp_path)
     claims = claims_of(tmp_path, study_params())
-    # The adapter claims (8, 9) have no adapter in this study to check.
-    assert [c.verdict for c in claims] == ["holds"] * 7 + ["not tested"] * 2
+    # The adapter claims (10, 11) have no adapter in this study to check.
+    assert [c.verdict for c in claims] == ["holds"] * 9 + ["not tested"] * 2
     evidence = [own_seed(c) for c in claims]
     assert evidence[0] == (
         "sc: M(BCT, old) = 0.4500 vs M(old, old) = 0.4000; "
@@ -463,6 +465,18 @@ def test_every_claim_is_checked_where_the_study_has_its_numbers(tmp_path: Path) 
         "sc fastfill-independent: mean mAP σ² order 0.6100 vs random 0.5300; "
         "sc fastfill-independent: mean top1 σ² order 0.7100 vs random 0.6300"
     )
+    # FastFill against FCT (FCT backfilled at random, as FastFill's tables do): its whole method,
+    # and its loss alone.
+    assert evidence[7:9] == [
+        (
+            "sc fastfill-independent: mean mAP σ² order 0.6100 vs FCT random 0.5100; "
+            "sc fastfill-independent: mean top1 σ² order 0.7100 vs FCT random 0.6100"
+        ),
+        (
+            "sc fastfill-independent: mean mAP random 0.5300 vs FCT random 0.5100; "
+            "sc fastfill-independent: mean top1 random 0.6300 vs FCT random 0.6100"
+        ),
+    ]
     # Five seeds behind each tested claim; none behind an untested one.
     assert [c.seeds for c in claims] == [0 if c.verdict == "not tested" else 5 for c in claims]
     assert {c.verdict for c in claims} == {"holds", "not tested"}
@@ -525,7 +539,7 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     ]
     assert "![sc: backfill curves](plots/sc_backfill_curves.png)" in markdown
     claims = json.loads((tmp_path / "out" / "claims.json").read_text())
-    assert [c["verdict"] for c in claims] == ["holds"] * 7 + ["not tested"] * 2
+    assert [c["verdict"] for c in claims] == ["holds"] * 9 + ["not tested"] * 2
     assert all(list(c) == CLAIM_RECORD_KEYS for c in claims)
     dmu = claims[2]
     assert (dmu["source"], dmu["seeds"]) == ("DMU (Table 1)", 5)
@@ -537,7 +551,7 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     table = markdown.split("## Do the papers' claims hold here?")[1].split("\n\n")[4].splitlines()
     assert table[0] == "| claim | source | paper | ours | verdict |"
     cells = [cell for line in table[2:] for cell in line.strip("|").split(" | ")]
-    assert len(table) == 2 + 9 and max(len(cell) for cell in cells) <= 240
+    assert len(table) == 2 + len(CLAIMS) and max(len(cell) for cell in cells) <= 240
     dmu_row = table[4]
     assert dmu_row.startswith("| 3. DMU upgrades better than BCT on both sides")
     assert dmu_row.endswith(
@@ -965,7 +979,8 @@ def test_the_claims_curves_are_drawn_over_the_seeds_with_a_band(tmp_path: Path) 
     seeds = [study, *replicates]
     panels = claim_panels(check_claims(study, replicates))
     # Seo et al.'s full vs naive rank merge (5), RM_naive's monotonicity (6), FastFill's σ² vs
-    # random order (7): each in mAP and top-1.
+    # random order (7), FastFill's σ² order (8) and random order (9) vs FCT's random order: each
+    # in mAP and top-1.
     assert [(p.claim, p.metric, [(c.system, c.policy) for c in p.curves]) for p in panels] == [
         (5, metric, [("rm_full-independent", "old-confidence"), ("independent", "old-confidence")])
         for metric in ("mAP", "top1")
@@ -976,9 +991,13 @@ def test_the_claims_curves_are_drawn_over_the_seeds_with_a_band(tmp_path: Path) 
             [("fastfill-independent", "fastfill-uncertainty"), ("fastfill-independent", "random")],
         )
         for metric in ("mAP", "top1")
+    ] + [
+        (claim, metric, [("fastfill-independent", policy), ("fct-independent", "random")])
+        for claim, policy in ((8, "fastfill-uncertainty"), (9, "random"))
+        for metric in ("mAP", "top1")
     ]
     fig = claim_curves_figure(panels, seeds, "sc")
-    assert fig is not None and len(fig.axes) == 6
+    assert fig is not None and len(fig.axes) == 10
     fastfill = fig.axes[4]
     labels = [text.get_text() for text in fastfill.get_legend().get_texts()]
     assert labels == [

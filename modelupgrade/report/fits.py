@@ -223,8 +223,9 @@ def alignment_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
             "learns to track that sum: so FastFill minimises about the logarithm of each pair's "
             "loss where FCT minimises the squared error itself, which the mean cosine follows. "
             "Its ψ need not align as well on this statistic; what FastFill claims is a better "
-            "backfill (claim 7). Where one of them is not trained in a scenario, there is nothing "
-            "to compare."
+            "backfill: claims 7 (its σ² order), 8 (FastFill against FCT) and 9 (its loss alone, "
+            "both in a random order) judge that. Where one of them is not trained in a scenario, "
+            "there is nothing to compare."
         ),
         Table(
             ["scenario", "new model", "FastFill ψ", "FCT ψ", "FastFill − FCT", "seeds"],

@@ -1,4 +1,4 @@
-"""Do the papers' claims hold here? A registry of nine claims, each as narrow as its paper.
+"""Do the papers' claims hold here? A registry of eleven claims, each as narrow as its paper.
 
 Each claim is one ``claim_entry`` (``building``): the statement, its source (paper, table or
 section), its scope (the scenario kinds the paper reports it on, the metric, the protocol or

@@ -1,4 +1,4 @@
-"""The nine claims in the report's order, and the one call that checks them all."""
+"""The eleven claims in the report's order, and the one call that checks them all."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from modelupgrade.report.claims.adapters import (
     slerp_is_backward_compatible,
 )
 from modelupgrade.report.claims.backfill import (
+    fastfill_beats_fct,
+    fastfill_loss_beats_fct,
     full_method_beats_naive_rank_merge,
     rank_merge_is_monotone,
     uncertainty_order_beats_random,
@@ -32,6 +34,8 @@ CLAIMS: tuple[Callable[[Sequence[StudyResults]], Claim], ...] = (
     full_method_beats_naive_rank_merge,
     rank_merge_is_monotone,
     uncertainty_order_beats_random,
+    fastfill_beats_fct,
+    fastfill_loss_beats_fct,
     drift_adapter_recovers_reindexing,
     slerp_is_backward_compatible,
 )

@@ -21,6 +21,9 @@ UNCERTAINTY_ORDER = "fastfill-uncertainty"
 MIXED = "mixed"
 RANK_MERGE = "rank-merge"
 FULL_RANK_MERGE = "rank-merge-full"
+# The head kinds (``heads.<name>.kind``) FastFill's claims set against each other.
+FCT_HEAD_KIND = "fct"
+FASTFILL_HEAD_KIND = "fastfill"
 # The training-free adapter kinds (head kinds, ``adapters.heads.<name>.kind``) the claims compare:
 # Drift-Adapter's three on the query side, and SLERP.
 DRIFT_ADAPTER_QUERY_KINDS = ("procrustes_query", "affine_query", "residual_mlp_query")
