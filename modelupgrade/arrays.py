@@ -98,3 +98,10 @@ def label_vectors(
             f"and {gallery} gallery items"
         )
     return q, g
+
+
+def mean_row_cosine(vectors: np.ndarray, targets: np.ndarray) -> float:
+    """The mean cosine of each row of ``vectors`` to the same row of ``targets`` (a head's outputs
+    against the embeddings it maps to: its alignment)."""
+    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(targets, axis=1)
+    return float(np.mean(np.sum(vectors * targets, axis=1) / np.maximum(norms, 1e-12)))

@@ -122,3 +122,17 @@ def test_heads_are_judged_by_what_they_train_for() -> None:
     # DMU's ψ trained jointly with its model is the model's (its record passes here).
     joint = {"fit_cosine": 0.5, "mode": "joint"}
     assert head_convergence(joint, GATE, False, False).passed
+
+
+def test_an_aligning_heads_held_out_alignment_is_recorded_not_gated() -> None:
+    aligned = {"fit_cosine": 0.94, "epoch_losses": [0.2, 0.01, 0.002], "mode": "standalone"}
+    # Far below the gate on the gallery: shown beside the training alignment, not a failure.
+    record = head_convergence(aligned, GATE, False, True, held_out_alignment=0.3)
+    assert record.passed and record.statistics["held_out_alignment"] == 0.3
+    adapter = head_convergence({"fit_cosine": 0.8}, GATE, True, False, held_out_alignment=0.7)
+    assert adapter.statistics["held_out_alignment"] == 0.7
+    # A head trained through a classifier or a batch metric maps to no embedding of its own.
+    flat = [5.6, 5.4, 5.2, *[5.05] * 20]
+    metric = head_convergence({"epoch_losses": flat}, GATE, False, False, held_out_alignment=0.1)
+    assert "held_out_alignment" not in metric.statistics
+    assert "held_out_alignment" not in head_convergence(aligned, GATE, False, True).statistics

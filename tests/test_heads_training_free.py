@@ -388,6 +388,11 @@ def test_the_adapter_study_fits_every_size_and_the_evaluation_and_report_show_th
     )
     assert query_side.value == pytest.approx(old_self, abs=1e-6)
     assert gallery_side.value == pytest.approx(summary.oracle_self, abs=1e-6)
+    # …and aligns on the evaluation's images, which it was not fitted on: ψ(old gallery) with the
+    # new gallery, ψ_rev(new query) with the old query.
+    for adapter in ("procrustes.all-independent", "procrustes_query.all-independent"):
+        held_out = summary.convergence[adapter].statistics["held_out_alignment"]
+        assert held_out == pytest.approx(1.0, abs=1e-5), adapter
     # Adapters meet only the gallery (or queries) they serve, never the all-pairs cross product.
     table = pd.read_parquet(tmp_path / "metrics/sc/cross_model.parquet")
     adapter_queries = table[table.query_set.str.contains(r"\.(?:n40|all)-")]

@@ -33,7 +33,11 @@ def model_convergence(embeddings_dir: Path, gate: ConvergenceGateParams) -> Conv
 
 
 def head_convergence(
-    training: JsonObject, gate: ConvergenceGateParams, training_free: bool, aligns: bool
+    training: JsonObject,
+    gate: ConvergenceGateParams,
+    training_free: bool,
+    aligns: bool,
+    held_out_alignment: float | None = None,
 ) -> Convergence:
     """The gate's verdict on a head from its card's training record, by what its kind trains for:
 
@@ -48,10 +52,14 @@ def head_convergence(
       an iterative one (the residual MLP, which starts from its closed form) must not have lost
       ground on where it started.
 
-    Every loss must stay finite."""
+    Every loss must stay finite. A head that aligns (a regression head or an adapter) also
+    records ``held_out_alignment``, the same statistic on images it never trained on, where the
+    evaluation measured it: shown, not gated (the gate asks whether the head trained)."""
     alignment = float(number_at(training, "fit_cosine", math.nan))
     losses = [float(x) for x in numbers_at(training, "epoch_losses")]
     statistics = {"alignment": alignment, "epochs": float(len(losses))}
+    if held_out_alignment is not None and (aligns or training_free):
+        statistics["held_out_alignment"] = held_out_alignment
     if losses:
         statistics.update(loss_start=losses[0], loss_end=losses[-1])
     reasons = []

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from modelupgrade.arrays import mean_row_cosine
 from modelupgrade.config.evaluation import ConvergenceGateParams
 from modelupgrade.errors import UserError
 from modelupgrade.evaluation import cross_model
@@ -186,8 +187,15 @@ def add_heads(
             device,
             old_query=sets.queries[OLD_MODEL],
         )
+        # Its alignment on this evaluation's images too, which it never trained on: ψ(old gallery)
+        # against the new gallery, ψ_rev(new query) against the old query.
+        target = sets.galleries.get(new) if direction == "forward" else sets.queries[OLD_MODEL]
         sets.convergence[head_dir.name] = head_convergence(
-            card.training, gate, head_class.training_free, head_class.aligns
+            card.training,
+            gate,
+            head_class.training_free,
+            head_class.aligns,
+            held_out_alignment=None if target is None else mean_row_cosine(vectors, target),
         )
         sets.sources[head_dir.name] = _head_sources(head_dir, card, direction)
         if direction == "forward":

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelupgrade.arrays import load_array
+from modelupgrade.arrays import load_array, mean_row_cosine
 from modelupgrade.config import Params
 from modelupgrade.config.heads import HeadParams, HeadTraining
 from modelupgrade.errors import UserError
@@ -87,9 +87,7 @@ def fit_cosine(
     head: Head, inputs: np.ndarray, targets: np.ndarray, side_info: np.ndarray | None
 ) -> float:
     """Mean cosine between the head's transform of the training inputs and the training targets."""
-    out = apply(head, inputs, side_info=side_info)
-    norms = np.linalg.norm(out, axis=1) * np.linalg.norm(targets, axis=1)
-    return float(np.mean(np.sum(out * targets, axis=1) / np.maximum(norms, 1e-12)))
+    return mean_row_cosine(apply(head, inputs, side_info=side_info), targets)
 
 
 def training_record(

@@ -173,62 +173,73 @@ def _heads_of_kind(sc: ScenarioResults, kind: str) -> dict[str, str]:
     }
 
 
-def _alignment(sc: ScenarioResults, name: str | None) -> float:
-    """A head's alignment on one seed (NaN where it was not measured there)."""
+# The alignment statistics the table sets side by side: on the head's own training images (the
+# gate's) and on the evaluation's gallery, which it never trained on.
+ALIGNMENT_STATISTICS = (("alignment", "training"), ("held_out_alignment", "gallery (held out)"))
+
+
+def _alignment(sc: ScenarioResults, name: str | None, statistic: str) -> float:
+    """A head's alignment ``statistic`` on one seed (NaN where it was not measured there)."""
     record = sc.evaluation.convergence.get(name or "")
-    return math.nan if record is None else record.statistics.get("alignment", math.nan)
+    return math.nan if record is None else record.statistics.get(statistic, math.nan)
 
 
-def _alignments(runs: Sequence[ScenarioResults], name: str | None) -> list[float]:
-    """A head's alignment on each seed that measured it."""
-    values = [_alignment(sc, name) for sc in runs]
+def _alignments(runs: Sequence[ScenarioResults], name: str | None, statistic: str) -> list[float]:
+    """A head's alignment ``statistic`` on each seed that measured it."""
+    values = [_alignment(sc, name, statistic) for sc in runs]
     return [value for value in values if math.isfinite(value)]
 
 
 def alignment_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
-    """FastFill's ψ beside FCT's: per scenario and new model, the mean cosine of ψ(old) to φ_new."""
+    """FastFill's ψ beside FCT's: per scenario, new model and set of images, the mean cosine of
+    ψ(old) to φ_new."""
     rows = []
     for sc in seeds[0].scenarios:
         runs = scenario_runs(seeds, sc.name)
         fastfill, fct = _heads_of_kind(sc, FASTFILL_KIND), _heads_of_kind(sc, FCT_KIND)
         for strategy in dict.fromkeys([*fastfill, *fct]):
-            ours = _alignments(runs, fastfill.get(strategy))
-            theirs = _alignments(runs, fct.get(strategy))
-            paired = [
-                a - b
-                for a, b in (
-                    (_alignment(run, fastfill.get(strategy)), _alignment(run, fct.get(strategy)))
+            for statistic, images in ALIGNMENT_STATISTICS:
+                ours = _alignments(runs, fastfill.get(strategy), statistic)
+                theirs = _alignments(runs, fct.get(strategy), statistic)
+                if statistic != "alignment" and not (ours or theirs):
+                    continue  # held out: not measured (a summary written before it was)
+                pairs = [
+                    (
+                        _alignment(run, fastfill.get(strategy), statistic),
+                        _alignment(run, fct.get(strategy), statistic),
+                    )
                     for run in runs
-                )
-                if math.isfinite(a) and math.isfinite(b)
-            ]
-            rows.append(
-                [
-                    sc.name,
-                    strategy,
-                    spread(ours) if ours else "not trained here",
-                    spread(theirs) if theirs else "not trained here",
-                    spread(paired, sign=True) if paired else MISSING,
-                    max(len(ours), len(theirs)),
                 ]
-            )
+                paired = [a - b for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
+                rows.append(
+                    [
+                        sc.name,
+                        strategy,
+                        images,
+                        spread(ours) if ours else "not trained here",
+                        spread(theirs) if theirs else "not trained here",
+                        spread(paired, sign=True) if paired else MISSING,
+                        max(len(ours), len(theirs)),
+                    ]
+                )
     if not rows:
         return []
     return [
         Heading("FastFill's ψ beside FCT's", 3),
         Paragraph(
-            "The mean cosine of ψ(φ_old(x)) to φ_new(x) over each head's training images, mean ± "
-            "sd over the seeds. FastFill's Eq. 3 sums FCT's squared-norm alignment with the new "
-            "classifier's loss on ψ(φ_old(x)), and its Eq. 5 divides each pair's sum by σ², which "
-            "learns to track that sum: so FastFill minimises about the logarithm of each pair's "
-            "loss where FCT minimises the squared error itself, which the mean cosine follows. "
-            "Its ψ need not align as well on this statistic; what FastFill claims is a better "
-            "backfill: claims 7 (its σ² order), 8 (FastFill against FCT) and 9 (its loss alone, "
-            "both in a random order) judge that. Where one of them is not trained in a scenario, "
-            "there is nothing to compare."
+            "The mean cosine of ψ(φ_old(x)) to φ_new(x), mean ± sd over the seeds, over each "
+            "head's training images (what the convergence gate reads) and over the evaluation's "
+            "gallery images, which neither head trained on. FastFill's Eq. 3 sums FCT's squared-"
+            "norm alignment with the new classifier's loss on ψ(φ_old(x)), and its Eq. 5 divides "
+            "each pair's sum by σ², which learns to track that sum: so FastFill minimises about "
+            "the logarithm of each pair's loss where FCT minimises the squared error itself, "
+            "which the mean cosine follows. Its ψ need not align as well on this statistic; what "
+            "FastFill claims is a better backfill: claims 7 (its σ² order), 8 (FastFill against "
+            "FCT) and 9 (its loss alone, both in a random order) judge that. Where one of them is"
+            " not trained in a scenario, there is nothing to compare."
         ),
         Table(
-            ["scenario", "new model", "FastFill ψ", "FCT ψ", "FastFill − FCT", "seeds"],
+            ["scenario", "new model", "images", "FastFill ψ", "FCT ψ", "FastFill − FCT", "seeds"],
             rows,
         ),
     ]
