@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from modelupgrade.evaluation.summary import Convergence
+from modelupgrade.report.claims.vocabulary import FASTFILL_HEAD_KIND, FCT_HEAD_KIND
 from modelupgrade.report.document import MISSING, Block, BulletList, Heading, Paragraph, Table
 from modelupgrade.report.lead import scenario_runs
 from modelupgrade.report.numbers import M_DIGITS, PERCENT_DIGITS, fixed, spread
 from modelupgrade.report.results import ScenarioResults, StudyResults
-
-FASTFILL_KIND, FCT_KIND = "fastfill", "fct"
 
 
 def _kind(sc: ScenarioResults, name: str, record: Convergence) -> str:
@@ -164,15 +163,6 @@ def fit_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
     return blocks
 
 
-def _heads_of_kind(sc: ScenarioResults, kind: str) -> dict[str, str]:
-    """The scenario's trained heads of ``kind``: the strategy each pairs with → its name."""
-    return {
-        sc.head_systems[name]: name
-        for name, of_kind in sc.head_kinds.items()
-        if of_kind == kind and name in sc.head_systems
-    }
-
-
 # The alignment statistics the table sets side by side: on the head's own training images (the
 # gate's) and on the evaluation's gallery, which it never trained on.
 ALIGNMENT_STATISTICS = (("alignment", "training"), ("held_out_alignment", "gallery (held out)"))
@@ -196,7 +186,7 @@ def alignment_blocks(seeds: Sequence[StudyResults]) -> list[Block]:
     rows = []
     for sc in seeds[0].scenarios:
         runs = scenario_runs(seeds, sc.name)
-        fastfill, fct = _heads_of_kind(sc, FASTFILL_KIND), _heads_of_kind(sc, FCT_KIND)
+        fastfill, fct = sc.heads_of_kind(FASTFILL_HEAD_KIND), sc.heads_of_kind(FCT_HEAD_KIND)
         for strategy in dict.fromkeys([*fastfill, *fct]):
             for statistic, images in ALIGNMENT_STATISTICS:
                 ours = _alignments(runs, fastfill.get(strategy), statistic)

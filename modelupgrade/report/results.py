@@ -49,6 +49,14 @@ class ScenarioResults:
     # Where the scenario's per-query files are (None: not kept; no query bootstrap).
     metrics_dir: Path | None = None
 
+    def heads_of_kind(self, kind: str) -> dict[str, str]:
+        """The scenario's trained heads of ``kind``: the strategy each pairs with → its name."""
+        return {
+            self.head_systems[name]: name
+            for name, of_kind in self.head_kinds.items()
+            if of_kind == kind and name in self.head_systems
+        }
+
     def per_query_ap(self, query_set: str, gallery_set: str) -> np.ndarray | None:
         """Each query's AP of one evaluated pair (the evaluation's ``per_query_ap.parquet``)."""
         table = self._per_query(PER_QUERY_AP_FILE)

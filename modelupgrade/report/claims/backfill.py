@@ -192,19 +192,6 @@ FASTFILL_SCOPE = Scope(
 )
 
 
-def fct_beside(sc: ScenarioResults, fastfill: str) -> str | None:
-    """The FCT head trained on the same new model as the FastFill head ``fastfill``, if any."""
-    strategy = sc.head_systems.get(fastfill)
-    return next(
-        (
-            name
-            for name, kind in sc.head_kinds.items()
-            if kind == FCT_HEAD_KIND and sc.head_systems.get(name) == strategy
-        ),
-        None,
-    )
-
-
 def fastfill_against_fct(sc: ScenarioResults, fastfill_order: str) -> Iterator[Check]:
     """FastFill's curve in ``fastfill_order`` against FCT's in a random order (FCT has no order of
     its own: FastFill backfills it at random), one check per curve metric."""
@@ -213,7 +200,8 @@ def fastfill_against_fct(sc: ScenarioResults, fastfill_order: str) -> Iterator[C
             continue
         if sc.head_kinds.get(curve.strategy) != FASTFILL_HEAD_KIND:
             continue
-        fct = fct_beside(sc, curve.strategy)
+        # FCT's head on the same new model, if one was trained.
+        fct = sc.heads_of_kind(FCT_HEAD_KIND).get(sc.head_systems.get(curve.strategy, ""))
         fct_random = None if fct is None else sc.curve(fct, RANDOM_ORDER, MIXED)
         if fct_random is not None:
             yield from larger_auc(
