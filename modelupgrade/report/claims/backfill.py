@@ -176,6 +176,9 @@ def uncertainty_order_beats_random(study: StudyResults, sc: ScenarioResults) -> 
             )
 
 
+NO_FCT_BESIDE_FASTFILL = (
+    "no FastFill adapter was simulated beside an FCT adapter on the same new model"
+)
 # FastFill's own comparisons with FCT: ψ of each on the same new model, one search space.
 FASTFILL_SCOPE = Scope(
     scenarios=(EXTENDED_CLASS,),
@@ -230,7 +233,7 @@ def _orders(curve: CurveSummary) -> str:
         "mAP~ 44.84 vs 40.47, top1~ 66.49 vs 62.80 (ImageNet); mAP~ 71.57 vs 70.26 (VGGFace2); "
         "mAP~ 19.48 vs 16.81 (Places-365)"
     ),
-    missing="no FastFill adapter was simulated beside an FCT adapter on the same new model",
+    missing=NO_FCT_BESIDE_FASTFILL,
 )
 def fastfill_beats_fct(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
     yield from fastfill_against_fct(sc, UNCERTAINTY_ORDER)
@@ -244,7 +247,7 @@ def fastfill_beats_fct(study: StudyResults, sc: ScenarioResults) -> Iterator[Che
     source="FastFill (Table 5, ImageNet ablation; §4.2)",
     scope=FASTFILL_SCOPE,
     paper="mAP~ 42.05 vs 40.47, top1~ 64.51 vs 62.80 (ImageNet)",
-    missing="no FastFill adapter was simulated beside an FCT adapter on the same new model",
+    missing=NO_FCT_BESIDE_FASTFILL,
 )
 def fastfill_loss_beats_fct(study: StudyResults, sc: ScenarioResults) -> Iterator[Check]:
     yield from fastfill_against_fct(sc, RANDOM_ORDER)
