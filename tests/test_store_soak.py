@@ -52,8 +52,8 @@ N_ITEMS, CHUNK, CLIENTS, KILLS, SERVICES, LIVE = 3000, 64, 4, 2, 2, 50
 # running beside the suite).
 BUDGET_S = 250.0
 
-# At most 4 chunks computed ahead of the commits (the job's default is 32): the hold pauses ψ, not the
-# commits of chunks already computed, and where a commit is slow (a Milvus server on a slower
+# At most 4 chunks computed ahead of the commits (the job's default is 32): the hold pauses ψ, not
+# the commits of chunks already computed, and where a commit is slow (a Milvus server on a slower
 # 2-core machine) 32 covered the whole gallery, which then finished during the hold, before the
 # live items it was to take in were ingested.
 WORKER = slow_backfill_script(
