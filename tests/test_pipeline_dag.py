@@ -224,6 +224,8 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         yaml.safe_dump(tiny_params(tmp_path / "idx"), sort_keys=False)
     )
     dvc(project, "init", "--no-scm", "-q")
+    # The project's own: the interpreter's __pycache__ is not code the closures stage reads.
+    shutil.copy(ROOT / ".dvcignore", project / ".dvcignore")
 
     first = dvc(project, "repro")
     expected = set(dvc(project, "stage", "list", "--name-only").stdout.split())
@@ -278,3 +280,10 @@ def test_whole_dag_on_a_tiny_configuration(tmp_path):
         "report",
     }
     assert "up to date" in dvc(project, "status").stdout
+
+    # A change to code only the report runs: the closures are written again and, of the study,
+    # only the report runs (its closure file changed; every other stage's is as it was).
+    command = project / "modelupgrade" / "commands" / "report.py"
+    command.write_text(command.read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    third = dvc(project, "repro")
+    assert ran_stages(third.stdout) == {"closures", "report"}
