@@ -79,11 +79,11 @@ class Project:
         closure = import_closure(self.graph, [stage_module])
         return sorted(self.modules[module].as_posix() for module in closure)
 
-    def closure_text(self, stage_module: str) -> str:
-        """The closure file of ``stage_module``: a line ``<sha256>  <file>`` per file."""
+    def closure_text(self, files: Iterable[str]) -> str:
+        """A closure file: a line ``<sha256>  <file>`` per file of ``files``."""
         lines = [
             f"{hashlib.sha256((self.root / path).read_bytes()).hexdigest()}  {path}\n"
-            for path in self.closure_files(stage_module)
+            for path in files
         ]
         return "".join(lines)
 
@@ -179,9 +179,12 @@ def write_closures(root: Path, out: Path) -> dict[str, int]:
     project = Project.at(root)
     modules = closure_modules(yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")))
     out.mkdir(parents=True, exist_ok=True)
+    counts = {}
     for module in modules:
-        (out / f"{module}.txt").write_text(project.closure_text(module), encoding="utf-8")
-    return {module: len(project.closure_files(module)) for module in modules}
+        files = project.closure_files(module)
+        (out / f"{module}.txt").write_text(project.closure_text(files), encoding="utf-8")
+        counts[module] = len(files)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
