@@ -8,15 +8,12 @@ so the common base lives there.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TypeVar
 
 from pydantic import ValidationError
 
 from modelupgrade.config.errors import HintedError, validation_problems
-
-log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., object])
 

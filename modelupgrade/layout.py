@@ -77,6 +77,11 @@ def model_name(generation: int, strategy: str | None = None) -> str:
     return f"gen{generation}" if strategy is None else f"gen{generation}-{strategy}"
 
 
+def new_model_name(strategy: str) -> str:
+    """A two-model scenario's new model trained with ``strategy``: ``gen1-<strategy>``."""
+    return model_name(1, strategy)
+
+
 def head_name(head: str, strategy: str) -> str:
     """The directory name of a head paired with a strategy's new model: ``fct-independent``."""
     return f"{head}-{strategy}"

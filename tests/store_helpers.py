@@ -28,6 +28,9 @@ from modelupgrade.store import (
 
 OLD = SpaceSpec("gen0", 16)
 NEW = SpaceSpec("gen1", 12, upgrades_from=("gen0",), backward_compatible=False)
+# A backward-compatible pair: the new space's vectors may be searched beside the old ones.
+COMPATIBLE_OLD = SpaceSpec("gen0", 8)
+COMPATIBLE_NEW = SpaceSpec("gen1", 8, upgrades_from=("gen0",), backward_compatible=True)
 PROJECT_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 

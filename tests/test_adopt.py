@@ -53,15 +53,18 @@ def params_for(adopted: dict[str, Any], dim: int, **architecture: Any) -> Any:
 # ---------------------------------------------------------------- the sources, written directly
 
 
+def saved_resnet18(path: Path, num_classes: int) -> Path:
+    """A seeded torchvision ResNet-18's state dict, saved at ``path``."""
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18(num_classes=num_classes).state_dict(), path)
+    return path
+
+
 def torchvision_resnet(tmp: Path) -> tuple[dict[str, Any], int]:
     """A torchvision classifier whose penultimate features are the embedding: its 5-class fc is
     named as the classifier to drop."""
-    torch.manual_seed(0)
-    network = torchvision.models.resnet18(num_classes=5)
-    path = tmp / "resnet18.pt"
-    torch.save(network.state_dict(), path)
     options = {
-        "path": str(path),
+        "path": str(saved_resnet18(tmp / "resnet18.pt", num_classes=5)),
         "network": "resnet18",
         "classifier_layer": "fc",
         "preprocessing": {"input_size": 16},
@@ -72,12 +75,8 @@ def torchvision_resnet(tmp: Path) -> tuple[dict[str, Any], int]:
 def torchvision_fc_embedding(tmp: Path) -> tuple[dict[str, Any], int]:
     """A torchvision ResNet-18 whose 16-d fc is the embedding (as a team trains a retrieval
     model): named as the embedding layer, with its dimension declared."""
-    torch.manual_seed(0)
-    network = torchvision.models.resnet18(num_classes=16)
-    path = tmp / "resnet18_fc16.pt"
-    torch.save(network.state_dict(), path)
     options = {
-        "path": str(path),
+        "path": str(saved_resnet18(tmp / "resnet18_fc16.pt", num_classes=16)),
         "network": "resnet18",
         "network_kwargs": {"num_classes": 16},
         "embedding_layer": "fc",

@@ -20,13 +20,11 @@ from modelupgrade.store import (
     BackfillJob,
     GalleryStore,
     Searcher,
-    SpaceSpec,
     TransformStored,
 )
 from modelupgrade.store.backends.milvus import is_server_uri
-
-OLD = SpaceSpec("gen0", 8)
-NEW = SpaceSpec("gen1", 8, upgrades_from=("gen0",), backward_compatible=True)
+from tests.store_helpers import COMPATIBLE_NEW as NEW
+from tests.store_helpers import COMPATIBLE_OLD as OLD
 
 
 def _outside_search(uri: str, token: str, prefix: str, query: np.ndarray, k: int) -> list[str]:

@@ -25,10 +25,10 @@ from modelupgrade.store import (
 )
 from modelupgrade.store.backends.embedded import EmbeddedVectors
 from modelupgrade.store.backends.milvus import MilvusVectors
+from tests.store_helpers import COMPATIBLE_NEW as NEW
+from tests.store_helpers import COMPATIBLE_OLD as OLD
 from tests.store_helpers import milvus_lite
 
-OLD = SpaceSpec("gen0", 8)
-NEW = SpaceSpec("gen1", 8, upgrades_from=("gen0",), backward_compatible=True)
 K = 10
 
 

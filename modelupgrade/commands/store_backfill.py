@@ -18,6 +18,7 @@ from modelupgrade.store.operations.requests import (
     NewVectors,
     RayPlacement,
     Serving,
+    vector_flags,
 )
 from modelupgrade.store.preview import BackfillPreview
 from modelupgrade.store.report import BackfillReport
@@ -72,18 +73,9 @@ class BackfillFlags:
 
     def check_abort_alone(self, store_path: Path) -> None:
         """--abort takes none of the flags that say what a backfill computes."""
-        extra = [
-            name
-            for name, value in (
-                ("--model", self.model),
-                ("--transform-head", self.transform_head),
-                ("--vectors", self.vectors),
-                ("--items", self.items),
-                ("--rho-head", self.rho_head),
-                ("--retry-failed", self.retry_failed or None),
-            )
-            if value is not None
-        ]
+        extra = vector_flags(
+            self.model, self.transform_head, self.vectors, self.items, self.rho_head
+        ) + (["--retry-failed"] if self.retry_failed else [])
         if extra:
             raise UserError(
                 f"--abort undoes the running backfill; it takes no {', '.join(extra)}",

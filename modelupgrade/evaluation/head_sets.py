@@ -19,7 +19,6 @@ from modelupgrade.evaluation import cross_model
 from modelupgrade.evaluation.convergence import head_convergence
 from modelupgrade.evaluation.study_files import (
     load_embeddings,
-    new_model_name,
     source_entry,
 )
 from modelupgrade.evaluation.summary import Convergence
@@ -31,6 +30,7 @@ from modelupgrade.layout import (
     QUERY_SPLIT,
     StudyLayout,
     embedding_file_name,
+    new_model_name,
 )
 
 

@@ -48,7 +48,6 @@ from modelupgrade.evaluation.retrieval import RetrievalEvaluator
 from modelupgrade.evaluation.sequential import evaluate_sequential
 from modelupgrade.evaluation.study_files import (
     load_model_sets,
-    new_model_name,
     scenario_evaluator,
     source_entry,
     write_outputs,
@@ -63,6 +62,7 @@ from modelupgrade.layout import (
     SEQUENTIAL,
     SUMMARY,
     StudyLayout,
+    new_model_name,
 )
 from modelupgrade.runtime import describe_device, select_device
 

@@ -24,13 +24,7 @@ from modelupgrade.layout import (
     SUMMARY,
     StudyLayout,
     embedding_file_name,
-    model_name,
 )
-
-
-def new_model_name(strategy: str) -> str:
-    """A two-model scenario's new model trained with ``strategy``: ``gen1-<strategy>``."""
-    return model_name(1, strategy)
 
 
 def load_embeddings(path: Path, what: str) -> np.ndarray:

@@ -21,14 +21,11 @@ entry) the ``adopted.*`` tags; each head's kind, direction, sample size and mode
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from modelupgrade.errors import UserError
-
-log = logging.getLogger(__name__)
 
 TAG_LOGGED_AS = "logged_as"
 PYTORCH = "mlflow.pytorch"

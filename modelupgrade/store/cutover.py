@@ -28,7 +28,6 @@ the next writer finishes the drop.
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -47,8 +46,6 @@ from modelupgrade.store.steps import ServingStep, StepDetail, actor, steps_in, w
 if TYPE_CHECKING:
     from modelupgrade.store.gallery import GalleryStore
     from modelupgrade.store.shadow import ShadowEvaluation
-
-log = logging.getLogger(__name__)
 
 
 def _reason(text: str, step: str) -> str:

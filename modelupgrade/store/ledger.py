@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict, TypeVar, cast
 
 import numpy as np
 
@@ -103,6 +103,19 @@ class ItemStateRow(TypedDict):
     backfill_id: int | None
     committed_chunk: int | None
     failure: str | None
+
+
+Row = TypeVar("Row", ChunkLogRow, ItemStateRow)
+
+
+def _columns(record: type) -> str:
+    """The columns a row record names, in its order (each field is the column of its name)."""
+    return ", ".join(record.__annotations__)
+
+
+def _records(record: type[Row], rows: Sequence[Sequence[Any]]) -> list[Row]:
+    """Rows selected by ``_columns(record)``, as that record."""
+    return [cast(Row, dict(zip(record.__annotations__, row, strict=True))) for row in rows]
 
 
 class BackfillLedger:
@@ -522,42 +535,14 @@ class BackfillLedger:
 
     def chunk_log(self, backfill_id: int | None = None) -> list[ChunkLogRow]:
         """The committed chunks (of one backfill, or of all), in commit order."""
-        query = (
-            "SELECT backfill_id, chunk, items, written, failed, vectors_sha256, "
-            "committed_at FROM chunk_log"
-        )
+        query = f"SELECT {_columns(ChunkLogRow)} FROM chunk_log"
         if backfill_id is None:
             rows = self.db.query(query + " ORDER BY backfill_id, chunk")
         else:
             rows = self.db.query(query + " WHERE backfill_id = ? ORDER BY chunk", (backfill_id,))
-        return [
-            ChunkLogRow(
-                backfill_id=backfill,
-                chunk=chunk,
-                items=items,
-                written=written,
-                failed=failed,
-                vectors_sha256=sha256,
-                committed_at=committed_at,
-            )
-            for backfill, chunk, items, written, failed, sha256, committed_at in rows
-        ]
+        return _records(ChunkLogRow, rows)
 
     def item_states(self) -> list[ItemStateRow]:
         """Every item's id, space, state and committing chunk (for audits and tests)."""
-        rows = self.db.query(
-            "SELECT slot, item_id, space, state, backfill_id, committed_chunk, failure "
-            "FROM current_items ORDER BY slot"
-        )
-        return [
-            ItemStateRow(
-                slot=slot,
-                item_id=item_id,
-                space=space,
-                state=state,
-                backfill_id=backfill,
-                committed_chunk=chunk,
-                failure=failure,
-            )
-            for slot, item_id, space, state, backfill, chunk, failure in rows
-        ]
+        rows = self.db.query(f"SELECT {_columns(ItemStateRow)} FROM current_items ORDER BY slot")
+        return _records(ItemStateRow, rows)

@@ -34,7 +34,7 @@ from modelupgrade.retrieval.distance import (
 )
 from modelupgrade.retrieval.topk import RankedPart, merged_topk
 from modelupgrade.serving.base import Forms, Pairing, ServingMode, ServingPlan
-from modelupgrade.store.backends import PartGallery
+from modelupgrade.store.backends import MatrixGallery, PartGallery
 from modelupgrade.store.gallery import GalleryStore
 from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.schema import Snapshot
@@ -107,24 +107,6 @@ class _Cached:
     parts: list[_Part]
     # Snapshot position of each slot (hits are ranked by slot, reported by item id and space).
     position: np.ndarray
-
-
-class _ForwardPart(PartGallery):
-    """ψ(stored vectors) of a part, searched exactly in this process (``matrices.SpaceMatrix``:
-    ψ of each row computed once, and again only when the row changes)."""
-
-    def __init__(self, matrix: SpaceMatrix, slots: np.ndarray) -> None:
-        self.matrix, self.slots = matrix, slots
-        self.rows = matrix.part(slots)
-
-    def candidates(
-        self, queries: np.ndarray, limit: int, distance: Distance
-    ) -> tuple[np.ndarray, np.ndarray]:
-        found = self.matrix.search(queries, limit, self.rows)
-        return found, self.vectors(found)
-
-    def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self.matrix.transformed(slots)
 
 
 class Searcher:
@@ -246,7 +228,7 @@ class Searcher:
             lambda slots: self.store.vectors.checksums(part.space, slots),
             part.gallery.vectors,
         )
-        return _ForwardPart(matrix, part.slots)
+        return MatrixGallery(matrix, part.slots, matrix.transformed)
 
     def _psi(self, old: SpaceSpec, serving: SpaceSpec) -> Callable[[np.ndarray], np.ndarray]:
         forward = self.heads.forward

@@ -18,7 +18,6 @@ its loss also moves the new classifier. ``regression`` replaces ℓ_arc by 1 −
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 import torch
@@ -36,8 +35,6 @@ from modelupgrade.strategies.base import (
     TrainingContext,
 )
 from modelupgrade.strategies.bct import cosine_distance
-
-log = logging.getLogger(__name__)
 
 FORWARD_HEAD_FILE = "forward_head.pt"
 

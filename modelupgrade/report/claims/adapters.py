@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from modelupgrade.evaluation.summary import (
     SELF,
 )
+from modelupgrade.layout import new_model_name
 from modelupgrade.report.claims.building import (
     claim_entry,
 )
@@ -18,7 +19,6 @@ from modelupgrade.report.claims.checks import (
 )
 from modelupgrade.report.claims.helpers import (
     Measured,
-    model_of,
     old_pair,
     query_adapters,
     versus,
@@ -108,13 +108,13 @@ def drift_adapter_recovers_reindexing(study: StudyResults, sc: ScenarioResults) 
                 f"{best.sample_size} pairs{closed_text} (each kind: {each})"
             ),
             compared=(100 * share, 100 * closed) if has_gap else (100 * share,),
-            systems=(sc.evaluation.old_model, model_of(strategy), best.name),
+            systems=(sc.evaluation.old_model, new_model_name(strategy), best.name),
             digits=1,
             excluded=premise,
             query_se=joint_bootstrap_se(
                 [
                     sc.per_query_ap(best.row.query_set, best.row.gallery_set),
-                    sc.per_query_ap(model_of(strategy), model_of(strategy)),
+                    sc.per_query_ap(new_model_name(strategy), new_model_name(strategy)),
                 ],
                 lambda adapted, own: 100 * adapted / own,
             ),
@@ -159,7 +159,7 @@ def slerp_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> It
             f"M({slerp.name}, old)", slerp.row.value, (slerp.row.query_set, slerp.row.gallery_set)
         )
         old_old = Measured("M(old, old)", old_self, old_pair(sc))
-        systems = (sc.evaluation.old_model, model_of(slerp.strategy), slerp.name)
+        systems = (sc.evaluation.old_model, new_model_name(slerp.strategy), slerp.name)
         yield versus(sc, slerp_up, old_old, systems, shown_as="old ")
         for procrustes in adapters:
             if procrustes.kind != PROCRUSTES_QUERY_KIND or procrustes.strategy != slerp.strategy:

@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterator
 
 from modelupgrade.backfill.summary import CurveSummary
+from modelupgrade.layout import new_model_name
 from modelupgrade.report.claims.building import (
     claim_entry,
 )
@@ -18,7 +19,6 @@ from modelupgrade.report.claims.checks import (
 )
 from modelupgrade.report.claims.helpers import (
     larger_auc,
-    model_of,
     paired_strategy,
 )
 from modelupgrade.report.claims.vocabulary import (
@@ -132,7 +132,7 @@ def rank_merge_is_monotone(study: StudyResults, sc: ScenarioResults) -> Iterator
                 ours=f"{name} dip {drop:.4f}",
                 evidence=f"{name}: largest dip {drop:.4f} (tolerance {tolerance:.4f}, {why})",
                 compared=(drop,),
-                systems=(sc.evaluation.old_model, model_of(curve.strategy)),
+                systems=(sc.evaluation.old_model, new_model_name(curve.strategy)),
                 query_se=se,
                 curves=(CurveRef(sc.name, curve.strategy, curve.policy, curve.mode, metric),),
             )

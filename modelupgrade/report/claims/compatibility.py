@@ -11,6 +11,7 @@ from modelupgrade.evaluation.summary import (
     FORWARD_HEAD,
     SELF,
 )
+from modelupgrade.layout import new_model_name
 from modelupgrade.report.claims.building import (
     claim_entry,
 )
@@ -23,7 +24,6 @@ from modelupgrade.report.claims.helpers import (
     best_up,
     difference_se,
     label,
-    model_of,
     old_pair,
     versus,
 )
@@ -67,10 +67,10 @@ def bct_is_backward_compatible(study: StudyResults, sc: ScenarioResults) -> Iter
         cross = sc.value(bct, BACKWARD)
         if cross is not None and old_self is not None:
             bct_up = Measured(
-                f"M({label(bct)}, old)", cross, (model_of(bct), sc.evaluation.old_model)
+                f"M({label(bct)}, old)", cross, (new_model_name(bct), sc.evaluation.old_model)
             )
             old_old = Measured("M(old, old)", old_self, old_pair(sc))
-            yield versus(sc, bct_up, old_old, (sc.evaluation.old_model, model_of(bct)))
+            yield versus(sc, bct_up, old_old, (sc.evaluation.old_model, new_model_name(bct)))
 
 
 @claim_entry(
@@ -111,11 +111,11 @@ def bct_loses_new_to_new_accuracy(study: StudyResults, sc: ScenarioResults) -> I
                 ),
                 compared=(bct_self, oracle_self),
                 # BCT's model is trained against the old one: it rests on the old model too.
-                systems=(sc.evaluation.old_model, model_of(bct), sc.evaluation.oracle or ""),
+                systems=(sc.evaluation.old_model, new_model_name(bct), sc.evaluation.oracle or ""),
                 query_se=difference_se(
                     sc,
                     (sc.evaluation.oracle or "", sc.evaluation.oracle or ""),
-                    (model_of(bct), model_of(bct)),
+                    (new_model_name(bct), new_model_name(bct)),
                 ),
             )
 
@@ -162,8 +162,8 @@ def dmu_beats_bct_on_both_sides(study: StudyResults, sc: ScenarioResults) -> Ite
                     compared=(ours, theirs),
                     systems=(
                         sc.evaluation.old_model,
-                        model_of(bct_name),
-                        model_of(dmu_name),
+                        new_model_name(bct_name),
+                        new_model_name(dmu_name),
                         best.gallery_set,
                     ),
                     # Δ↑ DMU − Δ↑ BCT = 100 (M(DMU, ·) − M(BCT, old)) / M(old, old).
@@ -188,15 +188,15 @@ def dmu_beats_bct_on_both_sides(study: StudyResults, sc: ScenarioResults) -> Ite
                     compared=(ours, theirs),
                     systems=(
                         sc.evaluation.old_model,
-                        model_of(bct_name),
-                        model_of(dmu_name),
+                        new_model_name(bct_name),
+                        new_model_name(dmu_name),
                         sc.evaluation.oracle or "",
                     ),
                     # Δ↓ BCT − Δ↓ DMU = 100 (M(DMU, DMU) − M(BCT, BCT)) / M(oracle, oracle).
                     query_se=joint_bootstrap_se(
                         [
-                            sc.per_query_ap(model_of(dmu_name), model_of(dmu_name)),
-                            sc.per_query_ap(model_of(bct_name), model_of(bct_name)),
+                            sc.per_query_ap(new_model_name(dmu_name), new_model_name(dmu_name)),
+                            sc.per_query_ap(new_model_name(bct_name), new_model_name(bct_name)),
                             sc.per_query_ap(sc.evaluation.oracle or "", sc.evaluation.oracle or ""),
                         ],
                         lambda dmu, bct, oracle: 100 * (dmu - bct) / oracle,
@@ -238,7 +238,7 @@ def forward_adapters_raise_new_to_old(study: StudyResults, sc: ScenarioResults) 
         backward = sc.value(strategy, BACKWARD)
         if backward is None or old_self is None:
             continue
-        independent = sc.evaluation.oracle == model_of(strategy)
+        independent = sc.evaluation.oracle == new_model_name(strategy)
         # NaN (not measured) on either side leaves the reference not measured.
         reference = math.nan if math.isnan(backward + old_self) else max(backward, old_self)
         reference_name = "M(old, old)" if reference == old_self else f"M({strategy}, old)"
@@ -270,6 +270,6 @@ def forward_adapters_raise_new_to_old(study: StudyResults, sc: ScenarioResults) 
                     (row.query_set, row.gallery_set),
                     old_pair(sc)
                     if reference == old_self
-                    else (model_of(strategy), sc.evaluation.old_model),
+                    else (new_model_name(strategy), sc.evaluation.old_model),
                 ),
             )

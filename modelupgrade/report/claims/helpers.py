@@ -12,7 +12,7 @@ from modelupgrade.evaluation.summary import (
     REVERSE_ADAPTER,
     ComparisonRow,
 )
-from modelupgrade.layout import model_name
+from modelupgrade.layout import new_model_name
 from modelupgrade.report.claims.checks import (
     Check,
     CurveRef,
@@ -26,15 +26,10 @@ from modelupgrade.report.statistics import (
 )
 
 
-def model_of(strategy: str) -> str:
-    """The evaluation's name of a strategy's new model."""
-    return model_name(1, strategy)
-
-
 def curve_system(sc: ScenarioResults, system: str) -> str:
     """The model or head a backfill curve's system is: a head's by its own name, a strategy's
     plain model by the model's."""
-    return system if system in sc.head_systems else model_of(system)
+    return system if system in sc.head_systems else new_model_name(system)
 
 
 def old_pair(sc: ScenarioResults) -> tuple[str, str]:

@@ -6,8 +6,9 @@ from modelupgrade.store.backends import embedded, milvus  # noqa: F401
 from modelupgrade.store.backends.base import (
     VECTOR_BACKENDS,
     BackendSettings,
+    MatrixGallery,
     PartGallery,
     VectorBackend,
 )
 
-__all__ = ["VECTOR_BACKENDS", "BackendSettings", "PartGallery", "VectorBackend"]
+__all__ = ["VECTOR_BACKENDS", "BackendSettings", "MatrixGallery", "PartGallery", "VectorBackend"]

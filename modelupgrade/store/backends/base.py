@@ -33,6 +33,7 @@ from modelupgrade.errors import UserError
 from modelupgrade.json_data import JsonObject
 from modelupgrade.plugins import Registry
 from modelupgrade.retrieval.distance import Distance, check_distance
+from modelupgrade.store.matrices import SpaceMatrix
 from modelupgrade.store.spaces import SpaceSpec
 
 # ``scheme://user:password@host``: the credentials part of a URI.
@@ -169,6 +170,27 @@ class PartGallery(ABC):
     @abstractmethod
     def vectors(self, slots: np.ndarray) -> np.ndarray:
         """The stored vectors of ``slots`` (all in this part)."""
+
+
+class MatrixGallery(PartGallery):
+    """A part searched exactly through a space matrix restricted to the part's rows (made once per
+    snapshot); ``read`` gives the vectors of slots the caller ranks: the stored ones (the embedded
+    backend) or ψ of them (a forward-transformed part)."""
+
+    def __init__(
+        self, matrix: SpaceMatrix, slots: np.ndarray, read: Callable[[np.ndarray], np.ndarray]
+    ) -> None:
+        self.matrix, self.slots, self.read = matrix, slots, read
+        self.rows = matrix.part(slots)
+
+    def candidates(
+        self, queries: np.ndarray, limit: int, distance: Distance
+    ) -> tuple[np.ndarray, np.ndarray]:
+        found = self.matrix.search(queries, limit, self.rows)
+        return found, self.read(found)
+
+    def vectors(self, slots: np.ndarray) -> np.ndarray:
+        return self.read(slots)
 
 
 class VectorsUnavailable(UserError):

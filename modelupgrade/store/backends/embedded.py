@@ -21,6 +21,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from modelupgrade.retrieval.index import INDEXES, SearchIndex, SearchOptions, no
 from modelupgrade.store.backends.base import (
     VECTOR_BACKENDS,
     BackendSettings,
+    MatrixGallery,
     PartGallery,
     VectorBackend,
     VectorRows,
@@ -44,26 +46,6 @@ from modelupgrade.store.vectors import (
     VectorFile,
     VectorJournal,
 )
-
-
-class _FlatPart(PartGallery):
-    """A part searched exactly through its space's matrix (``matrices.SpaceMatrix``), restricted
-    to the part's rows (``matrices.MatrixPart``, made once per snapshot)."""
-
-    def __init__(
-        self, backend: EmbeddedVectors, spec: SpaceSpec, matrix: SpaceMatrix, slots: np.ndarray
-    ) -> None:
-        self.backend, self.spec, self.matrix, self.slots = backend, spec, matrix, slots
-        self.rows = matrix.part(slots)
-
-    def candidates(
-        self, queries: np.ndarray, limit: int, distance: Distance
-    ) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.matrix.search(queries, limit, self.rows)
-        return slots, self.vectors(slots)
-
-    def vectors(self, slots: np.ndarray) -> np.ndarray:
-        return self.backend.read(self.spec, slots)
 
 
 class _SpaceIndex:
@@ -371,7 +353,7 @@ class EmbeddedVectors(VectorBackend):
             self._options.index == "ivf"
             and len(slots) < _IVF_TRAIN_PER_CELL * self._options.ivf_nlist
         ):
-            return _FlatPart(self, spec, self._matrix_for(spec, slots), slots)
+            return MatrixGallery(self._matrix_for(spec, slots), slots, partial(self.read, spec))
         return _IndexedPart(self, spec, self._index_for(spec, slots), slots)
 
     def _matrix_for(self, spec: SpaceSpec, slots: np.ndarray) -> SpaceMatrix:

@@ -3,7 +3,6 @@ backfilled with the new model to completion, its summary recorded."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,6 @@ from modelupgrade.store.operations.backfill import backfill_job
 from modelupgrade.store.operations.requests import Chunking
 from modelupgrade.store.report import BackfillReport
 from modelupgrade.store.search import Searcher
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

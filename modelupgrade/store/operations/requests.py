@@ -14,6 +14,24 @@ from modelupgrade.errors import UserError
 from modelupgrade.store.sources import ChangedSources
 
 
+def vector_flags(
+    model: Path | None,
+    transform_head: Path | None,
+    table: Path | None,
+    items: Path | None = None,
+    rho_head: Path | None = None,
+) -> list[str]:
+    """The command-line flags naming a backfill's new vectors that are set."""
+    flags = (
+        ("--model", model),
+        ("--transform-head", transform_head),
+        ("--vectors", table),
+        ("--items", items),
+        ("--rho-head", rho_head),
+    )
+    return [name for name, value in flags if value is not None]
+
+
 @dataclass(frozen=True)
 class NewVectors:
     """Where a backfill's new vectors come from: exactly one of a model that re-embeds each image,
@@ -29,15 +47,7 @@ class NewVectors:
     changed_sources: ChangedSources = "refuse"
 
     def __post_init__(self) -> None:
-        given = [
-            name
-            for name, value in (
-                ("--model", self.model),
-                ("--transform-head", self.transform_head),
-                ("--vectors", self.table),
-            )
-            if value is not None
-        ]
+        given = vector_flags(self.model, self.transform_head, self.table)
         if len(given) != 1:
             raise UserError(
                 f"give exactly one source of new vectors, got {', '.join(given) or 'none'}",
