@@ -513,12 +513,15 @@ def test_write_report_writes_markdown_html_claims_and_the_plots(tmp_path: Path) 
     written = write_report(
         study,
         {"git commit": "abc"},
-        {"evaluate@sc": 4.25},
+        # The report's own run only logs the report (milliseconds): not a stage time to show.
+        {"evaluate@sc": 4.25, "report": 0.05},
         tmp_path / "out",
         replicates=[study] * 4,
     )
     assert [p.name for p in written] == ["report.md", "report.html", "claims.json"]
     markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| evaluate@sc | 4.2 |" in markdown and "| report |" not in markdown
+    assert "(seconds, 4 s in all)" in markdown
     assert markdown.startswith("# modelupgrade study\n")
     assert "## Do the papers' claims hold here?" in markdown
     assert "## Scenario sc" in markdown and "## Scenario other" in markdown

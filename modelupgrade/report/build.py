@@ -387,6 +387,9 @@ def metadata_blocks(metadata: dict[str, str], stage_seconds: dict[str, float]) -
         Heading("Run metadata", 2),
         Table(["item", "value"], [[k, v] for k, v in metadata.items()]),
     ]
+    # The report stage's own run opens after the report is written, to log it: its time (the
+    # last report's logging, milliseconds) is not a stage's wall time.
+    stage_seconds = {name: s for name, s in stage_seconds.items() if name != "report"}
     if stage_seconds:
         rows = [[name, seconds] for name, seconds in sorted(stage_seconds.items())]
         blocks += [
