@@ -261,3 +261,34 @@ def test_a_writer_of_another_kind_destroys_what_a_killed_erasure_left(tmp_path: 
         assert store.db.query("SELECT slot FROM orphan_slots") == []
         assert 3 not in store.vectors.present_slots(OLD).tolist()  # type: ignore[attr-defined]
         assert store.db.query("SELECT destroyed_at IS NOT NULL FROM erasures") == [(1,)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found at stop 44, not fixed: a rollback returns only the last backfill's items to the "
+    "old space, and an update refreshes only the new space of an item an earlier backfill moved",
+)
+def test_a_rollback_after_a_second_backfill_into_the_same_space_serves_every_item_old(
+    tmp_path: Path,
+) -> None:
+    """An item ingested after a complete backfill takes a second backfill into the same space.
+    Rolling back must serve the old space for every item (the new space is not backward
+    compatible), so an item the first backfill moved keeps its old vector live: an update must
+    refresh it there too, or the rollback would serve its stale content."""
+    from modelupgrade.registry.gates import GateCheck
+    from modelupgrade.store.cutover import cutover, rollback
+    from modelupgrade.store.shadow import ShadowEvaluation
+    from tests.store_helpers import psi_job
+
+    with build_gallery(tmp_path / "s", 40) as store:
+        psi_job(store, chunk=10).run()
+        late = np.ones((1, OLD.dim), np.float32)
+        store.ingest(["late"], late, OLD, scores={"old-confidence": np.array([0.5])})
+        psi_job(store, chunk=10).run()
+        content = np.full((1, OLD.dim), 2.0, np.float32)
+        update(store, ["item-00003"], {OLD.name: content, NEW.name: psi(content)})
+        passed = ShadowEvaluation("mAP", NEW.name, OLD.name, 1, 1, {}, {}, 0.0)
+        passed.checks.append(GateCheck("shadow", True, 1.0, 0.0, "test"))
+        cutover(store, "go", 168.0, lambda backfill: passed)
+        rollback(store, "back")
+        assert {item.space for item in store.items()} == {OLD.name}
