@@ -625,6 +625,22 @@ def test_a_store_of_the_previous_schema_is_migrated_when_opened(tmp_path: Path) 
     assert version == str(SCHEMA_VERSION)
 
 
+def test_a_store_of_schema_5_gives_each_backfill_a_serving_unit_of_its_own(tmp_path: Path) -> None:
+    """Schema 5 stepped each backfill alone: migrated, each is a unit of its own (its id)."""
+    import sqlite3
+
+    from tests.store_helpers import psi_job
+
+    with build_gallery(tmp_path / "s", 10) as store:
+        psi_job(store, chunk=5).run()
+    with sqlite3.connect(tmp_path / "s" / "store.sqlite") as db:
+        db.execute("ALTER TABLE backfills DROP COLUMN unit")
+        db.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    with GalleryStore.open(tmp_path / "s") as store:
+        assert store.db.query("SELECT id, unit FROM backfills") == [(1, 1)]
+        assert store.backfills.last().unit == 1  # type: ignore[union-attr]
+
+
 # ----- cost and ETA preview ----------------------------------------------------------------------
 def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,9 @@ from tests.store_helpers import (
     slow_backfill_script,
     spawn_backfill_worker,
 )
+
+if TYPE_CHECKING:
+    from modelupgrade.store.shadow import ShadowEvaluation
 
 N_ITEMS, CHUNK = 600, 30
 
@@ -263,32 +267,129 @@ def test_a_writer_of_another_kind_destroys_what_a_killed_erasure_left(tmp_path: 
         assert store.db.query("SELECT destroyed_at IS NOT NULL FROM erasures") == [(1,)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found at stop 44, not fixed: a rollback returns only the last backfill's items to the "
-    "old space, and an update refreshes only the new space of an item an earlier backfill moved",
-)
+def _passed_shadow() -> ShadowEvaluation:
+    from modelupgrade.registry.gates import GateCheck
+    from modelupgrade.store.shadow import ShadowEvaluation
+
+    passed = ShadowEvaluation("mAP", NEW.name, OLD.name, 1, 1, {}, {}, 0.0)
+    passed.checks.append(GateCheck("shadow", True, 1.0, 0.0, "test"))
+    return passed
+
+
+def _each_finds_itself(store: GalleryStore) -> None:
+    """Every item is served from one space, and a top-1 search with its served vector finds it:
+    the backend's part holds every item (its filter is what a search of fewer than the whole part
+    reads it by)."""
+    from modelupgrade.store import QueryVectors
+
+    snapshot = store.snapshot()
+    ((space, positions),) = snapshot.partitions().items()
+    served = store.read_vectors(space, snapshot.slots[positions])
+    searcher = Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi))
+    hits = searcher.search(QueryVectors(served, served), 1)
+    assert hits.item_ids[:, 0].tolist() == snapshot.item_ids[positions].tolist()
+
+
+def _two_backfills_into_new(store: GalleryStore) -> None:
+    """Backfill ``store`` into NEW, ingest an item ``late`` into OLD, backfill it too."""
+    from tests.store_helpers import psi_job
+
+    psi_job(store, chunk=10).run()
+    late = np.ones((1, OLD.dim), np.float32)
+    store.ingest(["late"], late, OLD, scores={"old-confidence": np.array([0.5])})
+    psi_job(store, chunk=10).run()
+
+
 def test_a_rollback_after_a_second_backfill_into_the_same_space_serves_every_item_old(
+    backend: BackendSettings, tmp_path: Path
+) -> None:
+    """An item ingested after a complete backfill takes a second backfill into the same space,
+    which continues the first one's serving unit. Rolling back must serve the old space for every
+    item (the new space is not backward compatible), in the database and in the backend's parts,
+    so an item the first backfill moved keeps its old vector live: an update must refresh it there
+    too, or the rollback would serve its stale content."""
+    from modelupgrade.store.cutover import cutover, rollback
+    from modelupgrade.store.verify import verify
+
+    with build_gallery(tmp_path / "s", 40, backend=backend) as store:
+        _two_backfills_into_new(store)
+        assert [b[0] for b in store.db.query("SELECT unit FROM backfills ORDER BY id")] == [1, 1]
+        content = _vector("item-00003", 1)
+        update(store, ["item-00003"], {OLD.name: content, NEW.name: psi(content)})
+        cutover(store, "go", 168.0, lambda backfill: _passed_shadow())
+        step = rollback(store, "back")
+        assert step.detail.items_moved == 41
+        assert {item.space for item in store.items()} == {OLD.name}
+        assert store.read_vectors(OLD.name, np.array([41])).tolist() == content.tolist()
+        _each_finds_itself(store)
+        assert verify(store).inconsistencies == 0, verify(store).describe()
+
+
+def test_a_cutover_holds_for_a_later_backfill_of_its_unit_and_a_cleanup_drops_the_old_space(
     tmp_path: Path,
 ) -> None:
-    """An item ingested after a complete backfill takes a second backfill into the same space.
-    Rolling back must serve the old space for every item (the new space is not backward
-    compatible), so an item the first backfill moved keeps its old vector live: an update must
-    refresh it there too, or the rollback would serve its stale content."""
-    from modelupgrade.registry.gates import GateCheck
-    from modelupgrade.store.cutover import cutover, rollback
-    from modelupgrade.store.shadow import ShadowEvaluation
+    """A backfill of items ingested after a cut-over one continues its unit: the unit stays cut
+    over (the gate passed for the model; the alias points at the new space already), a cleanup
+    drops the old space for all of it, and the store verifies whole. After a rollback, a new
+    backfill starts a unit of its own and moves every item again."""
+    from modelupgrade.store.cutover import cleanup, cutover, rollback
+    from modelupgrade.store.verify import verify
     from tests.store_helpers import psi_job
 
     with build_gallery(tmp_path / "s", 40) as store:
         psi_job(store, chunk=10).run()
+        cutover(store, "go", 168.0, lambda backfill: _passed_shadow())
         late = np.ones((1, OLD.dim), np.float32)
         store.ingest(["late"], late, OLD, scores={"old-confidence": np.array([0.5])})
         psi_job(store, chunk=10).run()
-        content = np.full((1, OLD.dim), 2.0, np.float32)
-        update(store, ["item-00003"], {OLD.name: content, NEW.name: psi(content)})
-        passed = ShadowEvaluation("mAP", NEW.name, OLD.name, 1, 1, {}, {}, 0.0)
-        passed.checks.append(GateCheck("shadow", True, 1.0, 0.0, "test"))
-        cutover(store, "go", 168.0, lambda backfill: passed)
+        status = store.status()
+        assert status.cutover is not None and status.cutover.state == "cut over"
+        assert [s.step for s in status.serving_steps] == ["cutover"]
+        assert "continues the serving unit of backfill 1" in status.describe()
         rollback(store, "back")
+        cutover(store, "again", 168.0, lambda backfill: _passed_shadow())
+        assert {item.space for item in store.items()} == {NEW.name}
+        cleanup(store, "done", force=True)
+        assert verify(store).inconsistencies == 0, verify(store).describe()
+        _each_finds_itself(store)
+
+    with build_gallery(tmp_path / "t", 20) as store:
+        psi_job(store, chunk=10).run()
+        rollback(store, "back")
+        assert psi_job(store, chunk=10).run().backfill_id == 2
+        assert store.db.query("SELECT id, unit, total FROM backfills ORDER BY id") == [
+            (1, 1, 20),
+            (2, 2, 20),
+        ]
+        assert store.status().cutover.state == "awaiting cutover"  # type: ignore[union-attr]
+
+
+def test_an_abort_of_a_backfill_that_continues_a_unit_undoes_only_its_own_items(
+    tmp_path: Path,
+) -> None:
+    """Aborting the backfill of the items ingested after a complete one returns those items to
+    the old space and leaves the earlier backfill, its unit and its steps as they were: a
+    rollback still returns every item it moved."""
+    from modelupgrade.store.cutover import rollback
+    from modelupgrade.store.job import abort_backfill
+    from modelupgrade.store.verify import verify
+    from tests.store_helpers import psi_job
+
+    with build_gallery(tmp_path / "s", 40) as store:
+        psi_job(store, chunk=10).run()
+        late = _vector("late", 0)
+        store.ingest(["late"], late, OLD, scores={"old-confidence": np.array([0.5])})
+        psi_job(store, chunk=10).run(max_chunks=0)
+        assert store.db.query("SELECT id, unit, status FROM backfills ORDER BY id") == [
+            (1, 1, "complete"),
+            (2, 1, "running"),
+        ]
+        abort_backfill(store)
+        assert store.db.query("SELECT id, unit, status FROM backfills") == [(1, 1, "complete")]
+        assert store.serving_space() == NEW.name
+        spaces = {item.item_id: item.space for item in store.items()}
+        assert spaces.pop("late") == OLD.name and set(spaces.values()) == {NEW.name}
+        assert rollback(store, "back").detail.items_moved == 40
         assert {item.space for item in store.items()} == {OLD.name}
+        assert verify(store).inconsistencies == 0, verify(store).describe()
+        _each_finds_itself(store)

@@ -13,16 +13,19 @@ beside the source's and never touches those. After it completes, its *last step*
   serves; a cutover (evaluated again) moves them back, their new vectors being still there;
 * ``cleanup``: the old space's vectors are dropped; no rollback is possible any more.
 
-The steps act on the store's last backfill. Each holds the store's writer lease and, for its
-writes, its commit lock. A step that points the backend's own readers (a Milvus alias) and records
-that in the database does so as one recoverable step: a write-ahead *intent* (table ``intents``)
-is committed first, naming everything the step will do; then the backend is pointed (idempotent);
-then one transaction moves the items, the serving space, appends the step and deletes the intent.
-A writer killed anywhere in between leaves the intent, and the next writer completes it before it
-writes anything (``complete_intents``, run by ``recovery``): the alias and the database never
-disagree for longer than it takes the next writer to start. Cleanup records its step with its
-intent before it drops the vectors, so a crash never leaves a rollback that would find them gone;
-the next writer finishes the drop.
+The steps act on the store's last backfill's *serving unit* (``schema.SERVING_STEPS_DDL``): with
+it, every earlier backfill it continues (the first moved the gallery, a later one the items
+ingested after it), so a rollback returns every item the unit moved, and the unit's last step is
+its state. Each holds the store's writer lease and, for its writes, its commit lock. A step that
+points the backend's own readers (a Milvus alias) and records that in the database does so as one
+recoverable step: a write-ahead *intent* (table ``intents``) is committed first, naming everything
+the step will do; then the backend is pointed (idempotent); then one transaction moves the items,
+the serving space, appends the step and deletes the intent. A writer killed anywhere in between
+leaves the intent, and the next writer completes it before it writes anything
+(``complete_intents``, run by ``recovery``): the alias and the database never disagree for longer
+than it takes the next writer to start. Cleanup records its step with its intent before it drops
+the vectors, so a crash never leaves a rollback that would find them gone; the next writer finishes
+the drop.
 """
 
 from __future__ import annotations
@@ -41,7 +44,14 @@ from modelupgrade.store.intent_records import DiscardIntent, ServingIntent, reco
 from modelupgrade.store.intents import complete_intents, complete_serving_step
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill
-from modelupgrade.store.steps import ServingStep, StepDetail, actor, steps_in, window_ends
+from modelupgrade.store.steps import (
+    UNIT_MEMBERS,
+    ServingStep,
+    StepDetail,
+    actor,
+    steps_in,
+    window_ends,
+)
 
 if TYPE_CHECKING:
     from modelupgrade.store.gallery import GalleryStore
@@ -58,10 +68,10 @@ def _reason(text: str, step: str) -> str:
 
 
 def _completed(store: GalleryStore, doing: str) -> tuple[Backfill, list[ServingStep]]:
-    """The store's last backfill, complete, and its steps so far."""
+    """The store's last backfill, complete, and the steps taken on its serving unit so far."""
     with store.db.read() as db:
         backfill = BackfillLedger.last_in(db)
-        steps = [] if backfill is None else steps_in(db, backfill.id)
+        steps = [] if backfill is None else steps_in(db, backfill.unit)
     where = f" --store {store.path}"
     if backfill is None:
         raise UserError(
@@ -101,7 +111,7 @@ def _record(
             json.dumps(detail.as_dict()),
         ),
     )
-    return steps_in(db, backfill.id)[-1]
+    return steps_in(db, backfill.unit)[-1]
 
 
 def _serve(
@@ -159,8 +169,8 @@ def cutover(
         with store.db.read() as db:
             strays = db.execute(
                 "SELECT COUNT(*), MIN(item_id) FROM items WHERE space != ? AND NOT "
-                "(backfill_id = ? AND space = ?)",
-                (backfill.target_space, backfill.id, backfill.source_space),
+                f"(space = ? AND backfill_id IN ({UNIT_MEMBERS}))",
+                (backfill.target_space, backfill.source_space, backfill.unit),
             ).fetchone()
         if strays[0]:
             raise UserError(
@@ -211,8 +221,8 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
             slots = [
                 row[0]
                 for row in db.execute(
-                    "SELECT slot FROM items WHERE backfill_id = ? AND space = ?",
-                    (backfill.id, backfill.target_space),
+                    f"SELECT slot FROM items WHERE space = ? AND backfill_id IN ({UNIT_MEMBERS})",
+                    (backfill.target_space, backfill.unit),
                 )
             ]
         # The old vectors are what queries will meet: they must be whole before anything moves.

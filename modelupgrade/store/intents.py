@@ -18,17 +18,17 @@ from modelupgrade.store.faults import boundary
 from modelupgrade.store.intent_records import DiscardIntent, ServingIntent
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.spaces import SpaceSpec
-from modelupgrade.store.steps import ServingStep, steps_in
+from modelupgrade.store.steps import UNIT_MEMBERS, ServingStep, steps_in
 
 log = logging.getLogger(__name__)
 
 
-def point_items(db: sqlite3.Connection, backfill_id: int, from_space: str, to_space: str) -> int:
-    """Point the items backfill ``backfill_id`` moved from ``from_space`` at their vector in
-    ``to_space``."""
+def point_items(db: sqlite3.Connection, unit: int, from_space: str, to_space: str) -> int:
+    """Point the items the backfills of serving unit ``unit`` moved from ``from_space`` at their
+    vector in ``to_space``."""
     return db.execute(
-        "UPDATE items SET space = ? WHERE backfill_id = ? AND space = ?",
-        (to_space, backfill_id, from_space),
+        f"UPDATE items SET space = ? WHERE space = ? AND backfill_id IN ({UNIT_MEMBERS})",
+        (to_space, from_space, unit),
     ).rowcount
 
 
@@ -49,7 +49,7 @@ def complete_serving_step(
     pointed = vectors.serve(spaces[intent.to_space])
     boundary(f"{intent.step}:backend")
     with database.write(items_changed=True) as db:
-        moved = point_items(db, backfill.id, intent.from_space, intent.to_space)
+        moved = point_items(db, backfill.unit, intent.from_space, intent.to_space)
         Database.set_meta(db, "serving_space", intent.to_space)
         detail = replace(intent.detail, items_moved=moved, backend=pointed)
         db.execute(
@@ -67,7 +67,7 @@ def complete_serving_step(
             ),
         )
         db.execute("DELETE FROM intents WHERE id = ?", (intent_id,))
-        step = steps_in(db, backfill.id)[-1]
+        step = steps_in(db, backfill.unit)[-1]
     boundary(f"{intent.step}:committed")
     return step
 

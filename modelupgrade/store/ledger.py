@@ -38,6 +38,7 @@ from modelupgrade.store.schema import (
 )
 from modelupgrade.store.shown import labelled, utc
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.steps import UNIT_LAST_STEP
 
 # meta keys: the serving space a running backfill replaced, and the record of the last abort
 _SERVING_BEFORE = "serving_space_before_backfill"
@@ -218,10 +219,11 @@ class BackfillLedger:
             # Ids are never reused (an aborted backfill's row goes, its id stays taken): a vector
             # database row records the backfill that wrote it (``backends.milvus``).
             backfill_id = Database.take_counter(db, "next_backfill")
+            unit = self._continued_unit(db, source, target.name) or backfill_id
             db.execute(
                 "INSERT INTO backfills (id, source_space, target_space, method, policy, seed, "
-                "chunk_size, total, status, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                "chunk_size, total, status, started_at, unit) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
                 (
                     backfill_id,
                     source,
@@ -232,6 +234,7 @@ class BackfillLedger:
                     chunk_size,
                     len(order),
                     time.time(),
+                    unit,
                 ),
             )
             db.executemany(
@@ -248,6 +251,20 @@ class BackfillLedger:
             Database.set_meta(db, _SERVING_BEFORE, Database.meta(db, "serving_space") or source)
             Database.set_meta(db, "serving_space", target.name)
             return self.running_in(db)
+
+    @staticmethod
+    def _continued_unit(db: sqlite3.Connection, source: str, target: str) -> int | None:
+        """The serving unit a backfill from ``source`` into ``target`` planned now continues: the
+        last backfill's, when that one is complete, between the same two spaces, and its unit
+        neither rolled back nor cleaned up (``schema.SERVING_STEPS_DDL``). Its items stay where
+        they are; the new backfill moves those ingested since, and a step moves them all."""
+        row = db.execute(
+            "SELECT b.unit FROM backfills AS b WHERE b.id = (SELECT MAX(id) FROM backfills) AND "
+            "b.status = 'complete' AND b.source_space = ? AND b.target_space = ? AND "
+            f"COALESCE({UNIT_LAST_STEP}, '') NOT IN ('rollback', 'cleanup')",
+            (source, target),
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     @staticmethod
     def queue(db: sqlite3.Connection, backfill: Backfill, slots: np.ndarray) -> None:

@@ -36,6 +36,7 @@ from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.orphans import destroy_orphans, orphan
 from modelupgrade.store.schema import Backfill, ItemSources
 from modelupgrade.store.shown import labelled, utc
+from modelupgrade.store.steps import UNIT_MEMBERS
 from modelupgrade.store.steps import actor as current_actor
 from modelupgrade.store.vectors import check_vectors
 
@@ -183,21 +184,38 @@ def _empty_the_log(store: GalleryStore) -> None:
     )
 
 
-def live_spaces(
-    store: GalleryStore, current: str, backfill_id: int | None, active: Backfill | None
-) -> set[str]:
-    """The spaces that keep a vector of an item served from ``current`` and planned in backfill
-    ``backfill_id``: ``current``; during a backfill that planned it, its source too; after the last
-    (complete) backfill that moved it, both of its spaces until a cleanup drops the old one."""
-    spaces = {current}
-    if active is not None and backfill_id == active.id:
-        spaces.add(active.source_space)
+@dataclass(frozen=True)
+class LiveSpaces:
+    """Which spaces keep a vector of an item, read once for a batch of items: the running
+    backfill, and the last complete one with the backfills of its serving unit."""
+
+    active: Backfill | None
+    last: Backfill | None
+    unit: frozenset[int]
+    held: frozenset[str]
+
+    @classmethod
+    def read(cls, store: GalleryStore, active: Backfill | None) -> LiveSpaces:
+        last = store.backfills.last()
+        complete = last is not None and last.status == "complete"
+        unit = (
+            frozenset(int(row[0]) for row in store.db.query(UNIT_MEMBERS, (last.unit,)))
+            if complete and last is not None
+            else frozenset()
+        )
+        return cls(active, last, unit, frozenset(store.spaces()))
+
+    def of(self, current: str, backfill_id: int | None) -> set[str]:
+        """The spaces that keep a vector of an item served from ``current`` and planned in
+        backfill ``backfill_id``: ``current``; during a backfill that planned it, its source too;
+        after the last (complete) backfill's unit moved it, both of its spaces until a cleanup
+        drops the old one."""
+        spaces = {current}
+        if self.active is not None and backfill_id == self.active.id:
+            return spaces | {self.active.source_space}
+        if self.last is not None and backfill_id in self.unit:
+            spaces |= {self.last.source_space, self.last.target_space} & self.held
         return spaces
-    last = store.backfills.last()
-    if last is not None and backfill_id == last.id and last.status == "complete":
-        held = set(store.spaces())
-        spaces |= {last.source_space, last.target_space} & held
-    return spaces
 
 
 def update(
@@ -297,9 +315,10 @@ def _checked_spaces(
     source vector must be computed again into its target) and those whose new target vector is not
     given. Every other space that keeps a vector of an item must get its new one."""
     requeue: set[str] = set()
+    kept = LiveSpaces.read(store, active)
     for item_id in ids:
         _, current, backfill_id = rows[item_id]
-        live = live_spaces(store, current, backfill_id, active)
+        live = kept.of(current, backfill_id)
         planned = active is not None and backfill_id == active.id
         if planned and active is not None:
             moved = current == active.target_space

@@ -32,7 +32,7 @@ import numpy as np
 
 from modelupgrade.errors import UserError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DATABASE_FILE = "store.sqlite"
 VECTORS_DIR = "vectors"
 
@@ -92,7 +92,8 @@ CREATE TABLE backfills (
     total INTEGER NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
     started_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    unit INTEGER NOT NULL
 );
 CREATE TABLE chunk_log (
     backfill_id INTEGER NOT NULL REFERENCES backfills(id),
@@ -108,7 +109,10 @@ CREATE TABLE chunk_log (
 
 # The cutover, rollback and cleanup steps of completed backfills (``modelupgrade.store.cutover``):
 # who took each (user@host), when, why, and what it was shown (JSON: the shadow evaluation, the
-# space dropped). The last step of a backfill is its serving state.
+# space dropped). Steps act on a *serving unit* (``backfills.unit``, the id of its first backfill):
+# a backfill into the same space from the same source as the last one, complete and neither rolled
+# back nor cleaned up (the items ingested after it finished), continues its unit, and a step moves
+# every item of the unit. The last step taken on a unit is the serving state of its backfills.
 SERVING_STEPS_DDL = """
 CREATE TABLE IF NOT EXISTS serving_steps (
     id INTEGER PRIMARY KEY,
@@ -204,10 +208,20 @@ def schema_4_to_5(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
+def schema_5_to_6(db: sqlite3.Connection) -> None:
+    """Version 5 → 6: each backfill gets its serving unit; an older store's backfills were each
+    stepped alone, so each is a unit of its own."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(backfills)")}
+    if "unit" not in columns:
+        db.execute("ALTER TABLE backfills ADD COLUMN unit INTEGER")
+        db.execute("UPDATE backfills SET unit = id")
+
+
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     2: SERVING_STEPS_DDL,
     3: CURRENT_ITEMS_DDL,
     4: schema_4_to_5,
+    5: schema_5_to_6,
 }
 
 
@@ -247,6 +261,7 @@ class Backfill:
     status: str
     started_at: float
     finished_at: float | None
+    unit: int  # the first backfill of its serving unit (``SERVING_STEPS_DDL``)
 
 
 @dataclass(frozen=True)

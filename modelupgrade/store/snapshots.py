@@ -36,6 +36,7 @@ from modelupgrade.store.database import Database
 from modelupgrade.store.ledger import BackfillLedger
 from modelupgrade.store.schema import Backfill, Snapshot
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.steps import UNIT_LAST_STEP
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,12 @@ def read_facts(db: sqlite3.Connection, active: Backfill | None) -> LedgerFacts:
                 "SELECT COALESCE(MAX(chunk), -1) FROM chunk_log WHERE backfill_id = ?", (active.id,)
             ).fetchone()[0]
         )
-    # A complete backfill is in effect unless its last serving step rolled it back.
+    # A complete backfill is in effect unless the last step on its serving unit rolled it back.
     in_effect = tuple(
         (int(row[0]), row[1], row[2])
         for row in db.execute(
             "SELECT b.id, b.source_space, b.target_space FROM backfills AS b WHERE "
-            "b.status = 'complete' AND COALESCE((SELECT step FROM serving_steps WHERE "
-            "backfill_id = b.id ORDER BY id DESC LIMIT 1), '') != 'rollback' ORDER BY b.id"
+            f"b.status = 'complete' AND COALESCE({UNIT_LAST_STEP}, '') != 'rollback' ORDER BY b.id"
         )
     )
     orphans = tuple(int(row[0]) for row in db.execute("SELECT slot FROM orphan_slots"))

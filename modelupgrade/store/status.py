@@ -67,8 +67,9 @@ class StoreStatus:
     # How each space is searched (store.index) and, from `store-status`, the index's recall@10
     # against an exact scan per space (``modelupgrade.store.search.index_recall``).
     index: JsonObject = field(default_factory=dict)
-    # The last backfill's cutover, rollback and cleanup steps (``modelupgrade.store.cutover``),
-    # oldest first, each with who took it, when and why; and where that leaves it.
+    # The cutover, rollback and cleanup steps of the last backfill's serving unit
+    # (``modelupgrade.store.cutover``), oldest first, each with who took it, when and why; and
+    # where that leaves it.
     serving_steps: list[ServingStep] = field(default_factory=list)
     cutover: CutoverState | None = None
     # Erasures recorded (when, who, why, how many: never which items).
@@ -138,6 +139,13 @@ class StoreStatus:
                 + (f", finished {utc(backfill.finished_at)}" if backfill.finished_at else "")
             ),
         ]
+        if backfill.unit != backfill.id:
+            lines.append(
+                continued(
+                    f"continues the serving unit of backfill {backfill.unit} (items ingested "
+                    "since): a cutover or rollback moves every item of the unit"
+                )
+            )
         if self.failed:
             lines.append(
                 labelled(
@@ -150,7 +158,7 @@ class StoreStatus:
         return lines
 
     def _serving_lines(self) -> list[str]:
-        """The last backfill's cutover, rollback and cleanup steps, and where they leave it."""
+        """The steps of the last backfill's serving unit, and where they leave it."""
         lines = [labelled("serving steps", step.headline()) for step in self.serving_steps[:1]]
         lines += [continued(step.headline()) for step in self.serving_steps[1:]]
         cutover = self.cutover
@@ -216,7 +224,7 @@ def read_status(database: Database, spaces: dict[str, SpaceSpec]) -> StoreStatus
         failed_rows = db.execute(
             "SELECT item_id, failure FROM items WHERE state = 'failed' ORDER BY backfill_rank"
         ).fetchall()
-        steps = [] if backfill is None else steps_in(db, backfill.id)
+        steps = [] if backfill is None else steps_in(db, backfill.unit)
         erasures = int(db.execute("SELECT COUNT(*) FROM erasures").fetchone()[0])
         intents = [row[0] for row in db.execute("SELECT kind FROM intents ORDER BY id")]
     described = {

@@ -105,13 +105,27 @@ def _shadow(evaluation: JsonObject) -> str:
     )
 
 
-def steps_in(db: sqlite3.Connection, backfill_id: int | None = None) -> list[ServingStep]:
-    """The recorded steps (of one backfill, or all), oldest first."""
+# The backfills of the serving unit ``?`` names (``schema.SERVING_STEPS_DDL``): a step moves their
+# items.
+UNIT_MEMBERS = "SELECT id FROM backfills WHERE unit = ?"
+
+# The last step taken on the serving unit of the backfill aliased ``b`` (a correlated subquery;
+# NULL before any): the serving state of ``b``.
+UNIT_LAST_STEP = (
+    "(SELECT s.step FROM serving_steps AS s JOIN backfills AS m ON m.id = s.backfill_id "
+    "WHERE m.unit = b.unit ORDER BY s.id DESC LIMIT 1)"
+)
+
+
+def steps_in(db: sqlite3.Connection, unit: int | None = None) -> list[ServingStep]:
+    """The recorded steps (of one serving unit, or all), oldest first."""
     query = "SELECT * FROM serving_steps"
     rows = (
         db.execute(query + " ORDER BY id").fetchall()
-        if backfill_id is None
-        else db.execute(query + " WHERE backfill_id = ? ORDER BY id", (backfill_id,)).fetchall()
+        if unit is None
+        else db.execute(
+            query + f" WHERE backfill_id IN ({UNIT_MEMBERS}) ORDER BY id", (unit,)
+        ).fetchall()
     )
     return [_step(*row[:9]) for row in rows]
 

@@ -32,6 +32,7 @@ from modelupgrade.json_data import JsonObject
 from modelupgrade.store.backends.base import VectorsUnavailable
 from modelupgrade.store.faults import StoreDamaged
 from modelupgrade.store.spaces import SpaceSpec
+from modelupgrade.store.steps import UNIT_LAST_STEP
 
 if TYPE_CHECKING:
     from modelupgrade.store.gallery import GalleryStore
@@ -225,17 +226,14 @@ def _also_kept(store: GalleryStore, backfill_id: int | None) -> tuple[str, ...]:
     cache = store.__dict__.setdefault("_verify_backfills", {})
     if backfill_id not in cache:
         found = store.db.query(
-            "SELECT source_space, target_space, status FROM backfills WHERE id = ?",
+            "SELECT b.source_space, b.target_space, b.status, "
+            f"COALESCE({UNIT_LAST_STEP}, '') FROM backfills AS b WHERE b.id = ?",
             (backfill_id,),
         )
-        steps = store.db.query(
-            "SELECT step FROM serving_steps WHERE backfill_id = ? ORDER BY id", (backfill_id,)
-        )
-        cleaned = bool(steps) and steps[-1][0] == "cleanup"
-        if not found or cleaned:
+        if not found or found[0][3] == "cleanup":
             cache[backfill_id] = ()
         else:
-            source, target, status = found[0]
+            source, target, status, _ = found[0]
             cache[backfill_id] = (source,) if status == "running" else (source, target)
     return cache[backfill_id]
 
