@@ -393,3 +393,55 @@ def test_an_abort_of_a_backfill_that_continues_a_unit_undoes_only_its_own_items(
         assert {item.space for item in store.items()} == {OLD.name}
         assert verify(store).inconsistencies == 0, verify(store).describe()
         _each_finds_itself(store)
+
+
+def test_a_cutover_refuses_items_ingested_into_the_old_space_after_the_backfill(
+    tmp_path: Path,
+) -> None:
+    """An item ingested into the old space after the backfill completed has no new vector: the
+    cutover names it and changes nothing, and a backfill of it lets the cutover through."""
+    from modelupgrade.errors import UserError
+    from modelupgrade.store.cutover import cutover
+    from tests.store_helpers import psi_job
+
+    with build_gallery(tmp_path / "s", 20) as store:
+        psi_job(store, chunk=10).run()
+        store.ingest(["late"], _vector("late", 0), OLD, scores={"old-confidence": np.array([0.5])})
+        with pytest.raises(UserError, match="1 item\\(s\\) have no vector in 'gen1'.*'late'"):
+            cutover(store, "go", 168.0, lambda backfill: _passed_shadow())
+        assert store.status().serving_steps == []
+        psi_job(store, chunk=10).run()
+        assert cutover(store, "go", 168.0, lambda backfill: _passed_shadow()).step == "cutover"
+
+
+def test_no_item_lands_in_a_space_the_serving_one_cannot_search(tmp_path: Path) -> None:
+    """Old queries cannot meet a later model's vectors: with no backfill running, an ingest into
+    a space the serving one does not upgrade from is refused; a rollback that would leave items
+    ingested into the new space with no old vector is refused, and changes nothing; a store an
+    older modelupgrade left that way answers a search with that, not a numpy error."""
+    import sqlite3
+
+    from modelupgrade.errors import UserError
+    from modelupgrade.store import QueryVectors
+    from modelupgrade.store.cutover import rollback
+    from tests.store_helpers import psi_job
+
+    late = psi(_vector("late", 0))
+    with build_gallery(tmp_path / "s", 20) as store:
+        with pytest.raises(UserError, match="serves space 'gen0', which cannot search items in"):
+            store.ingest(["late"], late, NEW, scores={"old-confidence": np.array([0.5])})
+        assert store.item_count() == 20 and set(store.spaces()) == {OLD.name}
+        psi_job(store, chunk=10).run()
+        store.ingest(["late"], late, NEW, scores={"old-confidence": np.array([0.5])})
+        with pytest.raises(UserError, match="1 item\\(s\\) were ingested into 'gen1' after"):
+            rollback(store, "back")
+        assert store.serving_space() == NEW.name and store.status().serving_steps == []
+    with sqlite3.connect(tmp_path / "s" / "store.sqlite") as db:  # what a rollback once did
+        db.execute("UPDATE items SET space = 'gen0' WHERE backfill_id IS NOT NULL")
+        db.execute("UPDATE meta SET value = 'gen0' WHERE key = 'serving_space'")
+        db.execute("UPDATE meta SET value = value + 1 WHERE key = 'items_epoch'")
+    with GalleryStore.open(tmp_path / "s") as store:
+        searcher = Searcher(store, build_serving_mode("mixed"), heads=HeadTransforms(forward=psi))
+        query = _vector("q", 0)
+        with pytest.raises(UserError, match="1 item\\(s\\) are in space 'gen1', which the serving"):
+            searcher.search(QueryVectors(query, query), 3)

@@ -168,8 +168,9 @@ def cutover(
             )
         with store.db.read() as db:
             strays = db.execute(
-                "SELECT COUNT(*), MIN(item_id) FROM items WHERE space != ? AND NOT "
-                f"(space = ? AND backfill_id IN ({UNIT_MEMBERS}))",
+                # an item ingested after the unit's backfills has no backfill_id (NULL)
+                "SELECT COUNT(*), MIN(item_id) FROM items WHERE space != ? AND (space != ? OR "
+                f"backfill_id IS NULL OR backfill_id NOT IN ({UNIT_MEMBERS}))",
                 (backfill.target_space, backfill.source_space, backfill.unit),
             ).fetchone()
         if strays[0]:
@@ -217,6 +218,7 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
                 f"{last.actor}",
                 hint="`modelupgrade cutover` moves to the new space again",
             )
+        _refuse_items_only_new(store, backfill)
         with store.db.read() as db:
             slots = [
                 row[0]
@@ -228,6 +230,26 @@ def rollback(store: GalleryStore, reason: str) -> ServingStep:
         # The old vectors are what queries will meet: they must be whole before anything moves.
         store.verify_vectors(backfill.source_space, np.asarray(slots, dtype=np.int64))
         return _serve(store, backfill, "rollback", backfill.source_space, reason, StepDetail())
+
+
+def _refuse_items_only_new(store: GalleryStore, backfill: Backfill) -> None:
+    """A rollback serves the old space, whose queries cannot meet the new model's vectors: every
+    item in the new space must be one the unit moved (its old vector kept), none ingested there."""
+    with store.db.read() as db:
+        count, example = db.execute(
+            "SELECT COUNT(*), MIN(item_id) FROM items WHERE space = ? AND (backfill_id IS NULL "
+            f"OR backfill_id NOT IN ({UNIT_MEMBERS}))",
+            (backfill.target_space, backfill.unit),
+        ).fetchone()
+    if count:
+        raise UserError(
+            f"cannot roll back to {backfill.source_space!r}: {count} item(s) were ingested into "
+            f"{backfill.target_space!r} after backfill {backfill.id} and have no vector in "
+            f"{backfill.source_space!r}, e.g. {example!r}",
+            hint=f"erase them (`modelupgrade store-erase`) and ingest them into "
+            f"{backfill.source_space!r} with the old model first, or keep serving "
+            f"{backfill.target_space!r}",
+        )
 
 
 def cleanup(

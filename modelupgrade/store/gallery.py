@@ -36,6 +36,7 @@ from modelupgrade.store.ingest_checks import (
     check_item_ids,
     check_new_items,
     check_space_during_backfill,
+    check_space_served,
     checked_ingest_scores,
     insert_items,
     insert_scores,
@@ -353,6 +354,8 @@ class GalleryStore:
         check_space_during_backfill(active, space.name)
         # Every check before the first write: a refused ingest leaves the store as it was.
         check_new_items(self.known_item_ids(item_ids))
+        serving = self.serving_space()
+        check_space_served(None if serving is None else self.space(serving), active, space.name)
         spec = self.add_space(space)
         first = self.next_slot()
         slots = np.arange(first, first + len(item_ids), dtype=np.int64)

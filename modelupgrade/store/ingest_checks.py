@@ -16,6 +16,7 @@ import numpy as np
 from modelupgrade.errors import UserError
 from modelupgrade.ordering.scores import score_kind_of
 from modelupgrade.store.schema import Backfill
+from modelupgrade.store.spaces import SpaceSpec
 
 
 def check_item_ids(item_ids: Sequence[str], vectors: int) -> None:
@@ -68,6 +69,19 @@ def check_space_during_backfill(active: Backfill | None, space: str) -> None:
             hint=f"ingest their vectors in {active.source_space!r} (they join the backfill) "
             f"or in {active.target_space!r}",
         )
+
+
+def check_space_served(serving: SpaceSpec | None, active: Backfill | None, space: str) -> None:
+    """With no backfill running, new items go into the serving space or one it upgrades from:
+    its queries can meet no other model's vectors (``SpaceSpec.serves``)."""
+    if serving is None or active is not None or serving.serves(space):
+        return
+    raise UserError(
+        f"the store serves space {serving.name!r}, which cannot search items in space {space!r} "
+        f"({serving.name!r} upgrades from {', '.join(serving.upgrades_from) or 'no space'})",
+        hint=f"ingest their vectors in {serving.name!r} (a later backfill moves them), or start "
+        f"the backfill into {space!r} first: new items in its target space join it at once",
+    )
 
 
 def check_new_items(known: Sequence[str]) -> None:

@@ -177,6 +177,7 @@ class Searcher:
             is_new = part.space.name == serving.name
             pairing = plan.new_part if is_new else plan.old_part
             if not is_new:
+                self._check_servable(serving, part)
                 self._check_comparable(pairing, serving, part.space)
             query = self._query(pairing.query, queries, made, len(queries.new))
             searched = (
@@ -245,6 +246,18 @@ class Searcher:
             return result
 
         return psi
+
+    @staticmethod
+    def _check_servable(serving: SpaceSpec, part: _Part) -> None:
+        """A store left by an older modelupgrade may hold items in a space its serving space does
+        not upgrade from (ingest and rollback refuse to make one now): no mode can rank them."""
+        if not serving.serves(part.space.name):
+            raise UserError(
+                f"{len(part.slots):,} item(s) are in space {part.space.name!r}, which the serving "
+                f"space {serving.name!r} does not upgrade from: no serving mode compares them",
+                hint=f"backfill the store into {part.space.name!r}, or erase those items and "
+                f"ingest them into {serving.name!r}",
+            )
 
     @staticmethod
     def _check_comparable(pairing: Pairing, serving: SpaceSpec, old: SpaceSpec) -> None:

@@ -59,6 +59,12 @@ class SpaceSpec:
     def can_replace(self, space: str) -> bool:
         return space in self.upgrades_from
 
+    def serves(self, space: str) -> bool:
+        """Whether a store serving this space can search items held in ``space``: its own, or one
+        it upgrades from (through a head, or as stored for a backward-compatible model). No
+        serving mode compares this space's queries with a later or unrelated model's vectors."""
+        return space == self.name or self.can_replace(space)
+
     def compares_with_stored(self, space: str) -> bool:
         """Whether queries of this space may meet the vectors of ``space`` as they are stored: its
         model was trained backward compatible with that space's."""
