@@ -445,3 +445,28 @@ def test_no_item_lands_in_a_space_the_serving_one_cannot_search(tmp_path: Path) 
         query = _vector("q", 0)
         with pytest.raises(UserError, match="1 item\\(s\\) are in space 'gen1', which the serving"):
             searcher.search(QueryVectors(query, query), 3)
+
+
+def test_an_update_while_a_backfill_continues_a_unit_refreshes_both_vectors_of_an_earlier_item(
+    tmp_path: Path,
+) -> None:
+    """While the backfill of late items runs, an item the unit's first backfill moved keeps its old
+    vector for a rollback: an update must give both, and the rollback serves the new content."""
+    from modelupgrade.errors import UserError
+    from modelupgrade.store.cutover import cutover, rollback
+    from tests.store_helpers import psi_job
+
+    with build_gallery(tmp_path / "s", 40) as store:
+        psi_job(store, chunk=10).run()
+        store.ingest(["late"], _vector("late", 0), OLD, scores={"old-confidence": np.array([0.5])})
+        psi_job(store, chunk=10).run(max_chunks=0)
+        content = _vector("item-00003", 1)
+        with pytest.raises(UserError, match="its vectors in \\['gen0'\\] are missing"):
+            update(store, ["item-00003"], {NEW.name: psi(content)})
+        update(store, ["item-00003"], {OLD.name: content, NEW.name: psi(content)})
+        psi_job(store, chunk=10).run()
+        cutover(store, "go", 168.0, lambda backfill: _passed_shadow())
+        rollback(store, "back")
+        slot = next(item.slot for item in store.items() if item.item_id == "item-00003")
+        np.testing.assert_array_equal(store.read_vectors(OLD.name, np.array([slot])), content)
+        _each_finds_itself(store)

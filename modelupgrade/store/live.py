@@ -187,7 +187,8 @@ def _empty_the_log(store: GalleryStore) -> None:
 @dataclass(frozen=True)
 class LiveSpaces:
     """Which spaces keep a vector of an item, read once for a batch of items: the running
-    backfill, and the last complete one with the backfills of its serving unit."""
+    backfill, and the complete backfills of the last one's serving unit (while a backfill that
+    continues a unit runs, the items its earlier backfills moved keep both vectors too)."""
 
     active: Backfill | None
     last: Backfill | None
@@ -197,19 +198,20 @@ class LiveSpaces:
     @classmethod
     def read(cls, store: GalleryStore, active: Backfill | None) -> LiveSpaces:
         last = store.backfills.last()
-        complete = last is not None and last.status == "complete"
-        unit = (
-            frozenset(int(row[0]) for row in store.db.query(UNIT_MEMBERS, (last.unit,)))
-            if complete and last is not None
-            else frozenset()
+        unit = frozenset(
+            int(row[0])
+            for row in store.db.query(
+                f"SELECT id FROM backfills WHERE id IN ({UNIT_MEMBERS}) AND status = 'complete'",
+                (-1 if last is None else last.unit,),
+            )
         )
         return cls(active, last, unit, frozenset(store.spaces()))
 
     def of(self, current: str, backfill_id: int | None) -> set[str]:
         """The spaces that keep a vector of an item served from ``current`` and planned in
         backfill ``backfill_id``: ``current``; during a backfill that planned it, its source too;
-        after the last (complete) backfill's unit moved it, both of its spaces until a cleanup
-        drops the old one."""
+        after a complete backfill of the last one's unit moved it, both of its spaces until a
+        cleanup drops the old one."""
         spaces = {current}
         if self.active is not None and backfill_id == self.active.id:
             return spaces | {self.active.source_space}
